@@ -1,0 +1,54 @@
+"""fastdata: fast, correct and measurable PyTorch input pipelines.
+
+Public names are imported lazily (PEP 562) so that ``import fastdata`` and the ``fastdata``
+command line stay instant: torch, pyarrow and OpenCV load on first use of a name that needs
+them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from fastdata._version import __version__
+
+if TYPE_CHECKING:
+    from fastdata import synthetic
+    from fastdata.errors import (
+        DecodeError,
+        FastDataError,
+        ResumeError,
+        SchemaError,
+        SourceError,
+    )
+    from fastdata.loader import DataLoader
+    from fastdata.sources.parquet import ParquetStream
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "DataLoader": "fastdata.loader",
+    "DecodeError": "fastdata.errors",
+    "FastDataError": "fastdata.errors",
+    "ParquetStream": "fastdata.sources.parquet",
+    "ResumeError": "fastdata.errors",
+    "SchemaError": "fastdata.errors",
+    "SourceError": "fastdata.errors",
+}
+_SUBMODULES = {"synthetic"}
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fastdata.{name}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastdata' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,91 @@
+"""Exception types that carry *where* the problem is: the file, row group, tar member, row.
+
+Every error raised for bad input is a :class:`SourceError` (or a subclass). Its message states
+the value, the reason and the fix, and its attributes hold the location so a caller (or a
+``skip`` policy) can act on it without parsing the text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DecodeError", "FastDataError", "ResumeError", "SchemaError", "SourceError"]
+
+
+class FastDataError(Exception):
+    """Base class of every exception fastdata raises on purpose."""
+
+
+class SourceError(FastDataError):
+    """Bad or missing input data.
+
+    Args:
+        message: what is wrong and how to fix it.
+        path: the file (or URI) the problem is in.
+        row_group: the Parquet row group, where known.
+        member: the tar member, where known.
+        row: the row (or sample index) within the file, where known.
+        column: the column, where known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        row_group: int | None = None,
+        member: str | None = None,
+        row: int | None = None,
+        column: str | None = None,
+    ) -> None:
+        self.path = path
+        self.row_group = row_group
+        self.member = member
+        self.row = row
+        self.column = column
+        self.reason = message
+        super().__init__(f"{message} [{self.location}]" if self.location else message)
+
+    @property
+    def location(self) -> str:
+        """``file=... row_group=... member=... row=... column=...`` for the fields that are set."""
+        fields: dict[str, Any] = {
+            "file": self.path,
+            "row_group": self.row_group,
+            "member": self.member,
+            "row": self.row,
+            "column": self.column,
+        }
+        return " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only arguments do not survive the default pickling of exceptions, and
+        # DataLoader workers send exceptions to the main process by pickling them.
+        return (
+            _rebuild,
+            (type(self), self.reason, self.path, self.row_group, self.member, self.row, self.column),
+        )
+
+
+def _rebuild(
+    cls: type[SourceError],
+    reason: str,
+    path: str | None,
+    row_group: int | None,
+    member: str | None,
+    row: int | None,
+    column: str | None,
+) -> SourceError:
+    return cls(reason, path=path, row_group=row_group, member=member, row=row, column=column)
+
+
+class SchemaError(SourceError):
+    """Columns or types that do not match what was asked for or what other files hold."""
+
+
+class DecodeError(SourceError):
+    """Bytes that could not be decoded into an image (truncated, corrupt, too large)."""
+
+
+class ResumeError(FastDataError):
+    """A ``state_dict`` that cannot be applied (different dataset, layout or version)."""
