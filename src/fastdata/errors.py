@@ -61,10 +61,8 @@ class SourceError(FastDataError):
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only arguments do not survive the default pickling of exceptions, and
         # DataLoader workers send exceptions to the main process by pickling them.
-        return (
-            _rebuild,
-            (type(self), self.reason, self.path, self.row_group, self.member, self.row, self.column),
-        )
+        where = (self.path, self.row_group, self.member, self.row, self.column)
+        return (_rebuild, (type(self), self.reason, *where))
 
 
 def _rebuild(

@@ -1,0 +1,293 @@
+"""The machinery every planned source shares: epochs, layout, resume state and batching.
+
+A source subclass describes its data as units with row counts and knows how to read one unit
+as an Arrow table and how to turn tables into items. :class:`PlannedStream` does the rest:
+it asks :mod:`fastdata.sources.plan` what this ``(rank, worker)`` reads, skips by metadata to
+the resume cursor, reads window by window, and cuts items of ``batch_size`` rows (or single
+rows) across window boundaries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import abstractmethod
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from fastdata._env import resolve_rank, worker_slot
+from fastdata.errors import ResumeError
+from fastdata.sources.plan import (
+    EvenBatches,
+    Layout,
+    Policy,
+    SlotPlan,
+    Summary,
+    Window,
+    plan_epoch,
+    plan_slot,
+    window_permutation,
+)
+
+STATE_VERSION = 1
+
+
+class PlannedStream(IterableDataset):
+    """Base class of fastdata's streams (see the module docstring).
+
+    Subclasses implement :meth:`_unit_rows`, :meth:`_read_unit`, :meth:`_make_batch`,
+    :meth:`_make_rows` and :meth:`_identity`.
+    """
+
+    def __init__(
+        self,
+        *,
+        batch_size: int | None,
+        shuffle: bool,
+        seed: int,
+        shuffle_buffer: int,
+        drop_last: bool,
+        even_batches: EvenBatches,
+        rank: int | None,
+        world_size: int | None,
+    ) -> None:
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: must be >= 1, or None to yield rows")
+        if drop_last and batch_size is None:
+            raise ValueError(
+                "drop_last=True needs batch_size: with batch_size=None the stream yields rows "
+                "and DataLoader(drop_last=...) drops the partial batch"
+            )
+        self.batch_size = batch_size
+        self._policy = Policy(
+            batch_size=batch_size or 1,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            even_batches=even_batches,
+            shuffle_buffer=shuffle_buffer,
+        )
+        if (rank is None) != (world_size is None):
+            resolve_rank(rank, world_size)  # raises the explanatory error
+        self._rank_args = (rank, world_size)
+        self._resolved_rank: tuple[int, int] | None = None
+        # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._pending: dict[str, Any] | None = None
+        self._consumed = 0
+
+    # ----------------------------------------------------------------- subclass hooks
+    @abstractmethod
+    def _unit_rows(self) -> Sequence[int]:
+        """Rows of every unit, from metadata; cached by the subclass."""
+
+    @abstractmethod
+    def _read_unit(self, unit: int) -> pa.Table:
+        """All rows of one unit, as the plan counted them."""
+
+    @abstractmethod
+    def _make_batch(self, table: pa.Table) -> Any:
+        """One item of ``batch_size`` rows."""
+
+    @abstractmethod
+    def _make_rows(self, table: pa.Table) -> Iterator[Any]:
+        """One item per row."""
+
+    @abstractmethod
+    def _identity(self) -> Any:
+        """JSON-able description of the data (files, units), to check a state belongs here."""
+
+    # ----------------------------------------------------------------- epochs and layout
+    @property
+    def epoch(self) -> int:
+        """The epoch whose order is produced next; see :meth:`set_epoch`."""
+        return int(self._epoch[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch: with ``shuffle=True`` each epoch has its own order.
+
+        Call it before iterating each epoch (also with persistent DataLoader workers: the
+        value lives in shared memory).
+        """
+        if epoch < 0:
+            raise ValueError(f"epoch={epoch}: must be >= 0")
+        if epoch != self.epoch:
+            self._consumed = 0
+        self._epoch[0] = epoch
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
+
+    def rank_and_world_size(self) -> tuple[int, int]:
+        """This process's ``(rank, world_size)``: arguments, torch.distributed, or the
+        ``RANK``/``WORLD_SIZE`` variables."""
+        if self._resolved_rank is not None and get_worker_info() is not None:
+            return self._resolved_rank
+        return resolve_rank(*self._rank_args)
+
+    def summary(self) -> Summary:
+        """This epoch's totals: rows used, dropped by ``drop_last`` / ``even_batches="drop"``,
+        padded by ``even_batches="pad"``, and the item count of every rank."""
+        rank, world = self.rank_and_world_size()
+        _, _, summary = plan_epoch(self._unit_rows(), Layout(rank, world), self._policy, self.epoch)
+        return summary
+
+    def __len__(self) -> int:
+        """Items (batches, or rows when ``batch_size=None``) this rank yields per epoch."""
+        rank, _ = self.rank_and_world_size()
+        return self.summary().items_per_rank[rank]
+
+    def worker_items(self, num_workers: int) -> list[int]:
+        """Items each of ``num_workers`` DataLoader workers of this rank yields this epoch."""
+        return [self._slot_plan(w, num_workers).items for w in range(num_workers)]
+
+    def _slot_plan(self, slot: int, num_workers: int) -> SlotPlan:
+        rank, world = self.rank_and_world_size()
+        layout = Layout(rank, world, slot, num_workers)
+        plan, _ = plan_slot(self._unit_rows(), layout, self._policy, self.epoch)
+        return plan
+
+    # ----------------------------------------------------------------- resume
+    def state_dict(self) -> dict[str, Any]:
+        """Plain JSON-able position of iteration in the main process (``num_workers=0``).
+
+        With DataLoader workers use ``fastdata.DataLoader.state_dict()``, which knows how many
+        items each worker delivered.
+        """
+        return self.state_at([self._consumed])
+
+    def state_at(self, consumed: Sequence[int], *, rotation: int = 0) -> dict[str, Any]:
+        """The state after each worker slot delivered ``consumed[slot]`` items; ``rotation`` is
+        the slot whose turn is next in the loader's round-robin."""
+        rank, world = self.rank_and_world_size()
+        return {
+            "type": type(self).__name__,
+            "version": STATE_VERSION,
+            "identity": self._fingerprint(),
+            "epoch": self.epoch,
+            "seed": self._policy.seed,
+            "shuffle": self._policy.shuffle,
+            "batch_size": self.batch_size,
+            "rank": rank,
+            "world_size": world,
+            "num_workers": len(consumed),
+            "consumed": [int(c) for c in consumed],
+            "rotation": int(rotation),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state`` on the next iteration (exact: no item missed or repeated)."""
+        expected = self.state_at([0])
+        for key in ("type", "version", "identity", "seed", "shuffle", "batch_size", "world_size"):
+            if state.get(key) != expected[key]:
+                raise ResumeError(
+                    f"cannot resume: the state's {key}={_short(state.get(key))} but this stream "
+                    f"has {key}={_short(expected[key])}; resume with the same data and settings"
+                )
+        if state["rank"] != expected["rank"]:
+            raise ResumeError(
+                f"cannot resume: the state belongs to rank {state['rank']}, this is rank "
+                f"{expected['rank']}; load each rank's own state"
+            )
+        self._epoch[0] = state["epoch"]
+        self._consumed = sum(state["consumed"]) if state["num_workers"] == 1 else 0
+        self._pending = state
+
+    def _fingerprint(self) -> str:
+        blob = json.dumps(self._identity(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    # ----------------------------------------------------------------- iteration
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for DataLoader workers: plan once here (metadata), resolve the rank while
+        # torch.distributed is visible, and send the result along.
+        self._unit_rows()
+        state = self.__dict__.copy()
+        state["_resolved_rank"] = self.rank_and_world_size()
+        return state
+
+    def __iter__(self) -> Iterator[Any]:
+        worker, num_workers = worker_slot()
+        pending, self._pending = self._pending, None
+        slot, skip = worker, 0
+        if pending is not None:
+            if pending["num_workers"] != num_workers:
+                raise ResumeError(
+                    f"cannot resume: the state was saved with {pending['num_workers']} reader(s) "
+                    f"per rank (DataLoader num_workers, 1 for num_workers=0), this loader has "
+                    f"{num_workers}; resume with the same num_workers"
+                )
+            slot = (worker + pending["rotation"]) % num_workers
+            skip = pending["consumed"][slot]
+        plan = self._slot_plan(slot, num_workers)
+        if skip > plan.items:
+            raise ResumeError(
+                f"cannot resume: the state says {skip} items were consumed from reader {slot}, "
+                f"which has only {plan.items} this epoch; was the state saved for this data?"
+            )
+        self._consumed = skip
+        return self._track(self._items(plan, skip))
+
+    def _track(self, items: Iterator[Any]) -> Iterator[Any]:
+        for item in items:
+            self._consumed += 1
+            yield item
+
+    def _items(self, plan: SlotPlan, skip: int) -> Iterator[Any]:
+        offset = skip * self._policy.batch_size
+        tables = self._tables(plan.windows, offset)
+        if self.batch_size is None:
+            for table in tables:
+                yield from self._make_rows(table)
+        else:
+            yield from self._batches(tables, self.batch_size)
+
+    def _tables(self, windows: Sequence[Window], offset: int) -> Iterator[pa.Table]:
+        """The windows' rows in order, starting ``offset`` rows into the slot."""
+        for window in windows:
+            if offset >= window.rows:
+                offset -= window.rows  # skipped by metadata: nothing is read
+                continue
+            table = self._read_window(window)
+            yield table.slice(offset) if offset else table
+            offset = 0
+
+    def _read_window(self, window: Window) -> pa.Table:
+        parts = [self._read_unit(p.unit).slice(p.start, p.rows) for p in window.pieces]
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        perm = window_permutation(window)
+        return table if perm is None else table.take(perm)
+
+    def _batches(self, tables: Iterator[pa.Table], size: int) -> Iterator[Any]:
+        """Items of exactly ``size`` rows across table boundaries; the plan makes only the
+        slot's last item partial."""
+        pending: list[pa.Table] = []
+        pending_rows = 0
+        for table in tables:
+            start = 0
+            if pending_rows:
+                head = table.slice(0, size - pending_rows)
+                pending.append(head)
+                pending_rows += head.num_rows
+                start = head.num_rows
+                if pending_rows < size:
+                    continue
+                yield self._make_batch(pa.concat_tables(pending))
+                pending, pending_rows = [], 0
+            while start + size <= table.num_rows:
+                yield self._make_batch(table.slice(start, size))
+                start += size
+            if start < table.num_rows:
+                pending, pending_rows = [table.slice(start)], table.num_rows - start
+        if pending:
+            yield self._make_batch(pa.concat_tables(pending))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
