@@ -88,12 +88,16 @@ def row_values(field: pa.Field, array: pa.Array) -> list[Any] | np.ndarray:
     return conv(array)
 
 
+def _array(column: pa.ChunkedArray) -> pa.Array:
+    """One array for a column, copying only when it really has several chunks."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def iter_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
     """The rows of ``table`` as dicts, converting each column once."""
     names = table.column_names
     columns = [
-        row_values(table.schema.field(i), table.column(i).combine_chunks())
-        for i in range(table.num_columns)
+        row_values(table.schema.field(i), _array(table.column(i))) for i in range(table.num_columns)
     ]
     for values in zip(*columns, strict=True):
         yield dict(zip(names, values, strict=True))
@@ -101,6 +105,4 @@ def iter_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
 
 def to_batch(table: pa.Table, converters: dict[str, Converter]) -> dict[str, Any]:
     """A table as one batch: ``{column: tensor | list}``."""
-    return {
-        name: converters[name](table.column(name).combine_chunks()) for name in table.column_names
-    }
+    return {name: converters[name](_array(table.column(name))) for name in table.column_names}

@@ -1,0 +1,118 @@
+"""Decoding benchmarks: fastdata's OpenCV decode stage against the usual Pillow recipe.
+
+- ``decode-jpeg``: ~400x500 photo-like JPEGs -> 224x224 uint8 CHW tensors.
+  fastdata: ``decode_many`` on 2 threads with ``ImageTransform(size=224, crop="center")``
+  (resize the shorter side to 256, centre crop 224). Baseline ``pil``: ``Image.open`` +
+  ``convert("RGB")`` + torchvision ``Resize(256)`` + ``CenterCrop(224)`` + ``PILToTensor``,
+  one image after another as a Dataset's ``__getitem__`` does.
+- ``decode-reduced``: 2000+ px JPEGs -> the same 224 centre crop. fastdata decodes at 1/8
+  resolution in the DCT domain; baseline ``full-decode`` decodes every pixel then resizes.
+  Both single-threaded, so the ratio is the reduction alone.
+
+OpenCV's own thread pool is capped at one thread for this module, as a DataLoader worker
+running a decode pool does (``limit_opencv_threads``), so threads do not oversubscribe.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision import transforms
+
+from fastdata.decode import ImageTransform, decode_image, decode_many, limit_opencv_threads
+
+from conftest import measure, scaled
+
+CENTER_224 = ImageTransform(size=224, crop="center")
+
+
+def photo_jpeg(h: int, w: int, seed: int) -> bytes:
+    """A photo-like JPEG (quality 90): gradients, filled shapes, mild sensor-like noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    phase = rng.uniform(0, 6.28)
+    img = np.stack(
+        [255 * x / (w - 1), 255 * y / (h - 1), 128 + 100 * np.sin((x + y) / (h / 20) + phase)], -1
+    ).astype(np.uint8)
+    for _ in range(8):
+        color = tuple(int(v) for v in rng.integers(0, 256, 3))
+        center = (int(rng.integers(0, w)), int(rng.integers(0, h)))
+        cv2.circle(img, center, int(rng.integers(h // 20, h // 3)), color, -1)
+        corner = (int(rng.integers(0, w)), int(rng.integers(0, h)))
+        cv2.rectangle(img, corner, center, color[::-1], -1)
+    img = np.clip(img + rng.normal(0, 3, img.shape), 0, 255).astype(np.uint8)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return buf.tobytes()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_opencv_thread() -> Iterator[None]:
+    previous = limit_opencv_threads(1)
+    yield
+    cv2.setNumThreads(previous)
+
+
+@pytest.fixture(scope="module")
+def small_jpegs() -> list[bytes]:
+    return [photo_jpeg(400, 500, seed) for seed in range(scaled(64, 256))]
+
+
+@pytest.fixture(scope="module")
+def large_jpegs() -> list[bytes]:
+    return [photo_jpeg(2048, 2730, seed) for seed in range(scaled(6, 32))]
+
+
+def to_tensors(images: list[np.ndarray]) -> list[torch.Tensor]:
+    """HWC uint8 arrays as CHW uint8 tensors (zero-copy), what PILToTensor hands on."""
+    return [torch.from_numpy(img).permute(2, 0, 1) for img in images]
+
+
+@pytest.mark.benchmark(group="decode-jpeg")
+def test_decode_jpeg_fastdata(benchmark: Any, small_jpegs: list[bytes]) -> None:
+    out = measure(
+        benchmark,
+        lambda: to_tensors(decode_many(small_jpegs, threads=2, transform=CENTER_224)),
+        role="fastdata",
+        items=len(small_jpegs),
+    )
+    assert out[0].shape == (3, 224, 224)
+
+
+@pytest.mark.benchmark(group="decode-jpeg")
+def test_decode_jpeg_pil(benchmark: Any, small_jpegs: list[bytes]) -> None:
+    recipe = transforms.Compose(
+        [transforms.Resize(256), transforms.CenterCrop(224), transforms.PILToTensor()]
+    )
+    out = measure(
+        benchmark,
+        lambda: [recipe(Image.open(io.BytesIO(b)).convert("RGB")) for b in small_jpegs],
+        role="baseline:pil",
+        items=len(small_jpegs),
+    )
+    assert out[0].shape == (3, 224, 224)
+
+
+@pytest.mark.benchmark(group="decode-reduced")
+def test_decode_reduced_fastdata(benchmark: Any, large_jpegs: list[bytes]) -> None:
+    def run() -> list[np.ndarray]:
+        return [CENTER_224(decode_image(b, size=CENTER_224.decode_size)) for b in large_jpegs]
+
+    out = measure(benchmark, run, role="fastdata", items=len(large_jpegs))
+    assert out[0].shape == (224, 224, 3)
+
+
+@pytest.mark.benchmark(group="decode-reduced")
+def test_decode_reduced_full_decode(benchmark: Any, large_jpegs: list[bytes]) -> None:
+    def run() -> list[np.ndarray]:
+        return [CENTER_224(decode_image(b)) for b in large_jpegs]
+
+    out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
+    assert out[0].shape == (224, 224, 3)

@@ -1,0 +1,447 @@
+"""ParquetStream: reading, conversion, sharding over workers, determinism, resume, errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils.data import default_collate
+
+import fastdata.sources._stream as stream_module
+from fastdata import DataLoader, ParquetStream, ResumeError, SchemaError, SourceError
+from fastdata.sources._arrow import converter, to_batch
+from fastdata.synthetic import make_parquet
+
+from resume_helper import check_resume, ids_of
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("parquet")
+    make_parquet(root, rows_per_file=[300, 0, 157, 64], row_group_size=50, seed=3)
+    return root
+
+
+ALL_IDS = list(range(300 + 157 + 64))
+
+
+def collect(stream: ParquetStream) -> list[int]:
+    return [i for item in stream for i in ids_of(item)]
+
+
+def read_as_workers(stream: ParquetStream, num_workers: int, monkeypatch) -> list[list]:
+    """Iterate the stream as each of ``num_workers`` DataLoader workers would, in-process."""
+    out = []
+    for worker in range(num_workers):
+        with monkeypatch.context() as m:
+            m.setattr(stream_module, "worker_slot", lambda w=worker: (w, num_workers))
+            out.append([ids_of(item) for item in stream])
+    return out
+
+
+# --------------------------------------------------------------------------- reading
+def test_batches_hold_tensors_strings_and_ragged_lists(dataset: Path) -> None:
+    stream = ParquetStream(dataset, batch_size=64)
+    batch = next(iter(stream))
+    assert batch["id"].dtype == torch.int64 and batch["id"].shape == (64,)
+    assert batch["label"].dtype == torch.int32
+    assert batch["x"].dtype == torch.float32
+    assert isinstance(batch["text"], list) and all(isinstance(t, str) for t in batch["text"])
+    assert len(batch["tokens"]) == 64 and all(t.dtype == torch.int32 for t in batch["tokens"])
+    table = pq.read_table(dataset / "part-00000.parquet").slice(0, 64)
+    assert batch["x"].tolist() == pytest.approx(table["x"].to_pylist())
+    assert [t.tolist() for t in batch["tokens"]] == table["tokens"].to_pylist()
+    assert collect(stream) == ALL_IDS
+    assert len(stream) == len(list(stream)) == -(-len(ALL_IDS) // 64)
+
+
+def test_numeric_columns_are_zero_copy() -> None:
+    table = pa.table({"v": pa.array(np.arange(100, dtype=np.float32))}).slice(10, 50)
+    conv = {"v": converter(table.schema.field("v"))[0]}
+    tensor = to_batch(table, conv)["v"]
+    buffer = table.column("v").chunk(0).buffers()[1]
+    assert tensor.data_ptr() == buffer.address + 10 * 4
+    assert tensor.tolist() == list(range(10, 60))
+
+
+def test_rows_collate_with_default_collate_keeping_dtypes(dataset: Path) -> None:
+    stream = ParquetStream(dataset, columns=["id", "label", "x"])
+    rows = [row for _, row in zip(range(8), stream, strict=False)]
+    batch = default_collate(rows)
+    assert batch["id"].tolist() == list(range(8))
+    assert batch["x"].dtype == torch.float32 and batch["label"].dtype == torch.int32
+    assert collect(stream) == ALL_IDS
+
+
+def test_column_projection_and_filter_pushdown(dataset: Path) -> None:
+    stream = ParquetStream(
+        dataset, columns=["id", "label"], filter=pc.field("label") == 3, batch_size=10
+    )
+    expected = pq.read_table(dataset, columns=["id", "label"]).filter(pc.field("label") == 3)
+    batches = list(stream)
+    assert set(batches[0]) == {"id", "label"}
+    assert torch.cat([b["label"] for b in batches]).eq(3).all()
+    assert torch.cat([b["id"] for b in batches]).tolist() == expected["id"].to_pylist()
+    assert stream.num_rows == expected.num_rows
+    assert all(len(b["id"]) == 10 for b in batches[:-1])  # rebatched after filtering
+
+
+def test_filter_may_use_columns_that_are_not_read(dataset: Path) -> None:
+    stream = ParquetStream(dataset, columns=["id"], filter=pc.field("label") < 2, batch_size=32)
+    labels = pq.read_table(dataset, columns=["id", "label"])
+    expected = labels.filter(pc.field("label") < 2)["id"].to_pylist()
+    assert collect(stream) == expected
+
+
+def test_source_forms_agree(dataset: Path) -> None:
+    files = sorted(str(p) for p in dataset.glob("*.parquet"))
+    import pyarrow.dataset as ds
+
+    forms = [dataset, str(dataset / "*.parquet"), files, f"file://{dataset}", ds.dataset(files)]
+    for form in forms:
+        assert ParquetStream(form, columns=["id"], batch_size=100).files == files
+
+
+def test_fill_null_and_strings_with_nulls(tmp_path: Path) -> None:
+    make_parquet(tmp_path, rows=200, files=1, null_fraction=0.3, seed=1)
+    stream = ParquetStream(
+        tmp_path, columns=["id", "x", "text"], batch_size=200, fill_null={"x": -1}
+    )
+    batch = next(iter(stream))
+    raw = pq.read_table(tmp_path)
+    assert batch["x"].tolist() == pytest.approx(
+        [-1 if v is None else v for v in raw["x"].to_pylist()]
+    )
+    assert batch["text"] == raw["text"].to_pylist()  # None stays None in lists
+
+
+# --------------------------------------------------------------------------- sharding
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows_per_file=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    row_group_size=st.sampled_from([1, 3, 7, 64]),
+    world_size=st.integers(1, 4),
+    num_workers=st.integers(0, 3),
+    shuffle=st.booleans(),
+    batch_size=st.sampled_from([None, 1, 4, 10]),
+    drop_last=st.booleans(),
+)
+def test_exactly_once_over_ranks_and_workers(
+    monkeypatch,
+    rows_per_file,
+    row_group_size,
+    world_size,
+    num_workers,
+    shuffle,
+    batch_size,
+    drop_last,
+) -> None:
+    drop_last = drop_last and batch_size is not None
+    if sum(rows_per_file) == 0:
+        rows_per_file = [*rows_per_file, 1]
+    with tempfile.TemporaryDirectory() as root:
+        make_parquet(root, rows_per_file=rows_per_file, row_group_size=row_group_size)
+        seen: Counter[int] = Counter()
+        counts = []
+        dropped = None
+        for rank in range(world_size):
+            stream = ParquetStream(
+                root,
+                columns=["id"],
+                batch_size=batch_size,
+                shuffle=shuffle,
+                seed=5,
+                shuffle_buffer=8,
+                drop_last=drop_last,
+                rank=rank,
+                world_size=world_size,
+            )
+            per_worker = read_as_workers(stream, max(num_workers, 1), monkeypatch)
+            items = [b for worker in per_worker for b in worker]
+            counts.append(len(items))
+            seen.update(i for b in items for i in b)
+            assert len(items) == len(stream)
+            dropped = stream.summary().dropped_rows
+        total = sum(rows_per_file)
+        assert max(seen.values(), default=1) == 1
+        assert set(seen) <= set(range(total))
+        assert len(seen) == total - dropped
+        assert dropped == (total % batch_size if drop_last else 0)
+        assert max(counts) - min(counts) <= 1
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_same_result_under_every_start_method(dataset: Path, context: str) -> None:
+    def ids(ctx):
+        stream = ParquetStream(dataset, columns=["id"], batch_size=32, shuffle=True, seed=9)
+        stream.set_epoch(2)
+        loader = DataLoader(stream, batch_size=None, num_workers=2, multiprocessing_context=ctx)
+        return [b["id"].tolist() for b in loader]
+
+    reference = ids(None if context == "fork" else "fork")
+    assert ids(context) == reference
+    assert sorted(i for b in reference for i in b) == ALL_IDS
+
+
+def test_deterministic_and_ignores_global_rng(dataset: Path) -> None:
+    def order():
+        stream = ParquetStream(dataset, columns=["id"], batch_size=16, shuffle=True, seed=1)
+        stream.set_epoch(4)
+        return collect(stream)
+
+    first = order()
+    torch.manual_seed(99)
+    np.random.seed(99)
+    assert order() == first
+    assert first != ALL_IDS and sorted(first) == ALL_IDS
+
+
+def test_epochs_reshuffle_and_persistent_workers_see_set_epoch(dataset: Path) -> None:
+    stream = ParquetStream(dataset, columns=["id"], batch_size=32, shuffle=True, seed=2)
+    loader = DataLoader(stream, batch_size=None, num_workers=2, persistent_workers=True)
+    orders = []
+    for epoch in range(3):
+        stream.set_epoch(epoch)
+        orders.append([i for b in loader for i in b["id"].tolist()])
+        reference = ParquetStream(dataset, columns=["id"], batch_size=32, shuffle=True, seed=2)
+        reference.set_epoch(epoch)
+        in_process = DataLoader(reference, batch_size=None, num_workers=2)
+        assert orders[-1] == [i for b in in_process for i in b["id"].tolist()]
+    assert all(sorted(o) == ALL_IDS for o in orders)
+    assert len({tuple(o) for o in orders}) == 3
+
+
+def test_pickles_with_its_plan(dataset: Path) -> None:
+    stream = ParquetStream(dataset, columns=["id"], batch_size=50, shuffle=True)
+    clone = pickle.loads(pickle.dumps(stream))
+    assert collect(clone) == collect(stream)
+
+
+def test_drop_last_and_even_batches_are_reported(dataset: Path) -> None:
+    stream = ParquetStream(dataset, columns=["id"], batch_size=100, drop_last=True)
+    summary = stream.summary()
+    assert summary.dropped_rows == len(ALL_IDS) % 100
+    assert collect(stream) == ALL_IDS[: len(ALL_IDS) - summary.dropped_rows]
+    padded = ParquetStream(
+        dataset, columns=["id"], batch_size=100, even_batches="pad", rank=0, world_size=4
+    )
+    assert padded.summary().items_per_rank == (2, 2, 2, 2)
+    assert padded.summary().padded_rows == 800 - len(ALL_IDS)
+
+
+# --------------------------------------------------------------------------- resume
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(("batch_size", "loader_batch"), [(64, None), (None, 32)])
+def test_resume_continues_exactly(dataset: Path, num_workers, batch_size, loader_batch) -> None:
+    def make():
+        stream = ParquetStream(
+            dataset, columns=["id"], batch_size=batch_size, shuffle=True, seed=4, shuffle_buffer=90
+        )
+        return DataLoader(stream, batch_size=loader_batch, num_workers=num_workers)
+
+    check_resume(make, epoch=1)
+
+
+RESUME_SCRIPT = """
+import json, sys
+from fastdata import DataLoader, ParquetStream
+root, state_path, num_workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+stream = ParquetStream(root, columns=["id"], batch_size=40, shuffle=True, seed=8)
+loader = DataLoader(stream, batch_size=None, num_workers=num_workers)
+loader.load_state_dict(json.load(open(state_path)))
+print(json.dumps([b["id"].tolist() for b in loader]))
+"""
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_in_a_new_process(dataset: Path, tmp_path: Path, num_workers: int) -> None:
+    def loader():
+        stream = ParquetStream(dataset, columns=["id"], batch_size=40, shuffle=True, seed=8)
+        return DataLoader(stream, batch_size=None, num_workers=num_workers)
+
+    full = [b["id"].tolist() for b in loader()]
+    k = int(np.random.default_rng(num_workers).integers(1, len(full)))
+    first = loader()
+    iterator = iter(first)
+    head = [next(iterator)["id"].tolist() for _ in range(k)]
+    state_path = tmp_path / "state.json"
+    state_path.write_text(json.dumps(first.state_dict()))
+    out = subprocess.run(
+        [sys.executable, "-c", RESUME_SCRIPT, str(dataset), str(state_path), str(num_workers)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert head + json.loads(out.stdout) == full
+
+
+def test_stream_state_without_a_loader(dataset: Path) -> None:
+    stream = ParquetStream(dataset, columns=["id"], batch_size=30, shuffle=True)
+    iterator = iter(stream)
+    head = [next(iterator)["id"].tolist() for _ in range(5)]
+    state = stream.state_dict()
+    again = ParquetStream(dataset, columns=["id"], batch_size=30, shuffle=True)
+    again.load_state_dict(state)
+    whole = [
+        b["id"].tolist()
+        for b in ParquetStream(dataset, columns=["id"], batch_size=30, shuffle=True)
+    ]
+    assert head + [b["id"].tolist() for b in again] == whole
+
+
+def test_resume_refuses_a_different_setup(dataset: Path) -> None:
+    state = DataLoader(ParquetStream(dataset, batch_size=10), batch_size=None).state_dict()
+    other = DataLoader(ParquetStream(dataset, batch_size=20), batch_size=None)
+    with pytest.raises(ResumeError, match="batch_size"):
+        other.load_state_dict(state)
+    two_workers = DataLoader(ParquetStream(dataset, batch_size=10), batch_size=None, num_workers=2)
+    two_workers.load_state_dict(state)
+    with pytest.raises(ResumeError, match="num_workers"):
+        next(iter(two_workers))
+    with pytest.raises(ResumeError, match="TensorDataset"):
+        DataLoader(torch.utils.data.TensorDataset(torch.zeros(3))).state_dict()
+
+
+# --------------------------------------------------------------------------- errors
+def test_missing_file_and_empty_glob_name_the_path(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no such file") as err:
+        ParquetStream(tmp_path / "nope.parquet")
+    assert err.value.path == str(tmp_path / "nope.parquet")
+    with pytest.raises(SourceError, match=r"glob matched no files.*\*\.parquet"):
+        ParquetStream(str(tmp_path / "*.parquet"))
+    with pytest.raises(SourceError, match="directory holds no"):
+        ParquetStream(tmp_path)
+
+
+def test_not_parquet_and_truncated_files_are_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("hello, not parquet")
+    with pytest.raises(SourceError, match="not Parquet") as err:
+        ParquetStream(bad)
+    assert str(bad) in str(err.value)
+    [good] = make_parquet(tmp_path / "t", rows=100, files=1)
+    truncated = tmp_path / "truncated.parquet"
+    truncated.write_bytes(good.read_bytes()[:-100])
+    with pytest.raises(SourceError, match="truncated") as err:
+        ParquetStream(truncated)
+    assert err.value.path == str(truncated)
+
+
+def test_corrupt_row_group_names_file_and_row_group(tmp_path: Path) -> None:
+    [good] = make_parquet(tmp_path, rows=400, files=1, row_group_size=100)
+    data = bytearray(good.read_bytes())
+    meta = pq.ParquetFile(good).metadata.row_group(2).column(0)
+    start = meta.data_page_offset
+    data[start : start + 40] = b"\xff" * 40  # garble the page header of row group 2
+    good.write_bytes(bytes(data))
+    stream = ParquetStream(good, columns=["id"], batch_size=100)
+    with pytest.raises(SourceError) as err:
+        collect(stream)
+    assert err.value.path == str(good) and err.value.row_group == 2
+
+
+def test_schema_mismatch_names_file_column_and_types(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([1.5], pa.float64())}), tmp_path / "b.parquet")
+    with pytest.raises(SchemaError, match="'id' has type double here but int64") as err:
+        ParquetStream(tmp_path)
+    assert err.value.path == str(tmp_path / "b.parquet")
+
+
+def test_unknown_column_lists_the_available_ones(dataset: Path) -> None:
+    with pytest.raises(
+        SchemaError, match="column 'nope' does not exist; available columns: id, label"
+    ):
+        ParquetStream(dataset, columns=["id", "nope"])
+
+
+def test_nulls_in_tensor_columns_explain_the_fix(tmp_path: Path) -> None:
+    make_parquet(tmp_path, rows=100, files=1, null_fraction=0.5)
+    stream = ParquetStream(tmp_path, columns=["x"], batch_size=10)
+    with pytest.raises(SourceError, match=r"fill_null=\{'x': value\}") as err:
+        next(iter(stream))
+    assert err.value.column == "x" and err.value.row_group == 0
+    assert err.value.path.endswith("part-00000.parquet")
+
+
+def test_errors_from_a_worker_keep_type_and_location(tmp_path: Path) -> None:
+    [path] = make_parquet(tmp_path, rows=100, files=1, null_fraction=0.5)
+    loader = DataLoader(
+        ParquetStream(tmp_path, columns=["x"], batch_size=10), batch_size=None, num_workers=1
+    )
+    with pytest.raises(SourceError, match="null") as err:
+        next(iter(loader))
+    assert f"file={path} row_group=0 column=x" in str(err.value)
+    assert "worker process 0" in str(err.value)
+
+
+def test_invalid_settings_are_explained(dataset: Path) -> None:
+    with pytest.raises(ValueError, match="drop_last=True needs batch_size"):
+        ParquetStream(dataset, drop_last=True)
+    with pytest.raises(ValueError, match="pass both or neither"):
+        ParquetStream(dataset, rank=1)
+    with pytest.raises(TypeError, match=r"pyarrow\.compute\.Expression"):
+        ParquetStream(dataset, filter="label < 3")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- object storage
+def test_reads_from_s3(dataset: Path, s3fs_pyarrow, s3_endpoint: str, monkeypatch) -> None:
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket="fastdata-test")
+    for path in dataset.glob("*.parquet"):
+        client.put_object(
+            Bucket="fastdata-test", Key=f"parquet/{path.name}", Body=path.read_bytes()
+        )
+    stream = ParquetStream(
+        "fastdata-test/parquet",
+        filesystem=s3fs_pyarrow,
+        columns=["id", "x"],
+        batch_size=64,
+        shuffle=True,
+        rank=1,
+        world_size=2,
+    )
+    other = ParquetStream(
+        "fastdata-test/parquet",
+        filesystem=s3fs_pyarrow,
+        columns=["id"],
+        batch_size=64,
+        shuffle=True,
+        rank=0,
+        world_size=2,
+    )
+    assert sorted(collect(stream) + collect(other)) == ALL_IDS
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    uri = (
+        f"s3://fastdata-test/parquet/*.parquet?endpoint_override={s3_endpoint}&scheme=http"
+        "&region=us-east-1"
+    )
+    loader = DataLoader(
+        ParquetStream(uri, columns=["id"], batch_size=64), batch_size=None, num_workers=2
+    )
+    assert sorted(i for b in loader for i in b["id"].tolist()) == ALL_IDS
