@@ -35,11 +35,24 @@ def _numpy(array: pa.Array) -> np.ndarray:
     return array.to_numpy(zero_copy_only=zero_copy, writable=False)
 
 
+_readonly_warning_seen = False
+
+
 def _tensor(values: np.ndarray) -> torch.Tensor:
-    with warnings.catch_warnings():
-        # Arrow buffers are read-only; the tensor shares them and nothing here writes to it.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    """``torch.from_numpy`` without copying, also for Arrow's read-only buffers.
+
+    The tensor shares the Arrow buffer and nothing here writes to it. torch warns about
+    read-only arrays once per process; that one warning is silenced here, and later calls skip
+    the (costly) warning filter altogether.
+    """
+    global _readonly_warning_seen
+    if _readonly_warning_seen or values.flags.writeable:
         return torch.from_numpy(values)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        tensor = torch.from_numpy(values)
+    _readonly_warning_seen = True
+    return tensor
 
 
 def _to_tensor(array: pa.Array) -> torch.Tensor:

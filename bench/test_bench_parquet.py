@@ -1,0 +1,217 @@
+"""ParquetStream against the raw pyarrow scan and the map-style recipes people write instead.
+
+Groups (each: fastdata and its baselines on the same files, same run):
+
+- ``parquet-scan``: ``ParquetStream(batch_size=4096)`` over numeric columns vs
+  ``pyarrow.dataset(...).to_batches()`` converted to torch (the raw limit).
+- ``parquet-rows``: rows/s into 256-row batches through a DataLoader (num_workers=0):
+  ParquetStream batches vs a per-row ``pq.read_table(...).slice(i, 1)`` map-style dataset
+  and vs an in-memory map-style table with ``default_collate``.
+- ``parquet-resume``: time to the first batch when resuming at 90% of an epoch vs at 10%.
+- memory: peak RSS streaming a dataset 10x larger (asserted < 50 MB growth).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import torch
+from torch.utils.data import DataLoader as TorchLoader
+from torch.utils.data import Dataset
+
+from fastdata import DataLoader, ParquetStream
+from fastdata.synthetic import make_parquet
+
+from conftest import measure, scaled
+
+COLUMNS = ["id", "label", "x"]
+ROWS = scaled(400_000, 4_000_000)
+PER_ROW_ITEMS = scaled(300, 3_000)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench-parquet")
+    make_parquet(root, ROWS, files=4, row_group_size=65_536)
+    return root
+
+
+def scan_fastdata(root: Path) -> int:
+    n = 0
+    for batch in ParquetStream(root, columns=COLUMNS, batch_size=4096):
+        n += len(batch["id"])
+    return n
+
+
+def scan_pyarrow(root: Path) -> int:
+    n = 0
+    for rb in ds.dataset(root, format="parquet").to_batches(columns=COLUMNS, batch_size=4096):
+        batch = {c: torch.from_numpy(rb.column(c).to_numpy()) for c in COLUMNS}
+        n += len(batch["id"])
+    return n
+
+
+@pytest.mark.benchmark(group="parquet-scan")
+def test_scan_fastdata(benchmark, data: Path) -> None:
+    assert measure(benchmark, lambda: scan_fastdata(data), role="fastdata", items=ROWS) == ROWS
+
+
+@pytest.mark.benchmark(group="parquet-scan")
+def test_scan_pyarrow(benchmark, data: Path) -> None:
+    got = measure(benchmark, lambda: scan_pyarrow(data), role="baseline:pyarrow", items=ROWS)
+    assert got == ROWS
+
+
+class PerRowParquet(Dataset):
+    """The anti-pattern: open and read the file for every item."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.n = pq.ParquetFile(path).metadata.num_rows
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        row = pq.read_table(self.path, columns=COLUMNS).slice(i, 1).to_pylist()[0]
+        return {k: np.asarray(v) for k, v in row.items()}
+
+
+class InMemoryTable(Dataset):
+    """A map-style dataset over a table held in memory, rows fetched one by one."""
+
+    def __init__(self, root: Path) -> None:
+        table = pq.read_table(root, columns=COLUMNS)
+        self.columns = {c: table[c].to_numpy() for c in COLUMNS}
+        self.n = table.num_rows
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        return {c: v[i] for c, v in self.columns.items()}
+
+
+def drain(loader, limit: int | None = None) -> int:
+    n = 0
+    for batch in loader:
+        n += len(batch["id"])
+        if limit is not None and n >= limit:
+            break
+    return n
+
+
+@pytest.mark.benchmark(group="parquet-rows")
+def test_rows_fastdata(benchmark, data: Path) -> None:
+    def run():
+        stream = ParquetStream(data, columns=COLUMNS, batch_size=256)
+        return drain(DataLoader(stream, batch_size=None))
+
+    assert measure(benchmark, run, role="fastdata", items=ROWS, rounds=3) == ROWS
+
+
+@pytest.mark.benchmark(group="parquet-rows")
+def test_rows_per_row_read_table(benchmark, data: Path) -> None:
+    first = sorted(data.glob("*.parquet"))[0]
+    loader = TorchLoader(PerRowParquet(first), batch_size=256)
+    n = measure(
+        benchmark,
+        lambda: drain(loader, PER_ROW_ITEMS),
+        role="baseline:per-row-read_table",
+        items=PER_ROW_ITEMS,
+        rounds=1,
+    )
+    assert n >= PER_ROW_ITEMS
+
+
+@pytest.mark.benchmark(group="parquet-rows")
+def test_rows_in_memory_map_style(benchmark, data: Path) -> None:
+    dataset = InMemoryTable(data)
+    limit = ROWS // 4  # per-item Python work: a quarter of the data is plenty to time it
+    loader = TorchLoader(dataset, batch_size=256)
+    n = measure(
+        benchmark,
+        lambda: drain(loader, limit),
+        role="baseline:in-memory-default_collate",
+        items=limit,
+        rounds=3,
+    )
+    assert n >= limit
+
+
+def first_batch_after_resume(root: Path, fraction: float) -> float:
+    """Seconds from load_state_dict to the first batch, resuming ``fraction`` into an epoch."""
+    stream = ParquetStream(root, columns=COLUMNS, batch_size=4096, shuffle=True)
+    loader = DataLoader(stream, batch_size=None)
+    total = len(loader)
+    state = loader.state_dict()
+    consumed = int(total * fraction)
+    state["batches"] = consumed
+    # The state a run interrupted after `consumed` batches would have saved.
+    state["dataset"]["consumed"] = [consumed]
+    start = time.perf_counter()
+    resumed = DataLoader(
+        ParquetStream(root, columns=COLUMNS, batch_size=4096, shuffle=True), batch_size=None
+    )
+    resumed.load_state_dict(state)
+    next(iter(resumed))
+    return time.perf_counter() - start
+
+
+@pytest.mark.benchmark(group="parquet-resume")
+def test_resume_late(benchmark, data: Path) -> None:
+    measure(
+        benchmark,
+        lambda: first_batch_after_resume(data, 0.9),
+        role="fastdata",
+        items=1,
+        unit="resumes",
+    )
+
+
+@pytest.mark.benchmark(group="parquet-resume")
+def test_resume_early(benchmark, data: Path) -> None:
+    measure(
+        benchmark,
+        lambda: first_batch_after_resume(data, 0.1),
+        role="baseline:resume-at-10pct",
+        items=1,
+        unit="resumes",
+    )
+
+
+RSS_SCRIPT = """
+import json, resource, sys
+from fastdata import ParquetStream
+stream = ParquetStream(sys.argv[1], columns=["id", "label", "x", "tokens"], batch_size=4096,
+                       shuffle=True, shuffle_buffer=65536)
+rows = sum(len(b["id"]) for b in stream)
+print(json.dumps({"rows": rows, "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def peak_rss_mb(root: Path) -> tuple[int, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", RSS_SCRIPT, str(root)], capture_output=True, text=True, check=True
+    )
+    result = json.loads(out.stdout)
+    return result["rows"], result["max_rss_kb"] / 1024
+
+
+def test_memory_does_not_grow_with_the_dataset(tmp_path: Path) -> None:
+    small_rows = scaled(100_000, 400_000)
+    make_parquet(tmp_path / "small", small_rows, files=2, row_group_size=16_384)
+    make_parquet(tmp_path / "large", small_rows * 10, files=20, row_group_size=16_384)
+    rows_small, rss_small = peak_rss_mb(tmp_path / "small")
+    rows_large, rss_large = peak_rss_mb(tmp_path / "large")
+    assert (rows_small, rows_large) == (small_rows, small_rows * 10)
+    print(f"\npeak RSS: {rss_small:.0f} MB for {rows_small:,} rows, {rss_large:.0f} MB for 10x")
+    assert rss_large - rss_small < 50, "streaming memory must be bounded, not grow with the data"
