@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 from fastdata._version import __version__
 
 if TYPE_CHECKING:
-    from fastdata import synthetic
+    from fastdata import decode, synthetic
+    from fastdata.decode import (
+        ImageTransform,
+        decode_image,
+        decode_many,
+        limit_opencv_threads,
+        sample_rng,
+    )
     from fastdata.errors import (
         DecodeError,
         FastDataError,
@@ -22,6 +29,7 @@ if TYPE_CHECKING:
         SourceError,
     )
     from fastdata.loader import DataLoader
+    from fastdata.sources.images import ImageStream
     from fastdata.sources.parquet import ParquetStream
 
 # public name -> module that defines it
@@ -29,12 +37,18 @@ _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
     "DecodeError": "fastdata.errors",
     "FastDataError": "fastdata.errors",
+    "ImageStream": "fastdata.sources.images",
+    "ImageTransform": "fastdata.decode",
     "ParquetStream": "fastdata.sources.parquet",
     "ResumeError": "fastdata.errors",
     "SchemaError": "fastdata.errors",
     "SourceError": "fastdata.errors",
+    "decode_image": "fastdata.decode",
+    "decode_many": "fastdata.decode",
+    "limit_opencv_threads": "fastdata.decode",
+    "sample_rng": "fastdata.decode",
 }
-_SUBMODULES = {"synthetic"}
+_SUBMODULES = {"decode", "synthetic"}
 
 __all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
 

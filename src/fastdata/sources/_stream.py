@@ -24,6 +24,7 @@ from fastdata.errors import ResumeError
 from fastdata.sources.plan import (
     EvenBatches,
     Layout,
+    Piece,
     Policy,
     SlotPlan,
     Summary,
@@ -39,8 +40,9 @@ STATE_VERSION = 1
 class PlannedStream(IterableDataset):
     """Base class of fastdata's streams (see the module docstring).
 
-    Subclasses implement :meth:`_unit_rows`, :meth:`_read_unit`, :meth:`_make_batch`,
-    :meth:`_make_rows` and :meth:`_identity`.
+    Subclasses implement :meth:`_unit_rows`, :meth:`_read_unit` (and, where a part of a unit
+    can be read alone, :meth:`_read_piece`), :meth:`_make_batch`, :meth:`_make_rows` and
+    :meth:`_identity`.
     """
 
     def __init__(
@@ -88,6 +90,10 @@ class PlannedStream(IterableDataset):
     @abstractmethod
     def _read_unit(self, unit: int) -> pa.Table:
         """All rows of one unit, as the plan counted them."""
+
+    def _read_piece(self, piece: Piece) -> pa.Table:
+        """Rows ``[start, stop)`` of a unit; sources that can read part of a unit override it."""
+        return self._read_unit(piece.unit).slice(piece.start, piece.rows)
 
     @abstractmethod
     def _make_batch(self, table: pa.Table) -> Any:
@@ -258,7 +264,7 @@ class PlannedStream(IterableDataset):
             offset = 0
 
     def _read_window(self, window: Window) -> pa.Table:
-        parts = [self._read_unit(p.unit).slice(p.start, p.rows) for p in window.pieces]
+        parts = [self._read_piece(p) for p in window.pieces]
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         perm = window_permutation(window)
         return table if perm is None else table.take(perm)

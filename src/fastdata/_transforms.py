@@ -1,0 +1,333 @@
+"""Image transforms on uint8 HWC numpy arrays with OpenCV: resize, crops, flip.
+
+These are the CPU half of the image pipeline: they run inside the decode threads (OpenCV
+releases the GIL) and keep images as uint8, so 4x fewer bytes cross to the device than with
+float32; normalization happens on the device. Randomness always comes from a
+``numpy.random.Generator`` passed in (see :func:`sample_rng`), never from a global RNG, so a
+sample's augmentation is a pure function of ``(seed, epoch, index)``.
+
+Sizes follow torchvision: an ``int`` is the shorter side (aspect ratio kept), a pair is
+``(height, width)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import cv2
+import numpy as np
+
+__all__ = [
+    "INTERPOLATIONS",
+    "ImageTransform",
+    "center_crop",
+    "hflip",
+    "output_hw",
+    "random_resized_crop",
+    "random_resized_crop_params",
+    "resize",
+    "resized_center_crop",
+    "sample_rng",
+]
+
+Size = int | tuple[int, int]
+"""A target size: ``int`` = shorter side (aspect ratio kept), ``(height, width)`` = exact."""
+
+INTERPOLATIONS: dict[str, int | None] = {
+    "auto": None,
+    "nearest": cv2.INTER_NEAREST,
+    "linear": cv2.INTER_LINEAR,
+    "cubic": cv2.INTER_CUBIC,
+    "area": cv2.INTER_AREA,
+    "lanczos": cv2.INTER_LANCZOS4,
+}
+"""Interpolation names accepted by :func:`resize`. ``"auto"`` is INTER_AREA when shrinking
+(area averaging, free of the aliasing plain bilinear shows) and INTER_LINEAR when enlarging."""
+
+_CROPS = ("center", "random-resized")
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
+    """The random generator of one sample: a pure function of ``(seed, epoch, index)``.
+
+    Built from ``np.random.SeedSequence([seed, epoch, index])``, so each sample of each epoch
+    gets an independent, reproducible stream whichever worker or thread processes it, and the
+    global numpy / Python RNG state is neither read nor changed.
+    """
+    return np.random.default_rng(np.random.SeedSequence([seed, epoch, index]))
+
+
+def _pair(size: Size) -> tuple[int, int]:
+    """``size`` as ``(height, width)``, validated positive."""
+    h, w = (size, size) if isinstance(size, (int, np.integer)) else tuple(size)
+    if h <= 0 or w <= 0:
+        raise ValueError(f"size={size!r}: sizes must be positive")
+    return int(h), int(w)
+
+
+def output_hw(src_hw: tuple[int, int], size: Size) -> tuple[int, int]:
+    """The ``(height, width)`` :func:`resize` produces for an image of ``src_hw``.
+
+    An ``int`` sets the shorter side and scales the longer one as torchvision does
+    (``int(size * long / short)``); a pair is returned as is.
+    """
+    if not isinstance(size, (int, np.integer)):
+        return _pair(size)
+    if size <= 0:
+        raise ValueError(f"size={size!r}: sizes must be positive")
+    h, w = src_hw
+    if w <= h:
+        return int(size * h / w), int(size)
+    return int(size), int(size * w / h)
+
+
+def resize(img: np.ndarray, size: Size, *, interpolation: str = "auto") -> np.ndarray:
+    """Resize a HWC (or HW) image; the dtype is kept.
+
+    Args:
+        img: the image.
+        size: shorter side (``int``, aspect ratio kept) or ``(height, width)``.
+        interpolation: a name from :data:`INTERPOLATIONS`; ``"auto"`` picks INTER_AREA when
+            neither side grows and INTER_LINEAR otherwise.
+
+    Returns:
+        The resized image, or ``img`` itself when it already has the requested size.
+    """
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(
+            f"interpolation={interpolation!r}: expected one of {sorted(INTERPOLATIONS)}"
+        )
+    h, w = img.shape[:2]
+    new_h, new_w = output_hw((h, w), size)
+    if (new_h, new_w) == (h, w):
+        return img
+    flag = INTERPOLATIONS[interpolation]
+    if flag is None:
+        flag = cv2.INTER_AREA if new_h <= h and new_w <= w else cv2.INTER_LINEAR
+    return cv2.resize(img, (new_w, new_h), interpolation=flag)
+
+
+def center_crop(img: np.ndarray, size: Size) -> np.ndarray:
+    """The central ``size`` region (``int`` = square), placed as torchvision places it.
+
+    Returns a view into ``img``. Unlike torchvision, an image smaller than the crop is an
+    error rather than zero-padded: padding would hide a wrong pipeline behind black borders.
+    """
+    crop_h, crop_w = _pair(size)
+    h, w = img.shape[:2]
+    if crop_h > h or crop_w > w:
+        raise ValueError(
+            f"center_crop to {crop_h}x{crop_w} of a {h}x{w} image: the crop is larger than "
+            "the image; resize the image first (ImageTransform(crop='center') does)"
+        )
+    top = round((h - crop_h) / 2.0)
+    left = round((w - crop_w) / 2.0)
+    return img[top : top + crop_h, left : left + crop_w]
+
+
+def resized_center_crop(
+    img: np.ndarray, resize_to: Size, size: Size, *, interpolation: str = "auto"
+) -> np.ndarray:
+    """``center_crop(resize(img, resize_to), size)``, computed by resizing only the source
+    region that survives the crop (typically 40% fewer pixels to filter).
+
+    The region's edges are rounded to whole source pixels, so the result may sit up to half
+    a source pixel off the two-step version (exactly equal when the edges fall on whole
+    pixels, as for 400x500 -> 256 -> 224).
+    """
+    h, w = img.shape[:2]
+    new_h, new_w = output_hw((h, w), resize_to)
+    crop_h, crop_w = _pair(size)
+    if crop_h > new_h or crop_w > new_w:
+        raise ValueError(
+            f"center crop {crop_h}x{crop_w} of an image resized to {new_h}x{new_w}: the crop "
+            "is larger than the image; resize to a larger size"
+        )
+    top, left = round((new_h - crop_h) / 2.0), round((new_w - crop_w) / 2.0)
+    y0, y1 = round(top * h / new_h), round((top + crop_h) * h / new_h)
+    x0, x1 = round(left * w / new_w), round((left + crop_w) * w / new_w)
+    return resize(img[y0:y1, x0:x1], (crop_h, crop_w), interpolation=interpolation)
+
+
+def hflip(img: np.ndarray) -> np.ndarray:
+    """The image mirrored left-right, as a new contiguous array (``torch.from_numpy`` rejects
+    the negative strides of ``img[:, ::-1]``)."""
+    return cv2.flip(img, 1)
+
+
+def _check_range(name: str, value: Sequence[float]) -> tuple[float, float]:
+    lo, hi = (float(v) for v in value)
+    if not 0 < lo <= hi:
+        raise ValueError(f"{name}={tuple(value)!r}: expected 0 < low <= high")
+    return lo, hi
+
+
+def random_resized_crop_params(
+    src_hw: tuple[int, int],
+    *,
+    scale: Sequence[float] = (0.08, 1.0),
+    ratio: Sequence[float] = (3 / 4, 4 / 3),
+    rng: np.random.Generator,
+) -> tuple[int, int, int, int]:
+    """The ``(top, left, height, width)`` box of a random-resized crop.
+
+    Same sampling as torchvision's ``RandomResizedCrop.get_params``: up to 10 tries of an area
+    fraction uniform in ``scale`` and an aspect ratio log-uniform in ``ratio``, keeping the
+    first box that fits, placed uniformly; otherwise the central crop closest to ``ratio``.
+    Only ``rng`` supplies randomness.
+    """
+    lo_scale, hi_scale = _check_range("scale", scale)
+    lo_ratio, hi_ratio = _check_range("ratio", ratio)
+    height, width = src_hw
+    area = height * width
+    log_lo, log_hi = math.log(lo_ratio), math.log(hi_ratio)
+    for _ in range(10):
+        target_area = area * rng.uniform(lo_scale, hi_scale)
+        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        w = round(math.sqrt(target_area * aspect))
+        h = round(math.sqrt(target_area / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(rng.integers(0, height - h + 1))
+            left = int(rng.integers(0, width - w + 1))
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < lo_ratio:
+        w, h = width, round(width / lo_ratio)
+    elif in_ratio > hi_ratio:
+        w, h = round(height * hi_ratio), height
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def random_resized_crop(
+    img: np.ndarray,
+    size: Size,
+    *,
+    scale: Sequence[float] = (0.08, 1.0),
+    ratio: Sequence[float] = (3 / 4, 4 / 3),
+    rng: np.random.Generator,
+    interpolation: str = "auto",
+) -> np.ndarray:
+    """A random box (see :func:`random_resized_crop_params`) resized to ``size``.
+
+    ``size`` is the exact output (``int`` = square), as in torchvision's RandomResizedCrop.
+    """
+    top, left, h, w = random_resized_crop_params(img.shape[:2], scale=scale, ratio=ratio, rng=rng)
+    return resize(img[top : top + h, left : left + w], _pair(size), interpolation=interpolation)
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """The per-sample transform of the image streams: resize, crop, random flip.
+
+    A frozen, JSON-friendly config (``ImageTransform(**json.loads(text))`` round-trips the
+    ``dataclasses.asdict`` of one); calling it transforms one uint8 HWC image.
+
+    Attributes:
+        size: output size. With ``crop`` it is the crop size (``int`` = square); without,
+            the resize target (``int`` = shorter side, so the output size varies; a pair
+            fixes it). ``None`` with ``crop=None`` keeps the decoded size.
+        crop: ``"center"`` (resize the shorter side to ``size / crop_pct``, then take the
+            centre: the usual evaluation recipe; see :func:`resized_center_crop`),
+            ``"random-resized"`` (torchvision's RandomResizedCrop with ``scale`` and
+            ``ratio``), or ``None``.
+        flip: mirror left-right with probability 0.5 (torchvision's RandomHorizontalFlip).
+        interpolation: a name from :data:`INTERPOLATIONS`.
+        scale: area fraction range of the random-resized crop.
+        ratio: aspect ratio range of the random-resized crop.
+        crop_pct: fraction of the resized image the centre crop keeps (0.875: 256 -> 224).
+    """
+
+    size: Size | None = None
+    crop: Literal["center", "random-resized"] | None = None
+    flip: bool = False
+    interpolation: str = "auto"
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    crop_pct: float = 0.875
+
+    def __post_init__(self) -> None:
+        # JSON gives lists; store tuples so the config stays hashable and compares equal.
+        if self.size is not None and not isinstance(self.size, (int, np.integer)):
+            object.__setattr__(self, "size", _pair(self.size))
+        elif self.size is not None:
+            _pair(self.size)
+        object.__setattr__(self, "scale", _check_range("scale", self.scale))
+        object.__setattr__(self, "ratio", _check_range("ratio", self.ratio))
+        if self.crop is not None and self.crop not in _CROPS:
+            raise ValueError(f"crop={self.crop!r}: expected one of {_CROPS} or None")
+        if self.crop is not None and self.size is None:
+            raise ValueError(f"crop={self.crop!r} needs a size, e.g. size=224")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(
+                f"interpolation={self.interpolation!r}: expected one of {sorted(INTERPOLATIONS)}"
+            )
+        if not 0 < self.crop_pct <= 1:
+            raise ValueError(f"crop_pct={self.crop_pct!r}: expected 0 < crop_pct <= 1")
+
+    @property
+    def output_size(self) -> tuple[int, int] | None:
+        """``(height, width)`` of every output when fixed (stacking collate), else ``None``
+        (variable sizes: use a padding or nested collate)."""
+        if self.size is not None and (self.crop is not None or isinstance(self.size, tuple)):
+            return _pair(self.size)
+        return None
+
+    @property
+    def decode_size(self) -> Size | None:
+        """The smallest decoded size this transform needs: the ``size`` hint for
+        :func:`fastdata.decode.decode_image`, which may then decode a JPEG at reduced
+        resolution. ``None`` for the random-resized crop, whose crop can cover as little as
+        ``scale[0]`` of the image and then needs every source pixel."""
+        if self.crop == "center" and self.size is not None:
+            return _center_scale(self.size, self.crop_pct)
+        if self.crop is None:
+            return self.size
+        return None
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Transform one uint8 HWC image into a C-contiguous array (``img`` itself when
+        there is nothing to do).
+
+        ``rng`` (from :func:`sample_rng`) is required when the transform is random
+        (``crop="random-resized"`` or ``flip=True``).
+        """
+        size = self.size
+        out = img
+        if size is not None:
+            if self.crop == "random-resized":
+                out = random_resized_crop(
+                    out,
+                    size,
+                    scale=self.scale,
+                    ratio=self.ratio,
+                    rng=_require_rng(rng),
+                    interpolation=self.interpolation,
+                )
+            elif self.crop == "center":
+                short = _center_scale(size, self.crop_pct)
+                out = resized_center_crop(out, short, size, interpolation=self.interpolation)
+            else:
+                out = resize(out, size, interpolation=self.interpolation)
+        if self.flip and _require_rng(rng).random() < 0.5:
+            return hflip(out)
+        return np.ascontiguousarray(out)
+
+
+def _require_rng(rng: np.random.Generator | None) -> np.random.Generator:
+    """``rng``, which a random transform cannot do without."""
+    if rng is None:
+        raise ValueError(
+            "this ImageTransform is random (random-resized crop or flip): pass "
+            "rng=sample_rng(seed, epoch, index)"
+        )
+    return rng
+
+
+def _center_scale(size: Size, crop_pct: float) -> int:
+    """The shorter side to resize to before a centre crop of ``size`` keeping ``crop_pct``."""
+    return math.floor(max(_pair(size)) / crop_pct)

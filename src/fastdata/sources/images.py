@@ -1,0 +1,446 @@
+"""ImageStream: images decoded with OpenCV outside the GIL, from folders, file lists, Parquet
+binary columns and tar shards — on the same plan (sharding, shuffling, resume) as Parquet.
+
+Each source is a small *reader* that says how many samples each unit holds and reads a
+range of them as an Arrow table (image bytes or paths, and labels). :class:`ImageStream`
+decodes and transforms the rows on a thread pool and yields uint8 tensors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import torch
+
+from fastdata._env import worker_slot
+from fastdata._transforms import ImageTransform, Size, sample_rng
+from fastdata.decode import DEFAULT_MAX_PIXELS, decode_image
+from fastdata.errors import DecodeError, SourceError
+from fastdata.sources._files import as_filesystem, resolve_files
+from fastdata.sources._stream import PlannedStream
+from fastdata.sources.parquet import ParquetStream
+from fastdata.sources.plan import EvenBatches, Piece
+from fastdata.sources.tar import IMAGE_SUFFIXES, TarSample, index_shard, read_samples
+
+__all__ = ["IMG_EXTENSIONS", "ImageStream"]
+
+log = logging.getLogger("fastdata")
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+"""File endings an image folder is scanned for (torchvision's, compared case-insensitively)."""
+
+OnError = Literal["raise", "skip"]
+_MAX_WORKERS = 1024  # slots of the shared skip counter
+
+
+class _Reader(Protocol):
+    """How one kind of source lists and reads its samples (see the module docstring)."""
+
+    def unit_rows(self) -> list[int]: ...
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table: ...
+
+    def fetch(self, row: dict[str, Any]) -> bytes: ...
+
+    def location(self, unit: int, row: int) -> dict[str, Any]: ...
+
+    def identity(self) -> Any: ...
+
+
+class _FilesReader:
+    """Image files; a unit is a block of ``files_per_unit`` consecutive files."""
+
+    def __init__(
+        self, fs: pafs.FileSystem, paths: list[str], labels: list[int] | None, per_unit: int
+    ) -> None:
+        if labels is not None and len(labels) != len(paths):
+            raise ValueError(f"{len(labels)} labels for {len(paths)} files: give one per file")
+        if per_unit < 1:
+            raise ValueError(f"files_per_unit={per_unit}: must be >= 1")
+        self.fs, self.paths, self.labels, self.per_unit = fs, paths, labels, per_unit
+
+    def unit_rows(self) -> list[int]:
+        n = len(self.paths)
+        return [min(self.per_unit, n - s) for s in range(0, n, self.per_unit)]
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        first = unit * self.per_unit
+        columns = {"path": pa.array(self.paths[first + start : first + stop], pa.string())}
+        if self.labels is not None:
+            columns["label"] = pa.array(self.labels[first + start : first + stop], pa.int64())
+        return pa.table(columns)
+
+    def fetch(self, row: dict[str, Any]) -> bytes:
+        with self.fs.open_input_file(row["path"]) as f:
+            return f.read()
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        return {"path": self.paths[unit * self.per_unit + row]}
+
+    def identity(self) -> Any:
+        return {"paths": self.paths, "labels": self.labels, "per_unit": self.per_unit}
+
+
+class _ParquetReader:
+    """Encoded images in a binary column; a unit is a row group."""
+
+    def __init__(self, stream: ParquetStream, image_column: str, label_column: str | None):
+        self.stream, self.image_column, self.label_column = stream, image_column, label_column
+
+    def unit_rows(self) -> list[int]:
+        return self.stream._unit_rows()
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        table = self.stream._read_unit(unit).slice(start, stop - start)
+        columns = {"data": table.column(self.image_column)}
+        if self.label_column is not None:
+            columns["label"] = table.column(self.label_column).cast(pa.int64())
+        return pa.table(columns)
+
+    def fetch(self, row: dict[str, Any]) -> bytes:
+        return row["data"]
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        f, rg, _ = self.stream._units[unit]
+        return {"path": self.stream.files[f], "row_group": rg, "row": row}
+
+    def identity(self) -> Any:
+        return self.stream._identity()
+
+
+class _TarReader:
+    """WebDataset tar shards; a unit is a shard."""
+
+    def __init__(self, fs: pafs.FileSystem, shards: list[str], index: list[list[TarSample]]):
+        self.fs, self.shards, self.index = fs, shards, index
+        with_labels = {s.label is not None for samples in index for s in samples}
+        if len(with_labels) > 1:
+            shard, sample = next(
+                (shard, s)
+                for shard, samples in zip(shards, index, strict=True)
+                for s in samples
+                if s.label is None
+            )
+            raise SourceError(
+                "some samples have a label member and this one has none; label all or none",
+                path=shard,
+                member=sample.image.name,
+            )
+        self.labelled = with_labels == {True}
+
+    def unit_rows(self) -> list[int]:
+        return [len(samples) for samples in self.index]
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        table = read_samples(self.fs, self.shards[unit], self.index[unit][start:stop])
+        return table if self.labelled else table.drop_columns(["label"])
+
+    def fetch(self, row: dict[str, Any]) -> bytes:
+        return row["data"]
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        return {"path": self.shards[unit], "member": self.index[unit][row].image.name}
+
+    def identity(self) -> Any:
+        return {"shards": self.shards, "samples": self.unit_rows()}
+
+
+class ImageStream(PlannedStream):
+    """Images as uint8 tensors ``(C, H, W)`` with their labels, decoded outside the GIL.
+
+    Build one with :meth:`from_folder`, :meth:`from_files`, :meth:`from_parquet` or
+    :meth:`from_tar`. Items are ``(image, label)`` (``image`` alone for unlabelled data);
+    with ``batch_size=N``, ``(images, labels)`` where ``images`` is a ``(N, C, H, W)`` tensor
+    when every output has the same size (a crop or a fixed ``(h, w)``) and a list otherwise.
+    Image tensors are channels-last in memory (a ``permute`` of HWC), which is what
+    :class:`fastdata.DeviceNormalize` with ``channels_last=True`` wants.
+
+    Args (all constructors, keyword-only):
+        size, crop, flip: the per-sample :class:`fastdata.decode.ImageTransform` (``size`` an
+            int = shorter side or ``(h, w)``; ``crop`` ``"center"`` / ``"random-resized"``).
+            Random crops and flips are seeded per sample by ``(seed, epoch, index)``.
+        transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``.
+        decode_threads: threads decoding in each process (OpenCV releases the GIL).
+        on_error: ``"raise"`` (default) stops at the first bad image with its location;
+            ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`.
+        keep_alpha, max_pixels: as for :func:`fastdata.decode.decode_image`.
+        batch_size, shuffle, seed, shuffle_buffer, drop_last, even_batches, rank,
+        world_size: as for :class:`fastdata.ParquetStream` (``shuffle_buffer`` counts
+            samples, default 2,048).
+    """
+
+    def __init__(
+        self,
+        reader: _Reader,
+        /,
+        *,
+        size: Size | None = None,
+        crop: Literal["center", "random-resized"] | None = None,
+        flip: bool = False,
+        transform: ImageTransform | None = None,
+        decode_threads: int = 1,
+        on_error: OnError = "raise",
+        keep_alpha: bool = False,
+        max_pixels: int | None = DEFAULT_MAX_PIXELS,
+        batch_size: int | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        shuffle_buffer: int = 2048,
+        drop_last: bool = False,
+        even_batches: EvenBatches = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            shuffle_buffer=shuffle_buffer,
+            drop_last=drop_last,
+            even_batches=even_batches,
+            rank=rank,
+            world_size=world_size,
+        )
+        if transform is not None and (size is not None or crop is not None or flip):
+            raise ValueError("pass either transform= or size/crop/flip, not both")
+        if decode_threads < 1:
+            raise ValueError(f"decode_threads={decode_threads}: must be >= 1")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
+        self.transform = transform or ImageTransform(size=size, crop=crop, flip=flip)
+        self.decode_threads = decode_threads
+        self.on_error = on_error
+        self.keep_alpha = keep_alpha
+        self.max_pixels = max_pixels
+        self._reader = reader
+        self._offsets = np.concatenate([[0], np.cumsum(reader.unit_rows())]).astype(np.int64)
+        self._skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
+        self._executor: ThreadPoolExecutor | None = None
+        self._warned = False
+
+    # ----------------------------------------------------------------- constructors
+    @classmethod
+    def from_files(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        labels: Sequence[int] | None = None,
+        /,
+        *,
+        filesystem: Any = None,
+        files_per_unit: int = 64,
+        **options: Any,
+    ) -> ImageStream:
+        """Images from a list of files (local paths, URIs, or paths on ``filesystem``), with
+        optional integer labels, one per file. ``files_per_unit`` files form one unit of
+        the plan (the granularity of sharding and of the shuffle of unit order)."""
+        fs, files = resolve_files([os.fspath(p) for p in paths], filesystem=filesystem)
+        if len(files) != len(paths):
+            raise ValueError("from_files takes files, not directories or globs")
+        label_list = None if labels is None else [int(x) for x in labels]
+        return cls(_FilesReader(fs, files, label_list, files_per_unit), **options)
+
+    @classmethod
+    def from_folder(
+        cls, root: str | os.PathLike[str], /, *, filesystem: Any = None, **options: Any
+    ) -> ImageStream:
+        """An ImageFolder tree ``root/<class>/**/<image>``: classes are the sorted subfolder
+        names, indexed like ``torchvision.datasets.ImageFolder`` (see :attr:`classes`)."""
+        fs = as_filesystem(filesystem) or pafs.LocalFileSystem()
+        base = os.path.abspath(root) if isinstance(fs, pafs.LocalFileSystem) else os.fspath(root)
+        info = fs.get_file_info(base)
+        if info.type != pafs.FileType.Directory:
+            raise SourceError("no such directory", path=base)
+        classes = sorted(
+            i.base_name
+            for i in fs.get_file_info(pafs.FileSelector(base))
+            if i.type == pafs.FileType.Directory
+        )
+        paths, labels = [], []
+        for index, name in enumerate(classes):
+            found = fs.get_file_info(pafs.FileSelector(f"{base}/{name}", recursive=True))
+            images = sorted(
+                i.path
+                for i in found
+                if i.type == pafs.FileType.File and i.path.lower().endswith(IMG_EXTENSIONS)
+            )
+            paths += images
+            labels += [index] * len(images)
+        if not paths:
+            raise SourceError(
+                f"no images in class subfolders ({', '.join(IMG_EXTENSIONS)}); expected "
+                "root/<class>/<image> like torchvision's ImageFolder",
+                path=base,
+            )
+        stream = cls(_FilesReader(fs, paths, labels, options.pop("files_per_unit", 64)), **options)
+        stream.classes = classes
+        return stream
+
+    @classmethod
+    def from_parquet(
+        cls,
+        source: Any,
+        /,
+        *,
+        image_column: str = "image",
+        label_column: str | None = "label",
+        filter: Any = None,
+        filesystem: Any = None,
+        **options: Any,
+    ) -> ImageStream:
+        """Encoded images in a binary column of Parquet files (read by :class:`ParquetStream`:
+        a unit is a row group); ``label_column=None`` for unlabelled data."""
+        columns = [image_column] + ([label_column] if label_column else [])
+        parquet = ParquetStream(source, columns=columns, filter=filter, filesystem=filesystem)
+        if not pa.types.is_binary(parquet.schema.field(image_column).type) and not (
+            pa.types.is_large_binary(parquet.schema.field(image_column).type)
+        ):
+            raise SourceError(
+                f"column {image_column!r} has type {parquet.schema.field(image_column).type}; "
+                "expected binary (encoded image bytes)",
+                path=parquet.files[0],
+                column=image_column,
+            )
+        return cls(_ParquetReader(parquet, image_column, label_column), **options)
+
+    @classmethod
+    def from_tar(
+        cls,
+        shards: Any,
+        /,
+        *,
+        filesystem: Any = None,
+        image_suffixes: tuple[str, ...] = IMAGE_SUFFIXES,
+        label_suffix: str | None = "cls",
+        **options: Any,
+    ) -> ImageStream:
+        """WebDataset tar shards (``key.jpg`` + ``key.cls``): a unit is a shard, read
+        sequentially; member headers are indexed once, up front (in parallel)."""
+        fs, files = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
+        with ThreadPoolExecutor(8) as pool:
+            index = list(
+                pool.map(
+                    lambda p: index_shard(
+                        fs, p, image_suffixes=image_suffixes, label_suffix=label_suffix
+                    ),
+                    files,
+                )
+            )
+        return cls(_TarReader(fs, files, index), **options)
+
+    classes: list[str] | None = None
+    """Class names of :meth:`from_folder` (index = label), else None."""
+
+    # ----------------------------------------------------------------- plan hooks
+    def _unit_rows(self) -> list[int]:
+        return self._reader.unit_rows()
+
+    def _read_unit(self, unit: int) -> pa.Table:
+        return self._read_piece(Piece(unit, 0, self._reader.unit_rows()[unit]))
+
+    def _read_piece(self, piece: Piece) -> pa.Table:
+        table = self._reader.read(piece.unit, piece.start, piece.stop)
+        first = int(self._offsets[piece.unit]) + piece.start
+        return table.append_column("index", pa.array(np.arange(first, first + piece.rows)))
+
+    def _identity(self) -> Any:
+        return {"reader": self._reader.identity(), "transform": repr(self.transform)}
+
+    # ----------------------------------------------------------------- decoding
+    @property
+    def skipped(self) -> int:
+        """Images left out by ``on_error="skip"`` so far, over all workers."""
+        return int(self._skip_counts.sum())
+
+    def _map(self, fn: Callable[[dict[str, Any]], Any], rows: list[dict[str, Any]]) -> list:
+        if self.decode_threads == 1 or len(rows) <= 1:
+            return [fn(r) for r in rows]
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.decode_threads, "fastdata-decode")
+        return list(self._executor.map(fn, rows))
+
+    def _load(self, row: dict[str, Any]) -> np.ndarray | None:
+        """Bytes -> decoded -> transformed HWC uint8; None when skipped."""
+        index = row["index"]
+        try:
+            data = self._reader.fetch(row)
+            image = decode_image(
+                data,
+                size=self.transform.decode_size,
+                keep_alpha=self.keep_alpha,
+                max_pixels=self.max_pixels,
+            )
+            rng = sample_rng(self._policy.seed, self.epoch, index) if self._random else None
+            return self.transform(image, rng)
+        except (SourceError, OSError, pa.ArrowException) as exc:
+            reason = exc.reason if isinstance(exc, SourceError) else f"cannot read ({exc})"
+            kind = DecodeError if isinstance(exc, DecodeError) else SourceError
+            error = kind(reason, **self._location(index))
+            if self.on_error == "raise":
+                raise error from exc
+            self._skip_counts[worker_slot()[0] % _MAX_WORKERS] += 1
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"skipped a bad image (on_error='skip'): {error}; further skips in this "
+                    "process are logged at INFO and counted in ImageStream.skipped",
+                    stacklevel=2,
+                )
+            log.info("skipped a bad image (on_error='skip'): %s", error)
+            return None
+
+    @cached_property
+    def _random(self) -> bool:
+        return self.transform.crop == "random-resized" or self.transform.flip
+
+    def _location(self, index: int) -> dict[str, Any]:
+        unit = int(np.searchsorted(self._offsets, index, side="right")) - 1
+        return self._reader.location(unit, index - int(self._offsets[unit]))
+
+    def _decoded(self, table: pa.Table) -> list[tuple[np.ndarray, int | None]]:
+        rows = table.to_pylist()
+        images = self._map(self._load, rows)
+        return [
+            (img, r.get("label")) for img, r in zip(images, rows, strict=True) if img is not None
+        ]
+
+    def _make_rows(self, table: pa.Table) -> Iterator[Any]:
+        chunk = max(self.decode_threads * 4, 16)
+        for start in range(0, table.num_rows, chunk):
+            for image, label in self._decoded(table.slice(start, chunk)):
+                tensor = torch.from_numpy(_hwc(image)).permute(2, 0, 1)
+                yield tensor if label is None else (tensor, label)
+
+    def _make_batch(self, table: pa.Table) -> Any:
+        decoded = self._decoded(table)
+        images = [_hwc(img) for img, _ in decoded]
+        if images and len({img.shape for img in images}) == 1:
+            batch: Any = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2)
+        else:
+            batch = [torch.from_numpy(img).permute(2, 0, 1) for img in images]
+        if "label" not in table.column_names:
+            return batch
+        return batch, torch.tensor([label for _, label in decoded], dtype=torch.int64)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_executor"] = None  # threads stay in the process that started them
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageStream({type(self._reader).__name__.strip('_')}, samples={self._offsets[-1]}, "
+            f"transform={self.transform}, batch_size={self.batch_size})"
+        )
+
+
+def _hwc(image: np.ndarray) -> np.ndarray:
+    return image[:, :, None] if image.ndim == 2 else image

@@ -1,0 +1,620 @@
+"""Tests of the decoding stage: formats, EXIF, reduced decode, transforms, errors, threads.
+
+Images are made here with OpenCV and Pillow encoders (no files, no downloads). References
+are independent decoders (Pillow), torchvision's own functions, or plain numpy.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickle
+import random
+import struct
+import zlib
+from dataclasses import asdict
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.functional as tvf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image, ImageOps
+from torchvision.transforms import RandomResizedCrop
+
+from fastdata.decode import (
+    DEFAULT_MAX_PIXELS,
+    ImageTransform,
+    center_crop,
+    decode_image,
+    decode_many,
+    hflip,
+    image_header,
+    image_size,
+    limit_opencv_threads,
+    output_hw,
+    random_resized_crop,
+    random_resized_crop_params,
+    reduction_factor,
+    resize,
+    resized_center_crop,
+    sample_rng,
+)
+from fastdata.errors import DecodeError
+
+FEW = settings(max_examples=25, deadline=None)
+
+
+def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
+    """A photo-like RGB uint8 image: smooth gradients, flat shapes with edges, mild noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.stack(
+        [255 * x / max(w - 1, 1), 255 * y / max(h - 1, 1), 128 + 100 * np.sin((x + y) / 17)], -1
+    ).astype(np.uint8)
+    for _ in range(4):
+        color = tuple(int(v) for v in rng.integers(0, 256, 3))
+        cx, cy = int(rng.integers(0, w)), int(rng.integers(0, h))
+        cv2.circle(img, (cx, cy), int(rng.integers(1, max(2, min(h, w) // 3))), color, -1)
+    return np.clip(img + rng.normal(0, 3, img.shape), 0, 255).astype(np.uint8)
+
+
+def cv_encode(rgb: np.ndarray, ext: str = ".jpg", *params: int) -> bytes:
+    """Encode an RGB (or gray / RGBA / 16-bit) array with OpenCV, which expects BGR order."""
+    if rgb.ndim == 3:
+        rgb = rgb[..., [2, 1, 0, 3][: rgb.shape[2]]]
+    ok, buf = cv2.imencode(ext, np.ascontiguousarray(rgb), list(params))
+    assert ok
+    return buf.tobytes()
+
+
+def pil_encode(img: Image.Image, fmt: str, **options: object) -> bytes:
+    out = io.BytesIO()
+    img.save(out, fmt, **options)
+    return out.getvalue()
+
+
+def pil_decode(data: bytes) -> np.ndarray:
+    return np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return math.inf if mse == 0 else 10 * math.log10(255**2 / mse)
+
+
+RGB = photo(48, 64)
+ALPHA = np.dstack([RGB, np.linspace(0, 255, 48 * 64).reshape(48, 64).astype(np.uint8)])
+
+# name -> (encoded bytes, original RGB pixels the decode should reproduce)
+FORMATS = {
+    "jpeg": (cv_encode(RGB, ".jpg", cv2.IMWRITE_JPEG_QUALITY, 90), RGB),
+    "jpeg-progressive": (pil_encode(Image.fromarray(RGB), "JPEG", progressive=True), RGB),
+    "jpeg-gray": (cv_encode(RGB[..., 1], ".jpg"), np.repeat(RGB[..., 1:2], 3, 2)),
+    "png-rgb": (cv_encode(RGB, ".png"), RGB),
+    "png-gray": (cv_encode(RGB[..., 0], ".png"), np.repeat(RGB[..., :1], 3, 2)),
+    "png-rgba": (cv_encode(ALPHA, ".png"), RGB),
+    "png-palette": (
+        pil_encode(Image.fromarray(RGB).quantize(64), "PNG"),
+        np.asarray(Image.fromarray(RGB).quantize(64).convert("RGB")),
+    ),
+    "webp-lossy": (pil_encode(Image.fromarray(RGB), "WEBP", quality=85), RGB),
+    "webp-lossless": (pil_encode(Image.fromarray(RGB), "WEBP", lossless=True), RGB),
+    "webp-alpha": (pil_encode(Image.fromarray(ALPHA), "WEBP", lossless=True, exact=True), RGB),
+    "bmp": (cv_encode(RGB, ".bmp"), RGB),
+}
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_formats_decode_to_rgb_as_well_as_pillow(name: str) -> None:
+    data, original = FORMATS[name]
+    out = decode_image(data)
+    assert out.shape == (48, 64, 3)
+    assert out.dtype == np.uint8
+    reference = pil_decode(data)
+    if np.array_equal(reference, original):  # lossless: nothing less than exact will do
+        np.testing.assert_array_equal(out, original)
+    else:  # lossy: as close to the original as Pillow's decode of the same bytes
+        assert psnr(out, original) >= psnr(reference, original) - 0.5
+        assert psnr(out, reference) >= 35
+
+
+def test_jpeg_pixels_equal_pillow_within_2() -> None:
+    """Both link libjpeg-turbo: the issue allows a max abs difference of 2."""
+    data = cv_encode(photo(300, 400, seed=3), ".jpg", cv2.IMWRITE_JPEG_QUALITY, 85)
+    diff = np.abs(decode_image(data).astype(int) - pil_decode(data))
+    assert diff.max() <= 2
+
+
+def test_cmyk_jpeg_within_one_level_of_pillow() -> None:
+    """OpenCV's CMYK -> RGB conversion rounds about one level brighter than Pillow's."""
+    data = pil_encode(Image.fromarray(RGB).convert("CMYK"), "JPEG", quality=95)
+    out = decode_image(data)
+    assert out.shape == (48, 64, 3)
+    assert np.abs(out.astype(int) - pil_decode(data)).max() <= 1
+
+
+@pytest.mark.parametrize("gray", [False, True], ids=["rgb", "gray"])
+def test_16bit_png_scales_with_rounding(gray: bool) -> None:
+    values = np.random.default_rng(0).integers(0, 65536, (20, 30, 3), dtype=np.uint16)
+    values[0, :3] = [0, 65535, 257 * 77 + 128]  # extremes and a value truncation gets wrong
+    src = values[..., 0] if gray else values
+    out = decode_image(cv_encode(src, ".png"))
+    expected = np.round(src / 257).astype(np.uint8)
+    if gray:
+        expected = np.repeat(expected[..., None], 3, 2)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_keep_alpha_returns_rgba() -> None:
+    np.testing.assert_array_equal(decode_image(FORMATS["png-rgba"][0], keep_alpha=True), ALPHA)
+    np.testing.assert_array_equal(decode_image(FORMATS["webp-alpha"][0], keep_alpha=True), ALPHA)
+    alpha16 = ALPHA.astype(np.uint16) * 257
+    np.testing.assert_array_equal(decode_image(cv_encode(alpha16, ".png"), keep_alpha=True), ALPHA)
+    for opaque in ("png-gray", "png-rgb", "jpeg"):
+        data = FORMATS[opaque][0]
+        rgba = decode_image(data, keep_alpha=True)
+        assert rgba.shape == (48, 64, 4)
+        np.testing.assert_array_equal(rgba[..., :3], decode_image(data))
+        assert (rgba[..., 3] == 255).all()
+
+
+def exif_jpeg(rgb: np.ndarray, orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return pil_encode(Image.fromarray(rgb), "JPEG", quality=95, exif=exif.tobytes())
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_applied_like_pillow(orientation: int) -> None:
+    rgb = photo(40, 64, seed=orientation)
+    data = exif_jpeg(rgb, orientation)
+    out = decode_image(data)
+    expected = pil_decode(data)  # exif_transpose: Pillow's reading of the tag
+    assert out.shape == expected.shape
+    assert np.abs(out.astype(int) - expected).max() <= 2
+    assert image_size(data) == out.shape[:2]
+    assert image_header(data).orientation == orientation
+    stored = decode_image(data, exif=False)
+    assert stored.shape == (40, 64, 3)
+    assert image_size(data, exif=False) == (40, 64)
+
+
+@pytest.mark.parametrize("orientation", [1, 6])
+def test_reduced_decode_respects_exif_rotation(orientation: int) -> None:
+    data = exif_jpeg(photo(100, 240), orientation)
+    target = (60, 25) if orientation == 6 else (25, 60)  # 4x fits only the right way round
+    assert decode_image(data, size=target).shape[:2] == target
+
+
+def fake_png_header(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + body))
+        return struct.pack(">I", len(body)) + kind + body + crc
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 99))
+
+
+ENCODERS = {
+    "jpeg": lambda img: cv_encode(img, ".jpg"),
+    "png": lambda img: cv_encode(img, ".png"),
+    "webp-lossy": lambda img: cv_encode(img, ".webp"),
+    "webp-lossless": lambda img: pil_encode(Image.fromarray(img), "WEBP", lossless=True),
+    "webp-vp8x": lambda img: pil_encode(
+        Image.fromarray(np.dstack([img, img[..., 0]])), "WEBP", lossless=True
+    ),
+}
+
+
+@FEW
+@given(h=st.integers(1, 300), w=st.integers(1, 300), fmt=st.sampled_from(sorted(ENCODERS)))
+def test_header_size_matches_decoded_size(h: int, w: int, fmt: str) -> None:
+    data = ENCODERS[fmt](photo(h, w))
+    header = image_header(data)
+    assert header is not None
+    assert header.format == fmt.split("-")[0]
+    assert image_size(data) == (h, w) == decode_image(data).shape[:2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64), st.sampled_from([b"", b"\xff\xd8\xff", b"RIFF\0\0\0\0WEBP"]))
+def test_garbage_is_none_or_decode_error_never_a_crash(tail: bytes, head: bytes) -> None:
+    data = head + tail
+    header = image_header(data)
+    assert header is None or header.format in ("jpeg", "png", "webp")
+    with pytest.raises(DecodeError):
+        decode_image(data, source="fuzz")
+
+
+SIZE = st.integers(1, 600)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    src=st.tuples(st.integers(1, 6000), st.integers(1, 6000)),
+    target=st.one_of(SIZE, st.tuples(SIZE, SIZE)),
+)
+def test_reduction_factor_is_largest_that_keeps_target(
+    src: tuple[int, int], target: int | tuple[int, int]
+) -> None:
+    k = reduction_factor(src, target)
+    assert k in (1, 2, 4, 8)
+    need = (target, target) if isinstance(target, int) else target
+    have = (min(src),) * 2 if isinstance(target, int) else src
+    if k > 1:  # a reduced decode is never below the target on either axis
+        assert all(s >= k * t for s, t in zip(have, need, strict=True))
+    if k < 8:  # and the next factor would be
+        assert any(s < 2 * k * t for s, t in zip(have, need, strict=True))
+
+
+def test_reduction_factor_examples() -> None:
+    assert reduction_factor((2000, 3000), 224) == 8
+    assert reduction_factor((2000, 3000), 256) == 4  # 2000 / 8 = 250 < 256
+    assert reduction_factor((448, 3000), 224) == 2
+    assert reduction_factor((447, 3000), 224) == 1
+    assert reduction_factor((2000, 3000), (224, 1000)) == 2
+    assert reduction_factor((2000, 3000), None) == 1
+
+
+@FEW
+@given(
+    h=st.integers(16, 400),
+    w=st.integers(16, 400),
+    target=st.one_of(st.integers(1, 200), st.tuples(st.integers(1, 200), st.integers(1, 200))),
+)
+def test_reduced_decode_picked_exactly_when_allowed(
+    h: int, w: int, target: int | tuple[int, int]
+) -> None:
+    data = cv_encode(photo(h, w), ".jpg", cv2.IMWRITE_JPEG_QUALITY, 95)
+    k = reduction_factor((h, w), target)
+    out = decode_image(data, size=target)
+    assert out.shape == (math.ceil(h / k), math.ceil(w / k), 3)
+    if isinstance(target, int):  # never below the target, unless the source already is
+        assert min(out.shape[:2]) >= min(h, w, target)
+    else:
+        assert out.shape[0] >= min(h, target[0])
+        assert out.shape[1] >= min(w, target[1])
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_reduced_decode_matches_full_decode_and_area_resize(k: int) -> None:
+    data = cv_encode(photo(960, 1280, seed=k), ".jpg", cv2.IMWRITE_JPEG_QUALITY, 90)
+    reduced = decode_image(data, size=(960 // k, 1280 // k))
+    full = decode_image(data)
+    expected = cv2.resize(full, reduced.shape[1::-1], interpolation=cv2.INTER_AREA)
+    assert reduced.shape == (960 // k, 1280 // k, 3)
+    assert psnr(reduced, expected) >= 35  # DCT-domain scaling is a box filter too
+
+
+def test_png_and_webp_are_never_reduced() -> None:
+    """OpenCV would decode them fully and then resize with plain bilinear: no gain."""
+    for ext in (".png", ".webp"):
+        assert decode_image(cv_encode(photo(200, 200), ext), size=20).shape == (200, 200, 3)
+
+
+# -- errors -------------------------------------------------------------------------------
+
+JPEG = FORMATS["jpeg"][0]
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"", "empty"),
+        (JPEG[: len(JPEG) // 2], "truncated JPEG"),
+        (JPEG[:200], "truncated JPEG"),
+        (bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8)), "not an image"),
+        (b"<html><body>404 Not Found</body></html>", "not an image"),
+        (fake_png_header(100_000, 100_000), "max_pixels"),
+    ],
+    ids=["empty", "half-jpeg", "jpeg-header-only", "random", "html", "bomb"],
+)
+def test_bad_data_raises_decode_error_naming_the_source(data: bytes, reason: str) -> None:
+    with pytest.raises(DecodeError, match=reason) as info:
+        decode_image(data, source="shard-0001.tar/cat_42.jpg")
+    assert info.value.path == "shard-0001.tar/cat_42.jpg"
+    assert "shard-0001.tar/cat_42.jpg" in str(info.value)
+    clone = pickle.loads(pickle.dumps(info.value))  # crosses DataLoader worker boundaries
+    assert str(clone) == str(info.value)
+
+
+def test_over_opencv_pixel_limit_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError, match="OpenCV's size limit") as info:
+        decode_image(fake_png_header(100_000, 100_000), max_pixels=None, source="big.png")
+    assert info.value.path == "big.png"
+    assert isinstance(info.value.__cause__, cv2.error)
+
+
+def test_max_pixels_is_checked_before_decoding() -> None:
+    data = cv_encode(photo(100, 100), ".png")
+    with pytest.raises(DecodeError, match="10,000 pixels"):
+        decode_image(data, max_pixels=9_999)
+    assert decode_image(data, max_pixels=10_000).shape == (100, 100, 3)
+    assert DEFAULT_MAX_PIXELS > 100_000_000
+
+
+def test_float_images_with_alpha_are_refused() -> None:
+    hdr = cv_encode(np.ones((4, 4, 3), np.float32), ".hdr")
+    with pytest.raises(DecodeError, match="float32"):
+        decode_image(hdr, keep_alpha=True)
+
+
+def test_input_buffer_types() -> None:
+    expected = decode_image(JPEG)
+    for data in (bytearray(JPEG), memoryview(JPEG), np.frombuffer(JPEG, np.uint8)):
+        np.testing.assert_array_equal(decode_image(data), expected)
+    with pytest.raises(TypeError, match="uint8"):
+        decode_image(np.frombuffer(JPEG, np.uint8).astype(np.int16))
+
+
+# -- decode_many ---------------------------------------------------------------------------
+
+
+def test_decode_many_equals_serial_map_in_order() -> None:
+    items = [cv_encode(photo(30 + i, 50 + 2 * i, seed=i), ".jpg") for i in range(12)]
+    serial = [decode_image(x) for x in items]
+    for threads in (1, 2, 5):
+        out = decode_many(items, threads=threads)
+        assert len(out) == len(serial)
+        for a, b in zip(out, serial, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_decode_many_applies_transform_with_per_item_rngs() -> None:
+    items = [cv_encode(photo(200, 260, seed=i), ".jpg") for i in range(8)]
+    transform = ImageTransform(size=64, crop="random-resized", flip=True)
+    rngs = [sample_rng(7, 1, i) for i in range(8)]
+    out = decode_many(items, threads=2, transform=transform, rngs=rngs)
+    for i, img in enumerate(out):
+        expected = transform(decode_image(items[i]), sample_rng(7, 1, i))
+        np.testing.assert_array_equal(img, expected)
+
+
+def test_decode_many_error_names_the_failing_item() -> None:
+    items = [JPEG, JPEG, b"junk", JPEG]
+    with pytest.raises(DecodeError) as info:
+        decode_many(items, threads=2, sources=["a.jpg", "b.jpg", "c.jpg", "d.jpg"])
+    assert info.value.path == "c.jpg"
+    with pytest.raises(DecodeError) as info:
+        decode_many(items, threads=2)
+    assert info.value.path == "item 2"
+
+
+def test_decode_many_validates_arguments() -> None:
+    with pytest.raises(ValueError, match="threads"):
+        decode_many([JPEG], threads=0)
+    with pytest.raises(ValueError, match="one per item"):
+        decode_many([JPEG, JPEG], threads=2, sources=["a.jpg"])
+    assert decode_many([], threads=2) == []
+
+
+def test_limit_opencv_threads_returns_previous() -> None:
+    before = cv2.getNumThreads()
+    try:
+        assert limit_opencv_threads(1) == before
+        assert cv2.getNumThreads() == 1
+    finally:
+        cv2.setNumThreads(before)
+    with pytest.raises(ValueError, match="at least 1"):
+        limit_opencv_threads(0)
+
+
+# -- transforms ----------------------------------------------------------------------------
+
+
+def chw(img: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)
+
+
+def test_hflip_exact() -> None:
+    img = photo(31, 47)
+    out = hflip(img)
+    np.testing.assert_array_equal(out, img[:, ::-1])
+    np.testing.assert_array_equal(out, tvf.hflip(chw(img)).permute(1, 2, 0).numpy())
+    assert out.flags.c_contiguous
+    assert out.dtype == np.uint8
+
+
+@FEW
+@given(h=st.integers(1, 60), w=st.integers(1, 60), ch=st.integers(1, 60), cw=st.integers(1, 60))
+def test_center_crop_exact_against_torchvision(h: int, w: int, ch: int, cw: int) -> None:
+    img = np.arange(h * w * 3, dtype=np.uint32).reshape(h, w, 3).astype(np.uint8)
+    if ch > h or cw > w:
+        with pytest.raises(ValueError, match="larger than the image"):
+            center_crop(img, (ch, cw))
+        return
+    expected = tvf.center_crop(chw(img), [ch, cw]).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(center_crop(img, (ch, cw)), expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(h=st.integers(1, 2000), w=st.integers(1, 2000), size=st.integers(1, 500))
+def test_resize_shorter_side_like_torchvision(h: int, w: int, size: int) -> None:
+    assert output_hw((h, w), size) == tuple(tvf._compute_resized_output_size((h, w), [size]))
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4])
+def test_resize_shrink_is_exact_box_filter(factor: int) -> None:
+    img = np.random.default_rng(factor).integers(0, 256, (12 * factor, 8 * factor, 3), np.uint8)
+    out = resize(img, (12, 8))
+    means = img.reshape(12, factor, 8, factor, 3).mean(axis=(1, 3))
+    assert np.abs(out - means).max() <= 0.5  # the block mean, correctly rounded (ties vary)
+    assert out.dtype == np.uint8
+
+
+def test_resize_enlarge_is_bilinear_like_torch() -> None:
+    img = photo(20, 30)
+    out = resize(img, (45, 70))
+    expected = torch.nn.functional.interpolate(
+        chw(img)[None].float(), size=(45, 70), mode="bilinear", align_corners=False
+    )[0]
+    diff = np.abs(out.astype(int) - expected.round().permute(1, 2, 0).numpy().astype(int))
+    assert diff.max() <= 1
+    assert out.dtype == np.uint8
+
+
+def test_resize_keeps_dtype_and_validates() -> None:
+    img = photo(40, 60)
+    assert resize(img, 40) is img
+    for name in ("nearest", "linear", "cubic", "area", "lanczos"):
+        out = resize(img, 100, interpolation=name)
+        assert out.shape == (100, 150, 3)
+        assert out.dtype == np.uint8
+    with pytest.raises(ValueError, match="interpolation"):
+        resize(img, 10, interpolation="bicubic")
+    with pytest.raises(ValueError, match="positive"):
+        resize(img, 0)
+
+
+def tv_params(
+    hw: tuple[int, int], scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[int, int, int, int]:
+    return RandomResizedCrop.get_params(torch.empty(1, *hw), list(scale), list(ratio))
+
+
+@pytest.mark.parametrize("hw", [(300, 500), (500, 300), (10, 1000), (1000, 10), (7, 7)])
+@pytest.mark.parametrize("ratio", [(3 / 4, 4 / 3), (0.5, 0.5), (2.0, 3.0)])
+def test_random_resized_crop_fallback_is_exactly_torchvision(
+    hw: tuple[int, int], ratio: tuple[float, float]
+) -> None:
+    """An area fraction above 1 never fits: both take the same deterministic centre box."""
+    scale = (2.0, 3.0)
+    ours = random_resized_crop_params(hw, scale=scale, ratio=ratio, rng=sample_rng(0, 0, 0))
+    assert ours == tv_params(hw, scale, ratio)
+
+
+def test_random_resized_crop_whole_image_is_exactly_torchvision() -> None:
+    params = random_resized_crop_params(
+        (64, 64), scale=(1.0, 1.0), ratio=(1.0, 1.0), rng=sample_rng(0, 0, 0)
+    )
+    assert params == tv_params((64, 64), (1.0, 1.0), (1.0, 1.0)) == (0, 0, 64, 64)
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic."""
+    grid = np.sort(np.concatenate([a, b]))
+    cdf_a = np.searchsorted(np.sort(a), grid, side="right") / len(a)
+    cdf_b = np.searchsorted(np.sort(b), grid, side="right") / len(b)
+    return float(np.abs(cdf_a - cdf_b).max())
+
+
+@pytest.mark.parametrize("hw", [(300, 500), (40, 400)])
+def test_random_resized_crop_distribution_matches_torchvision(hw: tuple[int, int]) -> None:
+    n = 3000
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    scale, ratio = (0.08, 1.0), (3 / 4, 4 / 3)
+    ours = np.array(
+        [random_resized_crop_params(hw, scale=scale, ratio=ratio, rng=rng) for _ in range(n)]
+    )
+    theirs = np.array([tv_params(hw, scale, ratio) for _ in range(n)])
+    critical = 1.95 * math.sqrt(2 / n)  # KS test at alpha = 0.001
+    for column, name in enumerate(["top", "left", "height", "width"]):
+        assert ks_statistic(ours[:, column], theirs[:, column]) < critical, name
+
+
+def test_random_resized_crop_is_reproducible_and_ignores_global_rng() -> None:
+    img = photo(120, 160)
+    np.random.seed(1)
+    random.seed(1)
+    state = np.random.get_state()
+    first = random_resized_crop(img, 32, rng=sample_rng(5, 2, 17))
+    assert np.random.get_state()[1].tolist() == state[1].tolist()  # global RNG untouched
+    np.random.seed(2)
+    random.seed(2)
+    torch.manual_seed(2)
+    np.testing.assert_array_equal(first, random_resized_crop(img, 32, rng=sample_rng(5, 2, 17)))
+    others = {
+        random_resized_crop_params((120, 160), rng=sample_rng(5, epoch, index))
+        for epoch in range(3)
+        for index in range(10)
+    }
+    assert len(others) > 25  # epochs and indices get independent streams
+
+
+def test_random_resized_crop_crops_then_resizes() -> None:
+    img = photo(120, 160)
+    box = random_resized_crop_params((120, 160), rng=sample_rng(0, 0, 3))
+    top, left, h, w = box
+    out = random_resized_crop(img, (24, 40), rng=sample_rng(0, 0, 3))
+    np.testing.assert_array_equal(out, resize(img[top : top + h, left : left + w], (24, 40)))
+    assert out.dtype == np.uint8
+    with pytest.raises(ValueError, match="scale"):
+        random_resized_crop(img, 24, scale=(0.9, 0.1), rng=sample_rng(0, 0, 0))
+
+
+# -- ImageTransform ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("transform", "shape"),
+    [
+        (ImageTransform(size=224, crop="center"), (224, 224, 3)),
+        (ImageTransform(size=(96, 128), crop="center"), (96, 128, 3)),
+        (ImageTransform(size=64, crop="random-resized", flip=True), (64, 64, 3)),
+        (ImageTransform(size=100), (100, 133, 3)),
+        (ImageTransform(size=(50, 60)), (50, 60, 3)),
+        (ImageTransform(), (300, 400, 3)),
+    ],
+)
+def test_image_transform_output_shapes(transform: ImageTransform, shape: tuple) -> None:
+    img = photo(300, 400)
+    out = transform(img, sample_rng(0, 0, 0))
+    assert out.shape == shape
+    assert out.dtype == np.uint8
+    assert out.flags.c_contiguous
+    fixed = transform.output_size
+    assert fixed is None or fixed == shape[:2]
+
+
+def test_image_transform_center_is_resize_then_crop() -> None:
+    transform = ImageTransform(size=224, crop="center")
+    assert transform.decode_size == 256
+    aligned = photo(400, 500)  # crop edges fall on whole source pixels: exact
+    expected = center_crop(resize(aligned, 256), 224)
+    np.testing.assert_array_equal(transform(aligned), expected)
+    for h, w in [(300, 401), (333, 517), (517, 333)]:  # within half a source pixel
+        img = photo(h, w, seed=h)
+        two_step = center_crop(resize(img, 256), 224)
+        assert psnr(resized_center_crop(img, 256, 224), two_step) >= 40
+        assert psnr(transform(img), two_step) >= 40
+    with pytest.raises(ValueError, match="larger than the image"):
+        resized_center_crop(aligned, 100, 224)
+
+
+def test_image_transform_is_deterministic_per_sample() -> None:
+    img = photo(200, 300)
+    transform = ImageTransform(size=64, crop="random-resized", flip=True)
+    a = transform(img, sample_rng(0, 3, 9))
+    np.testing.assert_array_equal(a, transform(img, sample_rng(0, 3, 9)))
+    flips = {bool(sample_rng(0, 0, i).random() < 0.5) for i in range(20)}
+    assert flips == {True, False}
+    with pytest.raises(ValueError, match="rng=sample_rng"):
+        transform(img)
+
+
+def test_image_transform_config_round_trips_through_json() -> None:
+    transform = ImageTransform(size=(96, 128), crop="random-resized", flip=True, scale=(0.2, 1))
+    assert ImageTransform(**json.loads(json.dumps(asdict(transform)))) == transform
+    assert ImageTransform(size=160).decode_size == 160
+    assert transform.decode_size is None  # a small random crop needs every source pixel
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"crop": "center"}, "needs a size"),
+        ({"size": 10, "crop": "middle"}, "expected one of"),
+        ({"size": 10, "interpolation": "bicubic"}, "interpolation"),
+        ({"size": 0}, "positive"),
+        ({"size": 10, "ratio": (2.0, 1.0)}, "ratio"),
+        ({"size": 10, "crop_pct": 1.5}, "crop_pct"),
+    ],
+)
+def test_image_transform_validates(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ImageTransform(**kwargs)

@@ -1,0 +1,282 @@
+"""ImageStream: sources agree, exactly-once, determinism, resume, threads, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torchvision
+from PIL import Image
+
+import fastdata.sources._stream as stream_module
+from fastdata import DataLoader, DecodeError, SourceError
+from fastdata.sources.images import ImageStream
+from fastdata.synthetic import make_image_parquet, make_images, make_tar_shards
+
+from resume_helper import check_resume
+
+N = 24
+SMALL = {"min_short": 48, "max_short": 80}
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("images")
+    make_images(root / "folder", N, classes=3, **SMALL)
+    make_image_parquet(root / "parquet", N, files=2, row_group_size=5, classes=3, **SMALL)
+    make_tar_shards(root / "tar", N, shards=3, classes=3, **SMALL)
+    return root
+
+
+def digest(image: torch.Tensor) -> str:
+    return hashlib.sha1(image.contiguous().numpy().tobytes()).hexdigest()[:12]
+
+
+def keys(items) -> list[str]:
+    return [digest(img) for img, _ in items]
+
+
+def build(layouts: Path, kind: str, **options) -> ImageStream:
+    if kind == "folder":
+        return ImageStream.from_folder(layouts / "folder", **options)
+    if kind == "parquet":
+        return ImageStream.from_parquet(layouts / "parquet", **options)
+    return ImageStream.from_tar(layouts / "tar", **options)
+
+
+KINDS = ["folder", "parquet", "tar"]
+
+
+def test_folder_matches_torchvision_classes_labels_and_pixels(layouts: Path) -> None:
+    stream = ImageStream.from_folder(layouts / "folder")
+    reference = torchvision.datasets.ImageFolder(str(layouts / "folder"))
+    assert stream.classes == reference.classes
+    items = list(stream)
+    assert [label for _, label in items] == reference.targets
+    for (image, _), (path, _) in zip(items, reference.samples, strict=True):
+        pil = np.asarray(Image.open(path).convert("RGB"))
+        assert image.dtype == torch.uint8
+        assert image.shape == (3, *pil.shape[:2])
+        diff = np.abs(image.permute(1, 2, 0).numpy().astype(int) - pil.astype(int)).max()
+        assert diff <= 2  # both libjpeg(-turbo); IDCT rounding may differ by a level or two
+
+
+def test_every_source_yields_the_same_samples(layouts: Path) -> None:
+    results = {kind: list(build(layouts, kind, size=32, crop="center")) for kind in KINDS}
+    labels = {kind: [label for _, label in items] for kind, items in results.items()}
+    # The folder lists images class by class; Parquet and tar keep generation order.
+    assert sorted(keys(results["folder"])) == sorted(keys(results["parquet"]))
+    assert keys(results["parquet"]) == keys(results["tar"])
+    assert labels["parquet"] == labels["tar"]
+    assert Counter(labels["folder"]) == Counter(labels["tar"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batches_stack_fixed_sizes_and_list_variable_ones(layouts: Path, kind: str) -> None:
+    fixed = next(iter(build(layouts, kind, size=40, crop="center", batch_size=5)))
+    images, labels = fixed
+    assert images.shape == (5, 3, 40, 40)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert labels.dtype == torch.int64
+    variable, _ = next(iter(build(layouts, kind, batch_size=5)))
+    assert isinstance(variable, list)
+    assert len({img.shape for img in variable}) > 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_exactly_once_over_ranks_and_workers(layouts: Path, kind: str, monkeypatch) -> None:
+    everything = Counter(keys(build(layouts, kind, size=24, crop="center")))
+    seen: Counter[str] = Counter()
+    for rank in range(2):
+        stream = build(layouts, kind, size=24, crop="center", shuffle=True, rank=rank, world_size=2)
+        for worker in range(3):
+            with monkeypatch.context() as m:
+                m.setattr(stream_module, "worker_slot", lambda w=worker: (w, 3))
+                seen.update(keys(stream))
+    assert seen == everything
+
+
+def test_random_augmentation_is_per_sample_and_independent_of_workers(layouts: Path) -> None:
+    def run(num_workers: int, epoch: int) -> list[str]:
+        stream = build(layouts, "tar", size=32, crop="random-resized", flip=True, seed=5)
+        stream.set_epoch(epoch)
+        return keys(DataLoader(stream, batch_size=None, num_workers=num_workers))
+
+    first = run(0, 0)
+    assert run(0, 0) == first
+    assert sorted(run(2, 0)) == sorted(first)  # same crops, whoever decodes them
+    torch.manual_seed(1)
+    np.random.seed(1)
+    assert run(0, 0) == first  # the global RNG plays no part
+    assert run(0, 1) != first
+
+
+def test_thread_pool_decode_equals_single_thread(layouts: Path) -> None:
+    one = build(layouts, "parquet", size=32, crop="random-resized", batch_size=7)
+    many = build(layouts, "parquet", size=32, crop="random-resized", batch_size=7, decode_threads=3)
+    for (a, la), (b, lb) in zip(one, many, strict=True):
+        assert torch.equal(a, b)
+        assert torch.equal(la, lb)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_continues_exactly(layouts: Path, kind: str, num_workers: int) -> None:
+    def make():
+        stream = build(
+            layouts, kind, size=24, crop="random-resized", batch_size=4, shuffle=True, seed=2
+        )
+        return DataLoader(stream, batch_size=None, num_workers=num_workers)
+
+    check_resume(make, key=lambda batch: [digest(img) for img in batch[0]], stops=[0, 3, 6])
+
+
+def test_files_with_labels_and_reduced_decode(tmp_path: Path) -> None:
+    paths = make_images(tmp_path, 3, large=3, seed=4)
+    stream = ImageStream.from_files(paths, [7, 8, 9], size=224, crop="center")
+    items = list(stream)
+    assert [label for _, label in items] == [7, 8, 9]
+    assert all(img.shape == (3, 224, 224) for img, _ in items)
+    with pytest.raises(ValueError, match="2 labels for 3 files"):
+        ImageStream.from_files(paths, [1, 2])
+
+
+# --------------------------------------------------------------------------- bad input
+def bad_files(root: Path) -> dict[str, Path]:
+    good = make_images(root / "good", 1, **SMALL)[0].read_bytes()
+    cmyk = io.BytesIO()
+    Image.new("CMYK", (40, 30), (10, 200, 30, 5)).save(cmyk, "JPEG")
+    bomb = bytearray(good)
+    sof = next(i for i in range(2, len(bomb)) if bomb[i] == 0xFF and bomb[i + 1] == 0xC0)
+    bomb[sof + 5 : sof + 9] = (60000).to_bytes(2, "big") + (60000).to_bytes(2, "big")
+    contents = {
+        "empty.jpg": b"",
+        "truncated.jpg": good[: len(good) // 3],
+        "text.jpg": b"this is not an image\n",
+        "unsupported.jpg": b"GIF89a" + bytes(40),
+        "bomb.jpg": bytes(bomb),
+    }
+    out = {}
+    for name, data in contents.items():
+        out[name] = root / name
+        out[name].write_bytes(data)
+    out["cmyk.jpg"] = root / "cmyk.jpg"
+    out["cmyk.jpg"].write_bytes(cmyk.getvalue())
+    return out
+
+
+@pytest.mark.parametrize(
+    "name", ["empty.jpg", "truncated.jpg", "text.jpg", "unsupported.jpg", "bomb.jpg"]
+)
+def test_bad_files_raise_with_their_path(tmp_path: Path, name: str) -> None:
+    path = bad_files(tmp_path)[name]
+    stream = ImageStream.from_files([path], max_pixels=10_000_000)
+    with pytest.raises(DecodeError) as err:
+        list(stream)
+    assert err.value.path == str(path)
+    assert str(path) in str(err.value)
+
+
+def test_cmyk_jpeg_decodes_to_rgb(tmp_path: Path) -> None:
+    path = bad_files(tmp_path)["cmyk.jpg"]
+    [image] = list(ImageStream.from_files([path]))
+    reference = np.asarray(Image.open(path).convert("RGB"))
+    assert image.shape == (3, 30, 40)
+    assert np.abs(image.permute(1, 2, 0).numpy().astype(int) - reference).max() <= 3
+
+
+def test_skip_policy_counts_warns_once_and_keeps_the_rest(tmp_path: Path) -> None:
+    bad = bad_files(tmp_path)
+    good = make_images(tmp_path / "ok", 3, **SMALL)
+    paths = [good[0], bad["truncated.jpg"], good[1], bad["empty.jpg"], good[2]]
+    stream = ImageStream.from_files(paths, list(range(5)), on_error="skip", batch_size=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        [(images, labels)] = list(stream)
+    assert labels.tolist() == [0, 2, 4]
+    assert len(images) == 3
+    assert stream.skipped == 2
+    assert len([w for w in caught if "skipped a bad image" in str(w.message)]) == 1
+    assert str(bad["truncated.jpg"]) in str(caught[0].message)
+
+
+def test_skips_in_workers_are_counted(tmp_path: Path) -> None:
+    bad = bad_files(tmp_path)
+    good = make_images(tmp_path / "ok", 4, **SMALL)
+    paths = [*good, bad["text.jpg"], bad["empty.jpg"]]
+    stream = ImageStream.from_files(paths, on_error="skip", files_per_unit=1)
+    loader = DataLoader(stream, batch_size=None, num_workers=2)
+    assert len(list(loader)) == 4
+    assert stream.skipped == 2
+
+
+def test_corrupt_image_in_parquet_names_file_row_group_and_row(tmp_path: Path) -> None:
+    images = [make_images(tmp_path / "src", 1, **SMALL)[0].read_bytes()] * 6
+    images[4] = b"garbage"
+    table = pa.table({"image": pa.array(images, pa.binary()), "label": list(range(6))})
+    pq.write_table(table, tmp_path / "imgs.parquet", row_group_size=3)
+    with pytest.raises(DecodeError) as err:
+        list(ImageStream.from_parquet(tmp_path / "imgs.parquet"))
+    assert (err.value.row_group, err.value.row) == (1, 1)
+    assert err.value.path.endswith("imgs.parquet")
+
+
+def write_tar(path: Path, members: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_tar_errors_name_shard_and_member(tmp_path: Path) -> None:
+    _, ok = cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))
+    write_tar(
+        tmp_path / "a.tar",
+        {"s1.jpg": ok.tobytes(), "s1.cls": b"1", "s2.jpg": b"bad", "s2.cls": b"2"},
+    )
+    with pytest.raises(DecodeError) as err:
+        list(ImageStream.from_tar(tmp_path / "a.tar"))
+    assert err.value.member == "s2.jpg"
+    assert err.value.path.endswith("a.tar")
+    write_tar(tmp_path / "b.tar", {"s1.txt": b"no image here"})
+    with pytest.raises(SourceError, match="no image member") as err:
+        ImageStream.from_tar(tmp_path / "b.tar")
+    assert err.value.member == "s1.txt"
+    good = (tmp_path / "a.tar").read_bytes()
+    (tmp_path / "cut.tar").write_bytes(good[:700])
+    with pytest.raises(SourceError, match="truncated") as err:
+        list(ImageStream.from_tar(tmp_path / "cut.tar"))
+    assert err.value.path.endswith("cut.tar")
+    write_tar(tmp_path / "c.tar", {"x.jpg": ok.tobytes(), "x.cls": b"cat"})
+    with pytest.raises(SourceError, match="not an integer") as err:
+        list(ImageStream.from_tar(tmp_path / "c.tar"))
+    assert err.value.member == "x.cls"
+
+
+def test_tar_member_names_are_never_paths(tmp_path: Path) -> None:
+    _, ok = cv2.imencode(".png", np.full((4, 4, 3), 9, np.uint8))
+    write_tar(
+        tmp_path / "evil.tar", {"../../etc/evil.png": ok.tobytes(), "/abs/x.png": ok.tobytes()}
+    )
+    images = list(ImageStream.from_tar(tmp_path / "evil.tar"))
+    assert len(images) == 2
+    assert not (tmp_path.parent.parent / "etc" / "evil.png").exists()
+
+
+def test_missing_folder_and_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="no such directory"):
+        ImageStream.from_folder(tmp_path / "nope")
+    (tmp_path / "cls").mkdir()
+    with pytest.raises(SourceError, match="no images"):
+        ImageStream.from_folder(tmp_path)
