@@ -1,0 +1,287 @@
+"""Length bucketing, so that padded batches waste little, and a measure of that waste.
+
+Padding every batch to its longest item wastes most of the compute when lengths are
+long-tailed: one 512-token sample pads 255 short ones. :func:`bucket_by_length` groups
+samples of similar length before they are batched; :func:`padding_stats` says how much a
+batching pads. Both are plain generators / loops over any iterable, torch-free. The public
+names are exported from ``fastdata.collate``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import numbers
+import operator
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain, islice, pairwise
+from typing import Any, Literal, TypeVar
+
+__all__ = ["PaddingStats", "bucket_by_length", "padding_stats"]
+
+T = TypeVar("T")
+
+_POOL_BATCHES = 32
+"""Default buffer, in batches: enough for well-sorted pools, small enough to stay random."""
+
+
+def bucket_by_length(
+    stream: Iterable[T],
+    /,
+    *,
+    length_fn: Callable[[T], int],
+    batch_size: int,
+    boundaries: Sequence[int] | Literal["auto"] | None = None,
+    buffer_size: int | None = None,
+    seed: int = 0,
+    drop_last: bool = False,
+) -> Iterator[list[T]]:
+    """Group the samples of ``stream`` into batches (lists) of samples of similar length.
+
+    A stage between the samples and the collate function: it yields lists of samples, so
+    collate them with :func:`~fastdata.collate.pad_collate` (as ``collate_fn`` of a
+    ``DataLoader(batch_size=None)``, which then collates each list it receives). Every
+    sample is yielded exactly once, in exactly one batch; every batch has ``batch_size``
+    samples except at most one, the last, which ``drop_last=True`` drops. At most
+    ``buffer_size`` samples are held at once. The order depends only on the stream and
+    ``seed``, never on the global random state.
+
+    Three ways to group, chosen by ``boundaries``:
+
+    * ``None``: fill a pool of ``buffer_size`` samples, sort it by length (ties in a seeded
+      random order), cut it into batches and yield those in a seeded random order. The
+      least padding for a given buffer.
+    * a list of increasing lengths: bucket ``i`` holds lengths in
+      ``[boundaries[i-1], boundaries[i])`` (bucket 0 below ``boundaries[0]``, the last one
+      from ``boundaries[-1]`` up); a bucket is yielded as soon as it holds ``batch_size``
+      samples, so batches keep the stream's order and randomness.
+    * ``"auto"``: boundaries at the quantiles of the lengths of the first ``buffer_size``
+      samples, ``buffer_size // batch_size`` equally filled buckets, then as with a list.
+
+    At the end of the stream the partly filled buckets (or the last pool) are merged,
+    sorted and cut into batches, so only the very last batch may be short.
+
+    Args:
+        stream: any iterable of samples: a list, a generator, an ``IterableDataset`` (or one
+            worker's share of it), or indices into a map-style dataset.
+        length_fn: the length of a sample, a non-negative int (e.g. ``len``).
+        batch_size: samples per batch.
+        boundaries: ``None``, ``"auto"`` or a list of increasing positive ints, see above.
+        buffer_size: the most samples held at once; at least ``batch_size``. Default
+            ``32 * batch_size``. With a list of boundaries the buckets hold at most
+            ``len(boundaries) + 1`` partial batches, which ``buffer_size`` must allow.
+        seed: seeds the ordering; pass e.g. ``seed + epoch`` for a new order every epoch.
+        drop_last: drop the last batch when it is short.
+
+    Returns:
+        An iterator of batches, each a list of samples.
+
+    Raises:
+        ValueError: a bad argument (checked at the call, not at the first batch), or a
+            negative length.
+        TypeError: ``length_fn`` returned something other than an int.
+
+    Example:
+        >>> batches = bucket_by_length(["aaa", "b", "cc", "dddd"], length_fn=len, batch_size=2)
+        >>> sorted(sorted(b, key=len) for b in batches)
+        [['aaa', 'dddd'], ['b', 'cc']]
+    """
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, numbers.Integral)
+        or batch_size < 1
+    ):
+        raise ValueError(f"batch_size={batch_size!r}: expected a positive int")
+    if buffer_size is not None and (not isinstance(buffer_size, int) or buffer_size < batch_size):
+        raise ValueError(
+            f"buffer_size={buffer_size!r}: expected an int >= batch_size ({batch_size}); "
+            "a buffer smaller than one batch cannot form a batch"
+        )
+    if isinstance(boundaries, str) and boundaries != "auto":
+        raise ValueError(f"boundaries={boundaries!r}: expected None, 'auto' or a list of ints")
+    if boundaries is None or isinstance(boundaries, str):
+        fixed = None
+        buffer_size = _POOL_BATCHES * batch_size if buffer_size is None else buffer_size
+    else:
+        fixed = list(boundaries)
+        if (
+            not fixed
+            or not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) for b in fixed)
+            or fixed[0] < 1
+            or any(a >= b for a, b in pairwise(fixed))
+        ):
+            raise ValueError(
+                f"boundaries={boundaries!r}: expected a non-empty list of strictly "
+                "increasing positive lengths, e.g. [16, 32, 64, 128]"
+            )
+        held = (len(fixed) + 1) * (batch_size - 1) + 1
+        if buffer_size is not None and buffer_size < held:
+            raise ValueError(
+                f"buffer_size={buffer_size} cannot hold a partial batch for each of the "
+                f"{len(fixed) + 1} buckets; pass buffer_size>={held} or fewer boundaries"
+            )
+    measured = _measured(stream, length_fn)
+    rng = random.Random(seed)
+    if boundaries is None:
+        return _pooled(measured, batch_size, buffer_size, rng, drop_last)
+    return _bucketed(measured, batch_size, fixed, buffer_size, rng, drop_last)
+
+
+@dataclass(frozen=True)
+class PaddingStats:
+    """How much padding a batching needs.
+
+    Attributes:
+        batches: number of batches.
+        samples: number of samples.
+        valid_elements: elements of the samples themselves.
+        total_elements: elements of the padded batches, padding included.
+    """
+
+    batches: int
+    samples: int
+    valid_elements: int
+    total_elements: int
+
+    @property
+    def padded_fraction(self) -> float:
+        """The share of the padded batches' elements that is padding (0 when empty)."""
+        if self.total_elements == 0:
+            return 0.0
+        return 1 - self.valid_elements / self.total_elements
+
+
+def padding_stats(
+    batches: Iterable[Sequence[Any]],
+    /,
+    *,
+    length_fn: Callable[[Any], int | Sequence[int]] = len,
+) -> PaddingStats:
+    """Measure the padding that padding each batch to its largest item would add.
+
+    Works on batches before collation (e.g. what :func:`bucket_by_length` yields), so it
+    is cheap enough to compare batchings. It consumes ``batches``.
+
+    Args:
+        batches: lists of samples.
+        length_fn: a sample's length, or its shape (e.g. ``lambda s: s.shape``) for samples
+            padded along several dims; it is padded to the per-dim batch maximum.
+
+    Returns:
+        The totals; ``padded_fraction`` is the share that is padding.
+
+    Example:
+        >>> stats = padding_stats([["ab", "cdef"], ["gh", "ij"]])
+        >>> stats
+        PaddingStats(batches=2, samples=4, valid_elements=10, total_elements=12)
+        >>> round(stats.padded_fraction, 3)
+        0.167
+    """
+    n_batches = n_samples = valid = total = 0
+    for batch in batches:
+        shapes = [_shape(length_fn(sample)) for sample in batch]
+        if not shapes:
+            continue
+        if any(len(s) != len(shapes[0]) for s in shapes):
+            raise ValueError(
+                f"batch {n_batches} mixes shapes of different ranks {sorted(set(shapes))}; "
+                "length_fn must return one int, or shapes of one rank, for every sample"
+            )
+        n_batches += 1
+        n_samples += len(shapes)
+        valid += sum(math.prod(s) for s in shapes)
+        total += len(shapes) * math.prod(max(dim) for dim in zip(*shapes, strict=True))
+    return PaddingStats(n_batches, n_samples, valid, total)
+
+
+def _shape(length: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(length, Sequence):
+        return tuple(operator.index(n) for n in length)
+    return (operator.index(length),)
+
+
+def _measured(stream: Iterable[T], length_fn: Callable[[T], int]) -> Iterator[tuple[int, T]]:
+    for i, sample in enumerate(stream):
+        raw = length_fn(sample)
+        try:
+            if isinstance(raw, bool):
+                raise TypeError
+            length = operator.index(raw)
+        except TypeError:
+            raise TypeError(
+                f"length_fn returned {raw!r} ({type(raw).__name__}) for stream item {i}; "
+                "it must return an int, e.g. length_fn=len or lambda s: s['tokens'].shape[0]"
+            ) from None
+        if length < 0:
+            raise ValueError(f"length_fn returned {length} for stream item {i}; lengths are >= 0")
+        yield length, sample
+
+
+def _pooled(
+    measured: Iterator[tuple[int, T]],
+    batch_size: int,
+    buffer_size: int,
+    rng: random.Random,
+    drop_last: bool,
+) -> Iterator[list[T]]:
+    pool: list[tuple[int, T]] = []
+    for item in measured:
+        pool.append(item)
+        if len(pool) >= buffer_size:
+            batches, pool = _cut(pool, batch_size, rng, final=False, drop_last=drop_last)
+            yield from batches
+    yield from _cut(pool, batch_size, rng, final=True, drop_last=drop_last)[0]
+
+
+def _bucketed(
+    measured: Iterator[tuple[int, T]],
+    batch_size: int,
+    boundaries: list[int] | None,
+    buffer_size: int,
+    rng: random.Random,
+    drop_last: bool,
+) -> Iterator[list[T]]:
+    if boundaries is None:  # "auto": quantiles of the first buffer's lengths
+        head = list(islice(measured, buffer_size))
+        lengths = sorted(length for length, _ in head)
+        n = buffer_size // batch_size
+        quantiles = {lengths[k * len(lengths) // n] for k in range(1, n)} if lengths else set()
+        boundaries = sorted(quantiles)
+        measured = chain(head, measured)
+    buckets: list[list[tuple[int, T]]] = [[] for _ in range(len(boundaries) + 1)]
+    for length, sample in measured:
+        bucket = buckets[bisect.bisect_right(boundaries, length)]
+        bucket.append((length, sample))
+        if len(bucket) == batch_size:
+            yield [s for _, s in bucket]
+            bucket.clear()
+    rest = [item for bucket in buckets for item in bucket]
+    yield from _cut(rest, batch_size, rng, final=True, drop_last=drop_last)[0]
+
+
+def _cut(
+    pool: list[tuple[int, Any]],
+    batch_size: int,
+    rng: random.Random,
+    *,
+    final: bool,
+    drop_last: bool,
+) -> tuple[list[list[Any]], list[tuple[int, Any]]]:
+    """Sort ``pool`` by length and cut it into batches in a random order.
+
+    Returns the batches and what is left for the next pool: the samples that do not fill a
+    batch, unless ``final``, when they form the last (short) batch or are dropped.
+    """
+    rng.shuffle(pool)  # a random order among samples of equal length
+    pool.sort(key=lambda item: item[0])
+    full = len(pool) - len(pool) % batch_size
+    batches = [[s for _, s in pool[i : i + batch_size]] for i in range(0, full, batch_size)]
+    rng.shuffle(batches)
+    rest = pool[full:]
+    if final:
+        if rest and not drop_last:
+            batches.append([s for _, s in rest])
+        rest = []
+    return batches, rest

@@ -1,0 +1,134 @@
+"""The padding kernel of :func:`fastdata.collate.pad_collate`: one allocation, then copies.
+
+Items are written into one tensor filled with the pad value, either by one masked scatter of
+their concatenation (small items: no per-item overhead) or by one slice copy per item (large
+items, where the scatter's per-element mask work costs more). No Python loop over elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+# Up to this many elements per item on average, padding scatters the concatenated items
+# through the mask (one vectorized copy, no per-item overhead); above it, one slice copy per
+# item is faster. Measured on one CPU thread with 1-D and L x 16 items of 64 to 16k elements:
+# the scatter is ~2x faster up to ~1k elements, the copies ~1.5x faster from ~4k.
+_SCATTER_MAX_MEAN_NUMEL = 2048
+
+
+def pad_tensors(
+    tensors: list[torch.Tensor],
+    shapes: list[torch.Size],
+    where: str,
+    *,
+    pad_value: float,
+    multiples: tuple[int | None, ...] | int | None,
+    left: bool,
+    return_mask: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Pad items of one rank, dtype and device into one ``(B, *padded)`` tensor.
+
+    Args:
+        tensors: the items.
+        shapes: their shapes.
+        where: the field's key path suffix (``['tokens']``), for messages.
+        pad_value: written into the padding; must fit the dtype.
+        multiples: from :func:`check_multiples`.
+        left: pad at the start of every dim instead of the end.
+        return_mask: return the mask (else None).
+
+    Returns:
+        ``(values, lengths, mask)`` as :class:`fastdata.collate.Padded` documents them.
+    """
+    first = tensors[0]
+    ndim, device = first.ndim, first.device
+    if isinstance(multiples, tuple) and len(multiples) != ndim:
+        raise ValueError(
+            f"pad_to_multiple_of={multiples!r} has {len(multiples)} entries but "
+            f"batch[0]{where} has {ndim} dims; give one entry (or None) per dim"
+        )
+    _check_pad_value(pad_value, first.dtype, where)
+    sizes = torch.tensor(shapes, dtype=torch.int64)  # (B, ndim), on the CPU for the maths
+    per_dim = multiples if isinstance(multiples, tuple) else (multiples,) * ndim
+    largest = sizes.amax(0).tolist()
+    padded = [_round_up(n, m) for n, m in zip(largest, per_dim, strict=True)]
+    # dims that every item fills: the mask needs no comparison along them
+    full = [s == n == p for s, n, p in zip(sizes.amin(0).tolist(), largest, padded, strict=True)]
+    values = torch.full((len(tensors), *padded), pad_value, dtype=first.dtype, device=device)
+    scatter = int(sizes.prod(1).sum()) <= _SCATTER_MAX_MEAN_NUMEL * len(tensors)
+    sizes = sizes.to(device)
+    mask = None
+    if scatter:
+        mask = _mask(sizes, padded, full, left)
+        flat = torch.cat(tensors if ndim == 1 else [t.reshape(-1) for t in tensors])
+        values.masked_scatter_(mask, flat)
+    else:
+        for i, (t, shape) in enumerate(zip(tensors, shapes, strict=True)):
+            index: list[int | slice] = [i]
+            for n, p in zip(shape, padded, strict=True):
+                index.append(slice(p - n, p) if left else slice(0, n))
+            values[tuple(index)] = t
+        if return_mask:
+            mask = _mask(sizes, padded, full, left)
+    lengths = sizes[:, 0] if ndim == 1 else sizes
+    return values, lengths, mask if return_mask else None
+
+
+def _mask(sizes: torch.Tensor, padded: list[int], full: list[bool], left: bool) -> torch.Tensor:
+    """``(B, *padded)`` bool, True where an item's elements go.
+
+    Built as the AND of one ``(B, p)`` comparison per dim, broadcast; dims that every item
+    fills completely are skipped and the result expanded, which halves the work on images.
+    """
+    batch, ndim = sizes.shape
+    mask = None
+    for d, p in enumerate(padded):
+        if full[d]:
+            continue
+        position = torch.arange(p, device=sizes.device)
+        limit = sizes[:, d : d + 1]
+        valid = position >= p - limit if left else position < limit
+        view = [batch] + [1] * ndim
+        view[d + 1] = p
+        valid = valid.view(view)
+        mask = valid if mask is None else mask & valid
+    shape = (batch, *padded)
+    if mask is None:
+        return torch.ones(shape, dtype=torch.bool, device=sizes.device)
+    return mask if mask.shape == shape else mask.expand(shape).contiguous()
+
+
+def _round_up(n: int, multiple: int | None) -> int:
+    return n if multiple is None else -(-n // multiple) * multiple
+
+
+def check_multiples(
+    value: int | Sequence[int | None] | None,
+) -> tuple[int | None, ...] | int | None:
+    """Validate ``pad_to_multiple_of``: None, a positive int, or one of those per dim."""
+    entries: list[Any] = list(value) if isinstance(value, Sequence) else [value]
+    for m in entries:
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(
+                f"pad_to_multiple_of={value!r}: expected a positive int (e.g. 8), "
+                "a sequence of positive ints or None (one per dim), or None"
+            )
+    return tuple(entries) if isinstance(value, Sequence) else value
+
+
+def _check_pad_value(pad_value: float, dtype: torch.dtype, where: str) -> None:
+    if dtype.is_floating_point or dtype.is_complex:
+        return
+    if dtype == torch.bool:
+        fits = pad_value in (0, 1)
+    else:
+        info = torch.iinfo(dtype)
+        fits = float(pad_value).is_integer() and info.min <= pad_value <= info.max
+    if not fits:
+        raise ValueError(
+            f"pad_value={pad_value!r} cannot be stored in batch[*]{where}, whose dtype is "
+            f"{dtype}; pass a pad_value that {dtype} holds, e.g. 0"
+        )
