@@ -14,12 +14,27 @@ from fastdata._version import __version__
 
 if TYPE_CHECKING:
     from fastdata import decode, synthetic
+    from fastdata.collate import (
+        Padded,
+        PaddingStats,
+        bucket_by_length,
+        nested_collate,
+        pad_collate,
+        padding_stats,
+    )
     from fastdata.decode import (
         ImageTransform,
         decode_image,
         decode_many,
         limit_opencv_threads,
         sample_rng,
+    )
+    from fastdata.device import (
+        IMAGENET,
+        DeviceNormalize,
+        DevicePrefetcher,
+        MeanStd,
+        to_device,
     )
     from fastdata.errors import (
         DecodeError,
@@ -36,6 +51,11 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
     "DecodeError": "fastdata.errors",
+    "DeviceNormalize": "fastdata.device",
+    "DevicePrefetcher": "fastdata.device",
+    "IMAGENET": "fastdata.device",
+    "MeanStd": "fastdata.device",
+    "to_device": "fastdata.device",
     "FastDataError": "fastdata.errors",
     "ImageStream": "fastdata.sources.images",
     "ImageTransform": "fastdata.decode",
@@ -43,6 +63,12 @@ _EXPORTS: dict[str, str] = {
     "ResumeError": "fastdata.errors",
     "SchemaError": "fastdata.errors",
     "SourceError": "fastdata.errors",
+    "Padded": "fastdata.collate",
+    "PaddingStats": "fastdata.collate",
+    "bucket_by_length": "fastdata.collate",
+    "nested_collate": "fastdata.collate",
+    "pad_collate": "fastdata.collate",
+    "padding_stats": "fastdata.collate",
     "decode_image": "fastdata.decode",
     "decode_many": "fastdata.decode",
     "limit_opencv_threads": "fastdata.decode",

@@ -1,23 +1,39 @@
-"""fastdata.DataLoader: torch's DataLoader, unchanged, plus exact mid-epoch resume.
+"""fastdata.DataLoader: torch's DataLoader, unchanged, plus resume, device transfer and stats.
 
-It subclasses :class:`torch.utils.data.DataLoader` without touching its constructor, so every
-argument, default and behaviour is torch's own. What it adds:
+It subclasses :class:`torch.utils.data.DataLoader` and hands every torch argument to it
+untouched, so signature, defaults and behaviour are torch's own for the installed version.
+The extras are keyword-only and off unless asked for:
 
-- :meth:`DataLoader.state_dict` / :meth:`DataLoader.load_state_dict` for fastdata streams:
-  the loader counts the batches it handed out, the stream's plan says how many items each
-  worker yields, and torch's in-order round-robin over workers turns one into the other.
-  Resuming continues with the next batch of the interrupted run — nothing repeated, nothing
-  missed, the same order — and skips by metadata, so it costs the same early or late in an
-  epoch.
+- ``device=`` / ``normalize=``: batches arrive on the device, uint8 images normalized there
+  (:func:`fastdata.device.to_device`);
+- ``config=``: a :class:`fastdata.config.LoaderConfig` (or its JSON file, e.g. from
+  ``fastdata tune``); explicit arguments win over it;
+- ``stats=True``: per-stage times (read, decode, transform, collate, transfer), throughput and
+  the consumer's data-wait time, from :meth:`DataLoader.stats`;
+- :meth:`DataLoader.state_dict` / :meth:`DataLoader.load_state_dict`: exact mid-epoch resume
+  of fastdata streams and of map-style datasets with the standard samplers.
+
+Worker set-up: a user's ``worker_init_fn`` is chained after fastdata's, which caps OpenCV's
+own thread pool at one thread per spawned worker (workers are the parallelism; forked workers
+are left alone, see :class:`_WorkerInit`). torch already seeds ``random``, ``numpy`` and torch
+itself per worker from the loader's seed.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import multiprocessing
+import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch.utils.data
+import torch.utils.data as tud
 
+from fastdata._resume import SamplerState, Skip
+from fastdata._stats import StageTimes, TimedCollate
 from fastdata.errors import ResumeError
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.plan import round_robin_consumed
@@ -25,33 +41,162 @@ from fastdata.sources.plan import round_robin_consumed
 __all__ = ["DataLoader"]
 
 STATE_VERSION = 1
+_TORCH_INIT = torch.utils.data.DataLoader.__init__
+
+
+class _WorkerInit:
+    """fastdata's worker set-up, then the user's ``worker_init_fn`` (picklable for spawn).
+
+    In a fresh (spawned or forkserver) worker, OpenCV's own thread pool is capped at one
+    thread: the workers are the parallelism. A forked worker is left alone: reconfiguring the
+    pool it inherited from a parent that already used it deadlocks in OpenCV.
+    """
+
+    def __init__(self, user_fn: Any, *, limit_opencv: bool) -> None:
+        self.user_fn = user_fn
+        self.limit_opencv = limit_opencv
+
+    def __call__(self, worker_id: int) -> None:
+        cv2 = sys.modules.get("cv2")  # only if the pipeline uses OpenCV at all
+        if cv2 is not None and self.limit_opencv:
+            cv2.setNumThreads(1)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+def _start_method(context: Any) -> str:
+    if isinstance(context, str):
+        return context
+    if context is not None:
+        return context.get_start_method()
+    return multiprocessing.get_context().get_start_method()
 
 
 class DataLoader(torch.utils.data.DataLoader):
-    """A drop-in for :class:`torch.utils.data.DataLoader` (same signature and behaviour).
+    """A drop-in for :class:`torch.utils.data.DataLoader` with opt-in extras.
 
-    Adds :meth:`state_dict` and :meth:`load_state_dict` for resuming fastdata streams
-    mid-epoch.
+    Every positional and keyword argument of torch's DataLoader is accepted with torch's
+    defaults. The extras (keyword-only):
 
-    Example:
-        >>> loader = DataLoader(stream, batch_size=None, num_workers=2)  # doctest: +SKIP
-        >>> state = loader.state_dict()                                   # doctest: +SKIP
+    Args:
+        device: move each batch there (pinned memory and a side stream on CUDA).
+        normalize: with ``device``, normalize uint8 images there, e.g. ``fastdata.IMAGENET``.
+        config: a ``LoaderConfig``, a ``TuneResult`` or a path to one's JSON; its settings
+            (num_workers, prefetch_factor, pin_memory, ...) apply where not passed explicitly.
+        stats: record per-stage times for :meth:`stats`.
     """
 
     _fd_iterator: Any = None
+    _fd_wrapped = False
+    _fd_consumed = 0  # batches handed out by the current iterator, when fastdata wraps it
     _fd_base = 0  # batches of this epoch consumed before the current iterator started
     _fd_resume_base = 0
+    _fd_skip: Skip | None = None
+    _fd_sampler_state: SamplerState | ResumeError | None = None
+
+    def __init__(
+        self,
+        *args: Any,
+        device: Any = None,
+        normalize: Any = None,
+        config: Any = None,
+        stats: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if config is not None:
+            kwargs = _merge_config(config, args, kwargs)
+        if normalize is not None and device is None:
+            raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
+        bound = inspect.signature(_TORCH_INIT).bind(self, *args, **kwargs)
+        bound.arguments["worker_init_fn"] = _WorkerInit(
+            bound.arguments.get("worker_init_fn"),
+            limit_opencv=_start_method(bound.arguments.get("multiprocessing_context")) != "fork",
+        )
+        super().__init__(*bound.args[1:], **bound.kwargs)
+        self.device = device
+        self.normalize = normalize
+        self._fd_times = StageTimes() if stats else None
+        if self._fd_times is not None:
+            self.collate_fn = TimedCollate(self.collate_fn, self._fd_times)
+            if isinstance(self.dataset, PlannedStream):
+                self.dataset._stage_times = self._fd_times
+        self._fd_wall = 0.0
+        self._fd_wait = 0.0
+        self._fd_batches = 0
 
     def __iter__(self) -> Any:
+        if not isinstance(self.dataset, tud.IterableDataset):
+            try:
+                self._fd_sampler_state = SamplerState.capture(self)
+            except ResumeError as exc:  # raised by state_dict(), never by iteration
+                self._fd_sampler_state = exc
         iterator = super().__iter__()
         self._fd_iterator = iterator
         self._fd_base, self._fd_resume_base = self._fd_resume_base, 0
+        if self._fd_skip is not None:
+            self._fd_skip.active = False  # the skip applied to this iterator only
+            self._fd_skip = None
         if self.num_workers > 0 and isinstance(self.dataset, PlannedStream):
             # The workers hold their own copies with the pending resume; this copy's is spent.
             self.dataset._pending = None
-        return iterator
+        self._fd_wrapped = self.device is not None or self._fd_times is not None
+        if not self._fd_wrapped:
+            return iterator
+        self._fd_consumed = 0
+        return self._extras(iterator)
 
+    def _extras(self, iterator: Any) -> Iterator[Any]:
+        """Device transfer and timing around torch's iterator (only when asked for)."""
+        batches: Any = iterator
+        if self.device is not None:
+            from fastdata.device import to_device
+
+            batches = to_device(iterator, self.device, normalize=self.normalize)
+        source = iter(batches)
+        start = time.perf_counter()
+        while True:
+            asked = time.perf_counter()
+            try:
+                batch = next(source)
+            except StopIteration:
+                break
+            finally:
+                self._fd_wait += time.perf_counter() - asked
+            self._fd_consumed += 1
+            self._fd_batches += 1
+            self._fd_wall = time.perf_counter() - start
+            yield batch
+        self._fd_wall = time.perf_counter() - start
+
+    @property
+    def _index_sampler(self) -> Any:
+        base = super()._index_sampler
+        return base if self._fd_skip is None else self._fd_skip.wrap(base)
+
+    # ----------------------------------------------------------------- stats
+    def stats(self) -> dict[str, Any]:
+        """Per-stage seconds and counts over all workers, throughput and data-wait time.
+
+        ``data_wait_s`` is the time the consumer spent blocked waiting for batches;
+        ``wait_fraction`` its share of the iteration's wall time (0 when the pipeline keeps
+        up). Needs ``DataLoader(stats=True)``.
+        """
+        if self._fd_times is None:
+            raise RuntimeError("stats are off: create the loader with stats=True")
+        wall = self._fd_wall
+        return {
+            "batches": self._fd_batches,
+            "wall_s": wall,
+            "batches_per_s": self._fd_batches / wall if wall else 0.0,
+            "data_wait_s": self._fd_wait,
+            "wait_fraction": self._fd_wait / wall if wall else 0.0,
+            "stages": self._fd_times.totals(),
+        }
+
+    # ----------------------------------------------------------------- resume
     def _batches_consumed(self) -> int:
+        if self._fd_wrapped:
+            return self._fd_base + self._fd_consumed
         iterator = self._fd_iterator
         return self._fd_base + (0 if iterator is None else iterator._num_yielded)
 
@@ -59,9 +204,26 @@ class DataLoader(torch.utils.data.DataLoader):
         """The position of iteration as plain JSON-able data.
 
         Raises:
-            ResumeError: the dataset is not a fastdata stream, or ``in_order=False``.
+            ResumeError: the position cannot be restored exactly (an iterable dataset that is
+                not a fastdata stream, a sampler without a seeded generator, in_order=False).
         """
-        stream = self._resumable_stream()
+        if not getattr(self, "in_order", True):
+            raise ResumeError("cannot resume with in_order=False: the batch order is not fixed")
+        consumed = self._batches_consumed()
+        if isinstance(self.dataset, PlannedStream):
+            return self._stream_state(self.dataset, consumed)
+        if isinstance(self.dataset, torch.utils.data.IterableDataset):
+            raise ResumeError(
+                f"cannot save the position of a {type(self.dataset).__name__}: an iterable "
+                "dataset without a cursor can only restart; use a fastdata stream "
+                "(ParquetStream, ImageStream) or a map-style dataset"
+            )
+        sampler = self._fd_sampler_state or SamplerState.capture(self)
+        if isinstance(sampler, ResumeError):
+            raise sampler
+        return {"version": STATE_VERSION, "batches": consumed, "sampler": sampler.to_dict()}
+
+    def _stream_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
         readers = max(self.num_workers, 1)
         items = stream.worker_items(readers)
         rows = 1 if self.batch_size is None else self.batch_size
@@ -71,7 +233,7 @@ class DataLoader(torch.utils.data.DataLoader):
             batches = [c // rows for c in items]
         else:
             batches = [math.ceil(c / rows) for c in items]
-        consumed = min(self._batches_consumed(), sum(batches))
+        consumed = min(consumed, sum(batches))
         done, turn = round_robin_consumed(batches, consumed)
         per_worker = [min(d * rows, c) for d, c in zip(done, items, strict=True)]
         return {
@@ -86,7 +248,6 @@ class DataLoader(torch.utils.data.DataLoader):
         Call it before iterating (with ``persistent_workers=True``, before the first
         iteration: running workers hold their own copy of the dataset).
         """
-        stream = self._resumable_stream()
         if state.get("version") != STATE_VERSION:
             raise ResumeError(
                 f"cannot resume: state version {state.get('version')!r}, "
@@ -97,15 +258,43 @@ class DataLoader(torch.utils.data.DataLoader):
                 "cannot resume: this loader's persistent workers are already running; call "
                 "load_state_dict() on a new loader, before iterating it"
             )
-        stream.load_state_dict(state["dataset"])
+        if isinstance(self.dataset, PlannedStream):
+            if "dataset" not in state:
+                raise ResumeError("cannot resume: the state was saved for a map-style dataset")
+            self.dataset.load_state_dict(state["dataset"])
+        else:
+            if "sampler" not in state:
+                raise ResumeError("cannot resume: the state was saved for a fastdata stream")
+            SamplerState.from_dict(state["sampler"]).restore(self)
+            self._fd_skip = Skip(state["batches"])
         self._fd_resume_base = state["batches"]
 
-    def _resumable_stream(self) -> PlannedStream:
-        if not isinstance(self.dataset, PlannedStream):
-            raise ResumeError(
-                f"cannot save or restore the position of a {type(self.dataset).__name__}: "
-                "resume works for fastdata streams (ParquetStream); wrap your data in one"
-            )
-        if not getattr(self, "in_order", True):
-            raise ResumeError("cannot resume with in_order=False: the batch order is not fixed")
-        return self.dataset
+
+def _signature() -> inspect.Signature:
+    """torch's DataLoader signature plus the keyword-only extras, for help() and inspect."""
+    torch_params = list(inspect.signature(_TORCH_INIT).parameters.values())
+    extras = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+        for name, default in (
+            ("device", None),
+            ("normalize", None),
+            ("config", None),
+            ("stats", False),
+        )
+    ]
+    return inspect.Signature([*torch_params, *extras], return_annotation=None)
+
+
+DataLoader.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
+
+
+def _merge_config(config: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` plus the config's settings that were not passed explicitly."""
+    from fastdata.config import load_config
+
+    explicit = inspect.signature(_TORCH_INIT).bind_partial(None, *args, **kwargs).arguments
+    merged = dict(kwargs)
+    for key, value in load_config(config).loader_kwargs().items():
+        if key not in explicit:
+            merged[key] = value
+    return merged

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from fastdata._env import resolve_rank, worker_slot
+from fastdata._stats import StageTimes
 from fastdata.errors import ResumeError
 from fastdata.sources.plan import (
     EvenBatches,
@@ -44,6 +46,8 @@ class PlannedStream(IterableDataset):
     can be read alone, :meth:`_read_piece`), :meth:`_make_batch`, :meth:`_make_rows` and
     :meth:`_identity`.
     """
+
+    _stage_times: StageTimes | None = None  # set by DataLoader(stats=True)
 
     def __init__(
         self,
@@ -264,10 +268,14 @@ class PlannedStream(IterableDataset):
             offset = 0
 
     def _read_window(self, window: Window) -> pa.Table:
+        start = time.perf_counter()
         parts = [self._read_piece(p) for p in window.pieces]
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         perm = window_permutation(window)
-        return table if perm is None else table.take(perm)
+        table = table if perm is None else table.take(perm)
+        if self._stage_times is not None:
+            self._stage_times.add("read", time.perf_counter() - start, table.num_rows)
+        return table
 
     def _batches(self, tables: Iterator[pa.Table], size: int) -> Iterator[Any]:
         """Items of exactly ``size`` rows across table boundaries; the plan makes only the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -367,9 +368,11 @@ class ImageStream(PlannedStream):
             self._executor = ThreadPoolExecutor(self.decode_threads, "fastdata-decode")
         return list(self._executor.map(fn, rows))
 
-    def _load(self, row: dict[str, Any]) -> np.ndarray | None:
-        """Bytes -> decoded -> transformed HWC uint8; None when skipped."""
+    def _load(self, row: dict[str, Any]) -> tuple[np.ndarray | None, float, float]:
+        """Bytes -> decoded -> transformed HWC uint8 (None when skipped), and the seconds
+        spent decoding (fetch included) and transforming."""
         index = row["index"]
+        start = time.perf_counter()
         try:
             data = self._reader.fetch(row)
             image = decode_image(
@@ -378,8 +381,10 @@ class ImageStream(PlannedStream):
                 keep_alpha=self.keep_alpha,
                 max_pixels=self.max_pixels,
             )
+            decoded = time.perf_counter()
             rng = sample_rng(self._policy.seed, self.epoch, index) if self._random else None
-            return self.transform(image, rng)
+            out = self.transform(image, rng)
+            return out, decoded - start, time.perf_counter() - decoded
         except (SourceError, OSError, pa.ArrowException) as exc:
             reason = exc.reason if isinstance(exc, SourceError) else f"cannot read ({exc})"
             kind = DecodeError if isinstance(exc, DecodeError) else SourceError
@@ -395,7 +400,7 @@ class ImageStream(PlannedStream):
                     stacklevel=2,
                 )
             log.info("skipped a bad image (on_error='skip'): %s", error)
-            return None
+            return None, time.perf_counter() - start, 0.0
 
     @cached_property
     def _random(self) -> bool:
@@ -407,10 +412,12 @@ class ImageStream(PlannedStream):
 
     def _decoded(self, table: pa.Table) -> list[tuple[np.ndarray, int | None]]:
         rows = table.to_pylist()
-        images = self._map(self._load, rows)
-        return [
-            (img, r.get("label")) for img, r in zip(images, rows, strict=True) if img is not None
-        ]
+        loaded = self._map(self._load, rows)
+        if self._stage_times is not None:
+            self._stage_times.add("decode", sum(d for _, d, _ in loaded), len(rows))
+            self._stage_times.add("transform", sum(t for _, _, t in loaded), len(rows))
+        pairs = zip(loaded, rows, strict=True)
+        return [(img, row.get("label")) for (img, _, _), row in pairs if img is not None]
 
     def _make_rows(self, table: pa.Table) -> Iterator[Any]:
         chunk = max(self.decode_threads * 4, 16)

@@ -1,0 +1,71 @@
+"""Per-stage times and counts, shared by the main process and the DataLoader workers.
+
+One small shared-memory table, one row per process (row 0: the main process, row 1 + w:
+worker w), so every process adds to its own row without locks and the loader sums the rows.
+Recording costs two tensor additions per batch-sized piece of work, and nothing at all when
+stats are off (the stream's table is ``None``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.utils.data import get_worker_info
+
+STAGES = ("read", "decode", "transform", "collate")
+_ROWS = 1 + 256  # main process + workers
+
+
+class StageTimes:
+    """Seconds and item counts per stage, summed over processes (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._table = torch.zeros(_ROWS, len(STAGES), 2, dtype=torch.float64).share_memory_()
+
+    def add(self, stage: str, seconds: float, count: int = 1) -> None:
+        """Add ``seconds`` spent on ``count`` items of ``stage`` in this process."""
+        row = self._table[_row(), STAGES.index(stage)]
+        row[0] += seconds
+        row[1] += count
+
+    @contextmanager
+    def timed(self, stage: str, count: int = 1) -> Iterator[None]:
+        """Time the ``with`` body as ``count`` items of ``stage``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(stage, time.perf_counter() - start, count)
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """``{stage: {"seconds": s, "count": n}}`` over all processes, for stages with work."""
+        summed = self._table.sum(dim=0)
+        return {
+            stage: {"seconds": float(summed[i, 0]), "count": int(summed[i, 1])}
+            for i, stage in enumerate(STAGES)
+            if summed[i, 1] > 0
+        }
+
+    def reset(self) -> None:
+        self._table.zero_()
+
+
+def _row() -> int:
+    info = get_worker_info()
+    return 0 if info is None else 1 + info.id % (_ROWS - 1)
+
+
+class TimedCollate:
+    """A collate function that records its time under ``"collate"`` (picklable for spawn)."""
+
+    def __init__(self, collate_fn: Any, times: StageTimes) -> None:
+        self.collate_fn = collate_fn
+        self.times = times
+
+    def __call__(self, batch: Any) -> Any:
+        with self.times.timed("collate"):
+            return self.collate_fn(batch)

@@ -1,0 +1,353 @@
+"""fastdata.DataLoader: the drop-in claim, resume, stats, device, worker failures."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torch.utils.data as tud
+
+import fastdata as fd
+from fastdata import DataLoader, ResumeError
+from fastdata.synthetic import make_images, make_parquet
+
+from resume_helper import check_resume
+
+
+# --------------------------------------------------------------------------- drop-in
+class Squares(tud.Dataset):
+    def __len__(self) -> int:
+        return 23
+
+    def __getitem__(self, i: int) -> dict:
+        return {"x": torch.tensor([i, i * i]), "i": i}
+
+
+class Counting(tud.IterableDataset):
+    def __iter__(self):
+        info = tud.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        yield from range(start, 17, step)
+
+
+def pairs_collate(batch):
+    return [b["i"] for b in batch]
+
+
+def seed_numpy(worker_id: int) -> None:
+    np.random.seed(1000 + worker_id)
+
+
+class RandomDraw(tud.Dataset):
+    """Items depend on the per-worker RNG state, which must match torch's exactly."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> tuple:
+        return i, float(np.random.rand()), float(torch.rand(1))
+
+
+SCENARIOS = {
+    "defaults": lambda: {"dataset": Squares()},
+    "batch-drop_last": lambda: {"dataset": Squares(), "batch_size": 5, "drop_last": True},
+    "shuffle-generator": lambda: {
+        "dataset": Squares(),
+        "batch_size": 4,
+        "shuffle": True,
+        "generator": torch.Generator().manual_seed(3),
+    },
+    "sampler": lambda: {
+        "dataset": Squares(),
+        "sampler": tud.SubsetRandomSampler(range(0, 23, 2), torch.Generator().manual_seed(1)),
+    },
+    "batch_sampler": lambda: {
+        "dataset": Squares(),
+        "batch_sampler": tud.BatchSampler(tud.SequentialSampler(range(23)), 6, False),
+    },
+    "collate_fn": lambda: {"dataset": Squares(), "batch_size": 7, "collate_fn": pairs_collate},
+    "no-auto-batching": lambda: {"dataset": Squares(), "batch_size": None},
+    "workers-fork": lambda: {"dataset": Squares(), "batch_size": 3, "num_workers": 2},
+    "workers-spawn": lambda: {
+        "dataset": Squares(),
+        "batch_size": 3,
+        "num_workers": 2,
+        "multiprocessing_context": "spawn",
+    },
+    "worker_init_fn": lambda: {
+        "dataset": RandomDraw(),
+        "num_workers": 2,
+        "worker_init_fn": seed_numpy,
+        "generator": torch.Generator().manual_seed(0),
+    },
+    "worker-seeding": lambda: {
+        "dataset": RandomDraw(),
+        "num_workers": 2,
+        "generator": torch.Generator().manual_seed(5),
+    },
+    "persistent-prefetch": lambda: {
+        "dataset": Squares(),
+        "batch_size": 4,
+        "num_workers": 2,
+        "persistent_workers": True,
+        "prefetch_factor": 3,
+    },
+    "pin_memory-cpu": lambda: {"dataset": Squares(), "batch_size": 4, "pin_memory": True},
+    "timeout": lambda: {"dataset": Squares(), "batch_size": 4, "num_workers": 1, "timeout": 30},
+    "iterable": lambda: {"dataset": Counting(), "batch_size": 4, "num_workers": 2},
+    "iterable-no-batch": lambda: {"dataset": Counting(), "batch_size": None},
+}
+
+
+def as_plain(batch):
+    if isinstance(batch, torch.Tensor):
+        return batch.tolist()
+    if isinstance(batch, dict):
+        return {k: as_plain(v) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return [as_plain(v) for v in batch]
+    return batch
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_results_as_torch(name: str) -> None:
+    def run(cls):
+        loader = cls(**SCENARIOS[name]())
+        epochs = [[as_plain(b) for b in loader] for _ in range(2)]
+        length = len(loader) if not isinstance(loader.dataset, tud.IterableDataset) else None
+        return epochs, length
+
+    assert run(DataLoader) == run(tud.DataLoader)
+
+
+def test_signature_is_torchs_plus_keyword_only_extras() -> None:
+    ours = inspect.signature(DataLoader).parameters
+    theirs = inspect.signature(tud.DataLoader).parameters
+    for name, param in theirs.items():
+        assert ours[name].kind == param.kind
+        assert ours[name].default == param.default
+    extras = [p for p in ours if p not in theirs]
+    assert extras == ["device", "normalize", "config", "stats"]
+    assert all(ours[p].kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
+    assert issubclass(DataLoader, tud.DataLoader)
+
+
+def test_user_worker_init_fn_is_chained(tmp_path: Path) -> None:
+    marker = tmp_path / "called"
+
+    loader = DataLoader(Squares(), num_workers=2, worker_init_fn=TouchFile(marker))
+    list(loader)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["called-0", "called-1"]
+
+
+class TouchFile:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def __call__(self, worker_id: int) -> None:
+        Path(f"{self.base}-{worker_id}").touch()
+
+
+class Boom(tud.Dataset):
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, i: int):
+        if i == 5:
+            if self.how == "raise":
+                raise ValueError(f"bad item {i}")
+            if self.how == "exit":
+                os._exit(3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+@pytest.mark.parametrize(
+    ("how", "error", "message"),
+    [
+        ("raise", ValueError, r"(?s)worker process \d.*bad item 5"),
+        ("exit", RuntimeError, "exited unexpectedly"),
+        ("kill", RuntimeError, "killed by signal|exited unexpectedly"),
+    ],
+)
+def test_worker_failures_end_with_a_clear_error(how: str, error, message: str) -> None:
+    loader = DataLoader(Boom(how), batch_size=2, num_workers=2)
+    start = time.monotonic()
+    with pytest.raises(error, match=message):
+        list(loader)
+    assert time.monotonic() - start < 60
+
+
+def test_forked_workers_do_not_deadlock_after_opencv_ran_in_the_parent(tmp_path: Path) -> None:
+    big = np.random.default_rng(0).integers(0, 255, (1500, 1500, 3), dtype=np.uint8)
+    for _ in range(3):
+        cv2.resize(big, (300, 300), interpolation=cv2.INTER_AREA)  # starts OpenCV's pool
+    make_images(tmp_path, 8, min_short=64, max_short=80)
+    stream = fd.ImageStream.from_folder(tmp_path, size=32, crop="center", batch_size=4)
+    loader = DataLoader(stream, batch_size=None, num_workers=2, timeout=60)
+    assert sum(len(labels) for _, labels in loader) == 8
+
+
+# --------------------------------------------------------------------------- resume
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_map_style_resume_with_seeded_random_sampler(num_workers: int) -> None:
+    def make():
+        return DataLoader(
+            Squares(),
+            batch_size=3,
+            shuffle=True,
+            num_workers=num_workers,
+            generator=torch.Generator().manual_seed(11),
+        )
+
+    class Epochless:  # map-style datasets have no set_epoch; the helper calls it
+        def __init__(self) -> None:
+            self.loader = make()
+            self.dataset = self
+            self.state_dict = self.loader.state_dict
+            self.load_state_dict = self.loader.load_state_dict
+
+        def set_epoch(self, epoch: int) -> None:
+            pass
+
+        def __iter__(self):
+            return iter(self.loader)
+
+    check_resume(Epochless, key=lambda b: b["i"].tolist(), stops=[0, 2, 5, 8])
+
+
+MAP_RESUME = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[3])
+from test_loader import Squares
+from fastdata import DataLoader
+loader = DataLoader(Squares(), batch_size=3, shuffle=True, num_workers=int(sys.argv[2]),
+                    generator=torch.Generator().manual_seed(int(sys.argv[4])))
+loader.load_state_dict(json.loads(open(sys.argv[1]).read()))
+print(json.dumps([b["i"].tolist() for b in loader]))
+"""
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_map_style_resume_in_a_new_process(tmp_path: Path, num_workers: int) -> None:
+    def make(seed: int):
+        return DataLoader(
+            Squares(),
+            batch_size=3,
+            shuffle=True,
+            num_workers=num_workers,
+            generator=torch.Generator().manual_seed(seed),
+        )
+
+    loader = make(4)
+    list(loader)  # a first epoch moves the generator on: resume the second one
+    full = [b["i"].tolist() for b in make_two_epochs(make)]
+    it = iter(loader)
+    head = [next(it)["i"].tolist() for _ in range(3)]
+    (tmp_path / "s.json").write_text(json.dumps(loader.state_dict()))
+    # The new process builds its loader with a *different* seed: the state must win.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            MAP_RESUME,
+            str(tmp_path / "s.json"),
+            str(num_workers),
+            str(Path(__file__).parent),
+            "999",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert head + json.loads(out.stdout) == full
+
+
+def make_two_epochs(make):
+    loader = make(4)
+    list(loader)
+    return loader
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_image_stream_resume(tmp_path: Path, num_workers: int) -> None:
+    make_images(tmp_path, 20, min_short=48, max_short=64)
+
+    def make():
+        stream = fd.ImageStream.from_folder(
+            tmp_path, size=24, crop="random-resized", batch_size=3, shuffle=True
+        )
+        return DataLoader(stream, batch_size=None, num_workers=num_workers)
+
+    check_resume(make, key=lambda b: [hash(x.numpy().tobytes()) for x in b[0]], stops=[2, 5])
+
+
+def test_resume_refusals_explain_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ResumeError, match=r"generator=torch\.Generator\(\)\.manual_seed"):
+        DataLoader(Squares(), shuffle=True).state_dict()
+    with pytest.raises(ResumeError, match="iterable dataset without a cursor"):
+        DataLoader(Counting()).state_dict()
+    with pytest.raises(ResumeError, match="in_order=False"):
+        DataLoader(Squares(), num_workers=1, in_order=False).state_dict()
+    make_parquet(tmp_path, 100, files=1)
+    state = DataLoader(fd.ParquetStream(tmp_path, batch_size=10), batch_size=None).state_dict()
+    with pytest.raises(ResumeError, match="fastdata stream"):
+        DataLoader(Squares()).load_state_dict(state)
+
+
+# --------------------------------------------------------------------------- extras
+def test_stats_report_stages_throughput_and_wait(tmp_path: Path) -> None:
+    make_images(tmp_path, 12, min_short=48, max_short=64)
+    stream = fd.ImageStream.from_folder(tmp_path, size=32, crop="center", batch_size=4)
+    loader = DataLoader(stream, batch_size=None, num_workers=2, stats=True)
+    assert sum(len(labels) for _, labels in loader) == 12
+    stats = loader.stats()
+    assert stats["batches"] == 3
+    assert 0 <= stats["data_wait_s"] <= stats["wall_s"]
+    assert 0 <= stats["wait_fraction"] <= 1
+    stages = stats["stages"]
+    assert stages["read"]["count"] == 12
+    assert stages["decode"]["count"] == stages["transform"]["count"] == 12
+    assert stages["decode"]["seconds"] > 0
+    assert stages["collate"]["count"] == 3
+    with pytest.raises(RuntimeError, match="stats=True"):
+        DataLoader(Squares()).stats()
+
+
+def test_device_and_normalize_on_cpu_match_the_cpu_recipe(tmp_path: Path) -> None:
+    make_images(tmp_path, 8, min_short=48, max_short=64)
+    stream = fd.ImageStream.from_folder(tmp_path, size=32, crop="center", batch_size=4)
+    plain = list(DataLoader(stream, batch_size=None))
+    moved = list(DataLoader(stream, batch_size=None, device="cpu", normalize=fd.IMAGENET))
+    mean = torch.tensor(fd.IMAGENET.mean).view(1, 3, 1, 1)
+    std = torch.tensor(fd.IMAGENET.std).view(1, 3, 1, 1)
+    for (raw, labels), (out, moved_labels) in zip(plain, moved, strict=True):
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, (raw.float() / 255 - mean) / std, atol=1e-6, rtol=0)
+        assert torch.equal(labels, moved_labels)
+    with pytest.raises(ValueError, match="normalize= needs device="):
+        DataLoader(stream, normalize=fd.IMAGENET)
+
+
+def test_resume_counts_batches_handed_out_through_the_device_prefetcher(tmp_path: Path) -> None:
+    make_parquet(tmp_path, 300, files=2, row_group_size=32)
+
+    def make():
+        stream = fd.ParquetStream(tmp_path, columns=["id"], batch_size=16, shuffle=True)
+        return DataLoader(stream, batch_size=None, device="cpu", stats=True)
+
+    check_resume(make, stops=[1, 7])
