@@ -9,10 +9,9 @@ stats are off (the stream's table is ``None``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
@@ -25,21 +24,20 @@ class StageTimes:
 
     def __init__(self) -> None:
         self._table = torch.zeros(_ROWS, len(STAGES), 2, dtype=torch.float64).share_memory_()
+        self._view: np.ndarray | None = None
 
     def add(self, stage: str, seconds: float, count: int = 1) -> None:
         """Add ``seconds`` spent on ``count`` items of ``stage`` in this process."""
-        row = self._table[_row(), STAGES.index(stage)]
-        row[0] += seconds
-        row[1] += count
+        if self._view is None:
+            # A numpy view of the shared memory: ~1 us per update instead of ~50 us of
+            # torch dispatch. Made per process, after the tensor arrives there.
+            self._view = self._table.numpy()
+        cell = self._view[_row(), STAGES.index(stage)]
+        cell[0] += seconds
+        cell[1] += count
 
-    @contextmanager
-    def timed(self, stage: str, count: int = 1) -> Iterator[None]:
-        """Time the ``with`` body as ``count`` items of ``stage``."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.add(stage, time.perf_counter() - start, count)
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_table": self._table, "_view": None}
 
     def totals(self) -> dict[str, dict[str, float]]:
         """``{stage: {"seconds": s, "count": n}}`` over all processes, for stages with work."""
@@ -67,5 +65,7 @@ class TimedCollate:
         self.times = times
 
     def __call__(self, batch: Any) -> Any:
-        with self.times.timed("collate"):
-            return self.collate_fn(batch)
+        start = time.perf_counter()
+        out = self.collate_fn(batch)
+        self.times.add("collate", time.perf_counter() - start)
+        return out
