@@ -280,3 +280,10 @@ def test_missing_folder_and_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "cls").mkdir()
     with pytest.raises(SourceError, match="no images"):
         ImageStream.from_folder(tmp_path)
+
+
+def test_a_stream_used_in_the_parent_still_decodes_in_forked_workers(layouts: Path) -> None:
+    stream = build(layouts, "folder", size=24, crop="center", batch_size=4, decode_threads=2)
+    in_parent = sum(len(labels) for _, labels in stream)  # starts this process's decode pool
+    loader = DataLoader(stream, batch_size=None, num_workers=2, timeout=60)
+    assert sum(len(labels) for _, labels in loader) == in_parent == N

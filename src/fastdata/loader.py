@@ -13,14 +13,16 @@ The extras are keyword-only and off unless asked for:
 - :meth:`DataLoader.state_dict` / :meth:`DataLoader.load_state_dict`: exact mid-epoch resume
   of fastdata streams and of map-style datasets with the standard samplers.
 
-Worker set-up: a user's ``worker_init_fn`` is chained after fastdata's, which caps OpenCV's
-own thread pool at one thread per spawned worker (workers are the parallelism; forked workers
-are left alone, see :class:`_WorkerInit`). torch already seeds ``random``, ``numpy`` and torch
-itself per worker from the loader's seed.
+Worker set-up: OpenCV's own thread pool is capped at one thread per worker (the workers are
+the parallelism): spawned workers set it in fastdata's worker init, to which a user's
+``worker_init_fn`` is chained; forked workers inherit it from the parent, which holds the cap
+only while it forks them (reconfiguring OpenCV inside a forked child deadlocks). torch already
+seeds ``random``, ``numpy`` and torch itself per worker from the loader's seed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import multiprocessing
@@ -49,7 +51,8 @@ class _WorkerInit:
 
     In a fresh (spawned or forkserver) worker, OpenCV's own thread pool is capped at one
     thread: the workers are the parallelism. A forked worker is left alone: reconfiguring the
-    pool it inherited from a parent that already used it deadlocks in OpenCV.
+    pool it inherited from a parent that already used it deadlocks in OpenCV (the parent caps
+    it around the fork instead, see :func:`_opencv_single_threaded_fork`).
     """
 
     def __init__(self, user_fn: Any, *, limit_opencv: bool) -> None:
@@ -62,6 +65,24 @@ class _WorkerInit:
             cv2.setNumThreads(1)
         if self.user_fn is not None:
             self.user_fn(worker_id)
+
+
+@contextlib.contextmanager
+def _opencv_single_threaded_fork(loader: DataLoader) -> Iterator[None]:
+    """While forking workers, cap OpenCV's pool at one thread so each forked worker runs
+    single-threaded OpenCV (the workers are the parallelism); the parent's setting is put
+    back once they are started."""
+    cv2 = sys.modules.get("cv2")
+    forking = loader.num_workers > 0 and _start_method(loader.multiprocessing_context) == "fork"
+    if cv2 is None or not forking:
+        yield
+        return
+    previous = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+    try:
+        yield
+    finally:
+        cv2.setNumThreads(previous)
 
 
 def _start_method(context: Any) -> str:
@@ -130,7 +151,8 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._fd_sampler_state = SamplerState.capture(self)
             except ResumeError as exc:  # raised by state_dict(), never by iteration
                 self._fd_sampler_state = exc
-        iterator = super().__iter__()
+        with _opencv_single_threaded_fork(self):
+            iterator = super().__iter__()
         self._fd_iterator = iterator
         self._fd_base, self._fd_resume_base = self._fd_resume_base, 0
         if self._fd_skip is not None:

@@ -173,6 +173,8 @@ class ImageStream(PlannedStream):
         decode_threads: threads decoding in each process (OpenCV releases the GIL).
         on_error: ``"raise"`` (default) stops at the first bad image with its location;
             ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`.
+            A skipped image shortens its batch; with ``batch_size=None`` it shortens the
+            stream instead, so resume stays exact only in batch mode.
         keep_alpha, max_pixels: as for :func:`fastdata.decode.decode_image`.
         batch_size, shuffle, seed, shuffle_buffer, drop_last, even_batches, rank,
         world_size: as for :class:`fastdata.ParquetStream` (``shuffle_buffer`` counts
@@ -225,8 +227,10 @@ class ImageStream(PlannedStream):
         self._reader = reader
         self._offsets = np.concatenate([[0], np.cumsum(reader.unit_rows())]).astype(np.int64)
         self._skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: tuple[int, ThreadPoolExecutor] | None = None  # (owner pid, pool)
         self._warned = False
+        self.classes: list[str] | None = None
+        """Class names of :meth:`from_folder` (index = label), else None."""
 
     # ----------------------------------------------------------------- constructors
     @classmethod
@@ -337,9 +341,6 @@ class ImageStream(PlannedStream):
             )
         return cls(_TarReader(fs, files, index), **options)
 
-    classes: list[str] | None = None
-    """Class names of :meth:`from_folder` (index = label), else None."""
-
     # ----------------------------------------------------------------- plan hooks
     def _unit_rows(self) -> list[int]:
         return self._reader.unit_rows()
@@ -364,9 +365,11 @@ class ImageStream(PlannedStream):
     def _map(self, fn: Callable[[dict[str, Any]], Any], rows: list[dict[str, Any]]) -> list:
         if self.decode_threads == 1 or len(rows) <= 1:
             return [fn(r) for r in rows]
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.decode_threads, "fastdata-decode")
-        return list(self._executor.map(fn, rows))
+        if self._executor is None or self._executor[0] != os.getpid():
+            # A forked worker inherits the pool object but not its threads: start its own.
+            pool = ThreadPoolExecutor(self.decode_threads, "fastdata-decode")
+            self._executor = (os.getpid(), pool)
+        return list(self._executor[1].map(fn, rows))
 
     def _load(self, row: dict[str, Any]) -> tuple[np.ndarray | None, float, float]:
         """Bytes -> decoded -> transformed HWC uint8 (None when skipped), and the seconds
