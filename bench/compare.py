@@ -19,7 +19,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,11 @@ def check_floors(rows: list[Row], floors: dict[str, float]) -> list[str]:
     return problems
 
 
+def load_floors(path: Path | None) -> dict[str, float]:
+    """The ``[floors]`` table of a floors file (empty without one)."""
+    return tomllib.loads(path.read_text()).get("floors", {}) if path else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)
@@ -97,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     rows = load_rows(json.loads(args.results.read_text()))
-    floors = tomllib.loads(args.floors.read_text()).get("floors", {}) if args.floors else {}
+    floors = load_floors(args.floors)
     table = markdown(rows, floors)
     print(table)
     if args.markdown:

@@ -351,3 +351,18 @@ def test_resume_counts_batches_handed_out_through_the_device_prefetcher(tmp_path
         return DataLoader(stream, batch_size=None, device="cpu", stats=True)
 
     check_resume(make, stops=[1, 7])
+
+
+def test_stats_add_up_over_epochs(tmp_path: Path) -> None:
+    make_parquet(tmp_path, 2_000, files=2, row_group_size=256)
+    stream = fd.ParquetStream(tmp_path, columns=["id"], batch_size=100)
+    loader = DataLoader(stream, batch_size=None, stats=True)
+    walls = []
+    for _ in range(3):
+        assert sum(len(b["id"]) for b in loader) == 2_000
+        walls.append(loader.stats()["wall_s"])
+    stats = loader.stats()
+    assert stats["batches"] == 60
+    assert walls[0] < walls[1] < walls[2]
+    assert 0 <= stats["wait_fraction"] <= 1
+    assert stats["stages"]["read"]["count"] == 6_000

@@ -83,7 +83,7 @@ def bucket_by_length(
             negative length.
         TypeError: ``length_fn`` returned something other than an int.
 
-    Example:
+    Examples:
         >>> batches = bucket_by_length(["aaa", "b", "cc", "dddd"], length_fn=len, batch_size=2)
         >>> sorted(sorted(b, key=len) for b in batches)
         [['aaa', 'dddd'], ['b', 'cc']]
@@ -172,7 +172,7 @@ def padding_stats(
     Returns:
         The totals; ``padded_fraction`` is the share that is padding.
 
-    Example:
+    Examples:
         >>> stats = padding_stats([["ab", "cdef"], ["gh", "ij"]])
         >>> stats
         PaddingStats(batches=2, samples=4, valid_elements=10, total_elements=12)

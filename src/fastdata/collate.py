@@ -131,7 +131,7 @@ def pad_collate(
         TypeError: items of different dtypes, or a value of another type (a string where a
             tensor is expected) at the same position.
 
-    Example:
+    Examples:
         >>> import torch
         >>> out = pad_collate([{"tokens": torch.tensor([5, 6, 7])}, {"tokens": torch.tensor([8])}])
         >>> out["tokens"]
@@ -185,7 +185,7 @@ def nested_collate(batch: Sequence[Any], /, *, keys: Iterable[Any] | None = None
     Raises:
         ValueError, TypeError: as :func:`pad_collate`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> nt = nested_collate([torch.tensor([1, 2, 3]), torch.tensor([4])])
         >>> nt.shape[0], [t.tolist() for t in nt.unbind()]

@@ -382,7 +382,10 @@ def decode_many(
         transform: applied to each decoded image in its thread; its ``decode_size`` is the
             ``size`` hint unless ``size`` is given.
         rngs: each item's generator for a random ``transform`` (see ``sample_rng``).
-        size, keep_alpha, exif, max_pixels: as for :func:`decode_image`.
+        size: as for :func:`decode_image`.
+        keep_alpha: as for :func:`decode_image`.
+        exif: as for :func:`decode_image`.
+        max_pixels: as for :func:`decode_image`.
 
     Raises:
         DecodeError: for the first item (in order) that fails, naming its source.

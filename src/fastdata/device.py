@@ -81,10 +81,11 @@ class DeviceNormalize(nn.Module):
         scale: the pixel value that maps to 1.0: 255 for uint8 images; 1 when ``mean`` and
             ``std`` are given in pixel units, e.g. ``mean=(123.675, 116.28, 103.53)``.
 
-    Example::
-
+    Examples:
+        ```python
         normalize = DeviceNormalize(*IMAGENET, dtype=torch.bfloat16, channels_last=True)
         images = normalize(batch["image"].to("cuda", non_blocking=True))
+        ```
     """
 
     def __init__(
@@ -392,10 +393,11 @@ def to_device(
 ) -> DevicePrefetcher[B]:
     """``loader``'s batches on ``device``, images normalized there: see :class:`DevicePrefetcher`.
 
-    Example::
-
+    Examples:
+        ```python
         for batch in to_device(loader, "cuda", normalize=IMAGENET):
             loss = model(batch["image"]) ...
+        ```
     """
     return DevicePrefetcher(
         loader, device, normalize=normalize, non_blocking=non_blocking, prefetch=prefetch, keys=keys

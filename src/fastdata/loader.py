@@ -8,7 +8,7 @@ The extras are keyword-only and off unless asked for:
   (:func:`fastdata.device.to_device`);
 - ``config=``: a :class:`fastdata.config.LoaderConfig` (or its JSON file, e.g. from
   ``fastdata tune``); explicit arguments win over it;
-- ``stats=True``: per-stage times (read, decode, transform, collate, transfer), throughput and
+- ``stats=True``: per-stage times (read, decode, transform, collate), throughput and
   the consumer's data-wait time, from :meth:`DataLoader.stats`;
 - :meth:`DataLoader.state_dict` / :meth:`DataLoader.load_state_dict`: exact mid-epoch resume
   of fastdata streams and of map-style datasets with the standard samplers.
@@ -146,6 +146,8 @@ class DataLoader(torch.utils.data.DataLoader):
         self._fd_batches = 0
 
     def __iter__(self) -> Any:
+        if isinstance(self.dataset, PlannedStream) and self.dataset._pending is None:
+            self._fd_resume_base = 0  # set_epoch() after load_state_dict() started afresh
         if not isinstance(self.dataset, tud.IterableDataset):
             try:
                 self._fd_sampler_state = SamplerState.capture(self)
@@ -175,7 +177,7 @@ class DataLoader(torch.utils.data.DataLoader):
 
             batches = to_device(iterator, self.device, normalize=self.normalize)
         source = iter(batches)
-        start = time.perf_counter()
+        start, wall_before = time.perf_counter(), self._fd_wall
         while True:
             asked = time.perf_counter()
             try:
@@ -186,9 +188,9 @@ class DataLoader(torch.utils.data.DataLoader):
                 self._fd_wait += time.perf_counter() - asked
             self._fd_consumed += 1
             self._fd_batches += 1
-            self._fd_wall = time.perf_counter() - start
+            self._fd_wall = wall_before + time.perf_counter() - start
             yield batch
-        self._fd_wall = time.perf_counter() - start
+        self._fd_wall = wall_before + time.perf_counter() - start
 
     @property
     def _index_sampler(self) -> Any:
@@ -197,7 +199,8 @@ class DataLoader(torch.utils.data.DataLoader):
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> dict[str, Any]:
-        """Per-stage seconds and counts over all workers, throughput and data-wait time.
+        """Per-stage seconds and counts over all workers, throughput and data-wait time,
+        summed over every iteration of this loader so far.
 
         ``data_wait_s`` is the time the consumer spent blocked waiting for batches;
         ``wait_fraction`` its share of the iteration's wall time (0 when the pipeline keeps

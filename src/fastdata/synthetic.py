@@ -294,11 +294,13 @@ def make_images(
     so the folder order still matches the labels. Files of the same names are overwritten;
     other files under ``root`` are left alone.
 
+    The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
+    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`; ``fmt`` also
+    sets the file extension.
+
     Args:
         root: the folder to write into; created if missing.
         n: number of images.
-        classes, seed, fmt, quality, mode, large, min_short, max_short: the image options,
-            as in :func:`make_image_bytes`; ``fmt`` sets the extension (.jpg, .png, .webp).
 
     Returns:
         The paths written, sorted.
@@ -435,13 +437,14 @@ def make_image_parquet(
     file) and ``label`` int32, all non-nullable. Images are split across files as evenly as
     possible, as in :func:`make_parquet` (so with ``n < files`` the last files are empty).
 
+    The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
+    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`.
+
     Args:
         root: the folder to write into; created if missing.
         n: number of images.
         files: number of files.
         row_group_size: rows per row group.
-        seed, classes, fmt, quality, mode, large, min_short, max_short: the image options,
-            as in :func:`make_image_bytes`.
 
     Returns:
         The paths written, in file order.
@@ -489,12 +492,13 @@ def make_tar_shards(
     order. The archives are byte-deterministic: USTAR format, mtime 0, uid/gid 0, empty
     user/group names, mode 0o644.
 
+    The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
+    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`.
+
     Args:
         root: the folder to write into; created if missing.
         n: number of samples.
         shards: number of tar files (with ``n < shards`` the last ones are empty archives).
-        seed, classes, fmt, quality, mode, large, min_short, max_short: the image options,
-            as in :func:`make_image_bytes`.
 
     Returns:
         The paths written, in shard order.

@@ -127,6 +127,7 @@ class PlannedStream(IterableDataset):
             raise ValueError(f"epoch={epoch}: must be >= 0")
         if epoch != self.epoch:
             self._consumed = 0
+            self._pending = None  # a resumed position belongs to its own epoch only
         self._epoch[0] = epoch
 
     @property

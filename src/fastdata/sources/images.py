@@ -165,20 +165,25 @@ class ImageStream(PlannedStream):
     Image tensors are channels-last in memory (a ``permute`` of HWC), which is what
     :class:`fastdata.DeviceNormalize` with ``channels_last=True`` wants.
 
-    Args (all constructors, keyword-only):
-        size, crop, flip: the per-sample :class:`fastdata.decode.ImageTransform` (``size`` an
-            int = shorter side or ``(h, w)``; ``crop`` ``"center"`` / ``"random-resized"``).
-            Random crops and flips are seeded per sample by ``(seed, epoch, index)``.
+    The options are keyword-only and the same for every constructor. ``batch_size``,
+    ``shuffle``, ``seed``, ``shuffle_buffer`` (counted in samples, default 2,048),
+    ``drop_last``, ``even_batches``, ``rank`` and ``world_size`` are as for
+    :class:`fastdata.ParquetStream`.
+
+    Args:
+        size: the output size of the per-sample :class:`fastdata.decode.ImageTransform`:
+            an int = shorter side, or ``(h, w)``.
+        crop: ``"center"`` or ``"random-resized"``; None resizes only. Random crops and
+            flips are seeded per sample by ``(seed, epoch, index)``.
+        flip: mirror left-right with probability 0.5.
         transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``.
         decode_threads: threads decoding in each process (OpenCV releases the GIL).
         on_error: ``"raise"`` (default) stops at the first bad image with its location;
             ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`.
             A skipped image shortens its batch; with ``batch_size=None`` it shortens the
             stream instead, so resume stays exact only in batch mode.
-        keep_alpha, max_pixels: as for :func:`fastdata.decode.decode_image`.
-        batch_size, shuffle, seed, shuffle_buffer, drop_last, even_batches, rank,
-        world_size: as for :class:`fastdata.ParquetStream` (``shuffle_buffer`` counts
-            samples, default 2,048).
+        keep_alpha: as for :func:`fastdata.decode.decode_image`.
+        max_pixels: as for :func:`fastdata.decode.decode_image`.
     """
 
     def __init__(

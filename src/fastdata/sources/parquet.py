@@ -47,8 +47,9 @@ class ParquetStream(PlannedStream):
         drop_last: drop the globally last partial batch (see :meth:`summary`).
         even_batches: ``"drop"`` or ``"pad"`` to give every rank exactly the same number of
             items (default: counts differ by at most one).
-        rank, world_size: this process's place; default from torch.distributed or
-            ``RANK``/``WORLD_SIZE``.
+        rank: this process's rank; with ``world_size``, or neither: then it comes from
+            torch.distributed or the ``RANK``/``WORLD_SIZE`` variables.
+        world_size: the number of ranks; with ``rank``, or neither.
         filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem for ``source``.
         fill_null: ``{column: value}`` to fill nulls in columns that become tensors (nulls
             there are an error otherwise).

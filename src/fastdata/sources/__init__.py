@@ -1,0 +1,2 @@
+"""Sources: ParquetStream, ImageStream (folders, file lists, Parquet, tar shards)
+and the plan they share."""
