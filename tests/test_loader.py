@@ -366,3 +366,13 @@ def test_stats_add_up_over_epochs(tmp_path: Path) -> None:
     assert walls[0] < walls[1] < walls[2]
     assert 0 <= stats["wait_fraction"] <= 1
     assert stats["stages"]["read"]["count"] == 6_000
+
+
+def test_config_fills_in_what_was_not_passed(tmp_path: Path) -> None:
+    config = fd.LoaderConfig(num_workers=2, prefetch_factor=3)
+    config.save(tmp_path / "tuned.json")
+    loader = DataLoader(Squares(), batch_size=4, config=str(tmp_path / "tuned.json"))
+    assert (loader.num_workers, loader.prefetch_factor) == (2, 3)
+    explicit = DataLoader(Squares(), batch_size=4, config=config, num_workers=0)
+    assert (explicit.num_workers, explicit.prefetch_factor) == (0, None)
+    assert [b["i"].tolist() for b in explicit] == [b["i"].tolist() for b in loader]

@@ -11,6 +11,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from fastdata._version import __version__
+from fastdata.config import LoaderConfig, load_config
+from fastdata.tune import TuneResult, tune  # eager: the subpackage name would shadow a lazy one
 
 if TYPE_CHECKING:
     from fastdata import decode, synthetic
@@ -76,7 +78,9 @@ _EXPORTS: dict[str, str] = {
 }
 _SUBMODULES = {"decode", "synthetic"}
 
-__all__ = sorted([*_EXPORTS, *_SUBMODULES, "__version__"])
+__all__ = sorted(
+    [*_EXPORTS, *_SUBMODULES, "LoaderConfig", "TuneResult", "__version__", "load_config", "tune"]
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from fastdata._version import __version__
+from fastdata.tune.cli import add_parser as add_tune_parser
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=int, default=2, help="epochs to stream")
     demo.add_argument("--data", help="folder for the dataset (default: a temporary folder)")
     demo.set_defaults(run=_demo)
+    add_tune_parser(commands)
     return parser
 
 

@@ -318,8 +318,7 @@ def _merge_config(config: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     from fastdata.config import load_config
 
     explicit = inspect.signature(_TORCH_INIT).bind_partial(None, *args, **kwargs).arguments
-    merged = dict(kwargs)
-    for key, value in load_config(config).loader_kwargs().items():
-        if key not in explicit:
-            merged[key] = value
-    return merged
+    explicit.pop("self", None)
+    merged = load_config(config).merged(dict(explicit))
+    positional = list(inspect.signature(_TORCH_INIT).parameters)[1 : 1 + len(args)]
+    return {k: v for k, v in merged.items() if k not in positional}

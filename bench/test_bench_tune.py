@@ -1,0 +1,103 @@
+"""Tuning benchmark: the loader ``fastdata tune`` configures against torch's default loader.
+
+- ``tune-images``: the ``fastdata tune`` demo pipeline — ImageNet-like JPEGs (shorter side
+  300-500 px, ``fastdata.synthetic.make_images``) decoded into 224 px random-resized crops
+  with flips, in batches of 32, by ``ImageStream`` — consumed by a training loop whose step
+  is simulated by a 20 ms sleep (the time a GPU step leaves the CPU free). fastdata:
+  ``fastdata.DataLoader(stream, batch_size=None, config=tuned)`` with the config that
+  ``fastdata.tune`` chose, once per module, on a small budget. Baseline ``default-loader``:
+  ``torch.utils.data.DataLoader(stream, batch_size=None)``, torch's defaults
+  (``num_workers=0``). Items are images; a round is one pass over the stream, worker
+  start-up included.
+
+The pipeline is decode-bound, so the ratio is what choosing ``num_workers`` by measurement
+(rather than keeping the default) buys on this machine; it grows with the core count. OpenCV
+keeps its default thread pool in this module: the baseline decodes in the main process as a
+default loader would.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from fastdata import DataLoader, ImageStream
+from fastdata.config import LoaderConfig
+from fastdata.synthetic import make_images
+from fastdata.tune import SimulatedStep, tune
+
+from conftest import measure, scaled
+
+STEP_MS = 20
+BATCH = 32
+IMAGES = scaled(1024, 4096)  # a multiple of every image count below
+
+
+@pytest.fixture(scope="module")
+def stream(tmp_path_factory: pytest.TempPathFactory) -> ImageStream:
+    """The demo stream: distinct images listed several times over, for a realistic pass
+    (``IMAGES`` images)."""
+    root: Path = tmp_path_factory.mktemp("tune-images")
+    paths = make_images(root, scaled(64, 256), classes=8, seed=0)
+    repeat = math.ceil(IMAGES / len(paths))
+    classes = sorted({p.parent.name for p in paths})
+    labels = [classes.index(p.parent.name) for p in paths]
+    return ImageStream.from_files(
+        paths * repeat,
+        labels * repeat,
+        size=224,
+        crop="random-resized",
+        flip=True,
+        batch_size=BATCH,
+    )
+
+
+@pytest.fixture(scope="module")
+def tuned(stream: ImageStream) -> LoaderConfig:
+    """What the tuner chooses for this machine (measured once, on a small budget)."""
+
+    def factory(**settings: Any) -> DataLoader:
+        return DataLoader(stream, batch_size=None, **settings)
+
+    return tune(factory, step_ms=STEP_MS, budget_s=scaled(30, 60)).config
+
+
+def one_pass(make_loader: Callable[[], Iterable[Any]]) -> int:
+    """A training loop over one pass: every batch goes through the simulated step."""
+    step, images = SimulatedStep(STEP_MS), 0
+    for batch, labels in make_loader():
+        step(batch)
+        images += len(labels)
+    return images
+
+
+@pytest.mark.benchmark(group="tune-images")
+def test_tune_images_fastdata(benchmark: Any, stream: ImageStream, tuned: LoaderConfig) -> None:
+    benchmark.extra_info["config"] = tuned.to_dict()
+    images = measure(
+        benchmark,
+        lambda: one_pass(lambda: DataLoader(stream, batch_size=None, config=tuned)),
+        role="fastdata",
+        items=IMAGES,
+        rounds=3,
+        unit="images",
+    )
+    assert images == IMAGES
+
+
+@pytest.mark.benchmark(group="tune-images")
+def test_tune_images_default_loader(benchmark: Any, stream: ImageStream) -> None:
+    images = measure(
+        benchmark,
+        lambda: one_pass(lambda: torch.utils.data.DataLoader(stream, batch_size=None)),
+        role="baseline:default-loader",
+        items=IMAGES,
+        rounds=3,
+        unit="images",
+    )
+    assert images == IMAGES

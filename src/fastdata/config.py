@@ -1,0 +1,175 @@
+"""LoaderConfig: the DataLoader settings ``fastdata tune`` picks, as a validated JSON-able value.
+
+A config is a frozen dataclass, checked when it is made (so a bad file fails when it is
+loaded, not deep inside torch), with a JSON round trip. ``fastdata.DataLoader(config=...)``
+accepts anything :func:`load_config` does: a config, a :class:`fastdata.tune.TuneResult`, a
+mapping, or the path of a JSON file written by :meth:`LoaderConfig.save` or
+:meth:`fastdata.tune.TuneResult.save`. Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CONFIG_FORMAT", "LoaderConfig", "load_config"]
+
+CONFIG_FORMAT = "fastdata.LoaderConfig"
+"""The ``format`` tag of a saved config file."""
+CONFIG_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """Settings of a ``torch.utils.data.DataLoader`` that decide its speed, not its data.
+
+    Args:
+        num_workers: worker processes (0 loads in the main process).
+        prefetch_factor: batches each worker loads ahead; ``None`` with ``num_workers=0``
+            (torch rejects any other value there) and means torch's default (2) otherwise.
+        pin_memory: copy batches to page-locked memory (worth it for CUDA transfers only).
+        persistent_workers: keep the workers alive between epochs (needs workers).
+
+    Raises:
+        ValueError: a value outside the valid ones; the message lists them.
+    """
+
+    num_workers: int = 0
+    prefetch_factor: int | None = None
+    pin_memory: bool = False
+    persistent_workers: bool = False
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.num_workers) or self.num_workers < 0:
+            raise ValueError(
+                f"num_workers={self.num_workers!r}: expected an integer >= 0 "
+                "(0 loads in the main process)"
+            )
+        if self.prefetch_factor is not None and (
+            not _is_int(self.prefetch_factor) or self.prefetch_factor < 1
+        ):
+            raise ValueError(
+                f"prefetch_factor={self.prefetch_factor!r}: expected an integer >= 1, or None "
+                "for torch's default"
+            )
+        if self.num_workers == 0 and self.prefetch_factor is not None:
+            raise ValueError(
+                f"prefetch_factor={self.prefetch_factor} with num_workers=0: prefetching needs "
+                "workers (torch rejects it); use prefetch_factor=None or num_workers >= 1"
+            )
+        for name in ("pin_memory", "persistent_workers"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected True or False")
+        if self.persistent_workers and self.num_workers == 0:
+            raise ValueError(
+                "persistent_workers=True with num_workers=0: there are no workers to keep "
+                "(torch rejects it); use persistent_workers=False or num_workers >= 1"
+            )
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``torch.utils.data.DataLoader`` this config sets.
+
+        All four are always present, so the config fully decides them unless the caller
+        passes one explicitly: ``DataLoader(ds, batch_size=None, **config.loader_kwargs())``.
+        """
+        return asdict(self)
+
+    def merged(self, explicit: Mapping[str, Any], /) -> dict[str, Any]:
+        """The DataLoader keyword arguments ``explicit`` completed by this config.
+
+        Arguments in ``explicit`` win. Where they turn the workers off (an explicit
+        ``num_workers=0``), the config's worker-only settings are dropped rather than passed
+        on, since torch rejects ``prefetch_factor`` or ``persistent_workers=True`` without
+        workers: ``DataLoader(ds, config="tuned.json", num_workers=0)`` then just works.
+        """
+        merged = {**self.loader_kwargs(), **explicit}
+        if merged["num_workers"] == 0:
+            for name, off in (("prefetch_factor", None), ("persistent_workers", False)):
+                if name not in explicit:
+                    merged[name] = off
+        return merged
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a plain JSON-able dict (:meth:`from_dict` reads it back)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], /) -> LoaderConfig:
+        """A config from :meth:`to_dict`'s output; missing keys take their defaults.
+
+        Raises:
+            ValueError: an unknown key (the message lists the valid ones) or a bad value.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a mapping of settings, got {type(data).__name__}")
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            raise ValueError(
+                f"unknown LoaderConfig setting(s) {', '.join(map(repr, unknown))}: "
+                f"valid settings are {', '.join(valid)}"
+            )
+        return cls(**data)
+
+    def save(self, path: str | os.PathLike[str], /) -> Path:
+        """Write the config as JSON to ``path`` (:meth:`load` reads it back); returns the path."""
+        path = Path(path)
+        document = {"format": CONFIG_FORMAT, "version": CONFIG_VERSION, "config": self.to_dict()}
+        path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], /) -> LoaderConfig:
+        """The config in a JSON file: one :meth:`save` or ``TuneResult.save`` wrote (both keep
+        it under ``"config"``), or a hand-written flat object such as ``{"num_workers": 4}``.
+
+        Raises:
+            ValueError: the file is not JSON or holds no valid config; the message names it.
+            OSError: the file cannot be read.
+        """
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            return config_from_document(json.loads(text))
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+            raise ValueError(f"{os.fspath(path)}: not a fastdata loader config: {exc}") from exc
+
+
+def config_from_document(data: Any, /) -> LoaderConfig:
+    """The config in a decoded JSON document: nested under ``"config"`` or flat."""
+    if isinstance(data, Mapping) and "config" in data:
+        return LoaderConfig.from_dict(data["config"])
+    return LoaderConfig.from_dict(data)
+
+
+def load_config(obj: Any, /) -> LoaderConfig:
+    """Whatever a user may pass as ``config=``, as a :class:`LoaderConfig`.
+
+    Accepts a ``LoaderConfig``; a ``TuneResult`` (its chosen config); a mapping (flat settings,
+    or a document with a ``"config"`` key, as the JSON files hold); or a ``str`` /
+    ``os.PathLike`` path to such a JSON file.
+
+    Raises:
+        TypeError: ``obj`` is none of these.
+        ValueError: the settings are invalid (see :class:`LoaderConfig`).
+    """
+    if isinstance(obj, LoaderConfig):
+        return obj
+    chosen = getattr(obj, "config", None)
+    if isinstance(chosen, LoaderConfig):  # a TuneResult, without importing fastdata.tune
+        return chosen
+    if isinstance(obj, Mapping):
+        return config_from_document(obj)
+    if isinstance(obj, str | os.PathLike):
+        return LoaderConfig.load(obj)
+    raise TypeError(
+        f"config={obj!r}: expected a LoaderConfig, a TuneResult, a mapping of settings or "
+        "the path of a JSON file written by `fastdata tune --out`"
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

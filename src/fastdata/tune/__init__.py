@@ -1,0 +1,256 @@
+"""fastdata.tune: pick num_workers, prefetch_factor and pin_memory by measuring the consumer.
+
+Guessing ``num_workers`` fails both ways: too few and the GPU waits for data, too many and
+workers fight over cores and memory (32 workers can be slower than 4). :func:`tune` builds
+candidate loaders, measures how busy they keep the consumer (:mod:`.measure`), searches the
+settings coarse to fine (:mod:`.search`) and returns a :class:`TuneResult` (:mod:`.report`)
+whose config ``fastdata.DataLoader(config=...)`` accepts.
+
+Importing this package is cheap (standard library only); torch and psutil load when
+:func:`tune` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from fastdata.config import LoaderConfig
+from fastdata.tune.measure import Trial, measure, nvml_for_device
+from fastdata.tune.report import TuneResult, parse_size
+from fastdata.tune.search import PARAMS, SearchSpace, TuneError, search
+
+__all__ = ["LoaderConfig", "SimulatedStep", "Trial", "TuneError", "TuneResult", "tune"]
+
+
+class SimulatedStep:
+    """A stand-in for a training step: occupies the consumer for ``ms`` milliseconds.
+
+    It *sleeps* rather than spins. In GPU training the step's time is spent on the GPU while
+    the Python thread mostly waits for it, so the CPU cores stay free for the loader's
+    workers; a sleep reproduces exactly that. A busy-wait would burn a core for the whole
+    step and, on a machine with few cores, starve the very workers being measured, so the
+    tuner would under-rate every configuration with workers. If your step really is
+    CPU-bound (CPU training), pass it as ``step=`` instead.
+    """
+
+    def __init__(self, ms: float) -> None:
+        if not ms >= 0:
+            raise ValueError(f"step_ms={ms!r}: expected a duration >= 0 in milliseconds")
+        self.ms = float(ms)
+
+    def __call__(self, batch: Any) -> None:
+        time.sleep(self.ms / 1000)
+
+    def __repr__(self) -> str:
+        return f"SimulatedStep({self.ms:g} ms)"
+
+
+def tune(
+    loader_factory: Callable[..., Iterable[Any]] | Any,
+    /,
+    *,
+    step: Callable[[Any], Any] | None = None,
+    step_ms: float | None = None,
+    budget_s: float = 60,
+    target_utilization: float = 0.95,
+    max_memory: int | str | None = None,
+    search_space: Mapping[str, Iterable[Any]] | None = None,
+    device: Any = None,
+    loader_kwargs: Mapping[str, Any] | None = None,
+    tolerance: float = 0.05,
+    on_trial: Callable[[Trial], None] | None = None,
+) -> TuneResult:
+    """Measure candidate loaders and choose the cheapest that keeps the consumer busy.
+
+    Args:
+        loader_factory: ``loader_factory(num_workers=..., prefetch_factor=...,
+            pin_memory=...)`` returns an iterable of batches (typically a
+            ``fastdata.DataLoader``); ``prefetch_factor`` is None when ``num_workers`` is 0.
+            Or a dataset: loaders are then ``fastdata.DataLoader(dataset, **loader_kwargs,
+            **settings)``.
+        step: the consumer's work on one batch, e.g. a training step. On a CUDA ``device``
+            the tuner synchronizes after it, so the GPU time counts as step time.
+        step_ms: instead of ``step``, a :class:`SimulatedStep` of this many milliseconds.
+            With neither, the consumer does nothing and the tuner maximizes raw throughput
+            (the busy fraction is then ~0 and the target is never reached).
+        budget_s: seconds for all measurements together.
+        target_utilization: the consumer busy fraction, step / (step + data wait), at which
+            the search stops: the consumer is kept busy, fewer workers are cheaper.
+        max_memory: a ceiling on the peak RSS of the main process plus workers, in bytes or
+            as a string like ``"8GiB"``; configurations above it are not chosen.
+        search_space: values to try per setting, e.g. ``{"num_workers": [0, 2, 4, 8]}``;
+            defaults: ``num_workers`` 0 .. 2 x cores, ``prefetch_factor`` 1 .. 8,
+            ``pin_memory`` both when ``device`` is an accelerator, else False only.
+        device: where the consumer moves each batch (e.g. ``"cuda"``); the transfer counts as
+            data wait (the tuner waits for the copy). On CUDA with ``nvidia-ml-py``
+            installed, GPU utilization is sampled during each trial's steady state.
+        loader_kwargs: with a dataset, the other DataLoader arguments (``batch_size``, ...).
+        tolerance: throughputs within this fraction of the best count as equally good.
+        on_trial: called with each :class:`Trial` as it completes (for progress output).
+
+    Returns:
+        Every trial, the chosen :class:`LoaderConfig` and the reason. Ctrl-C during the
+        search returns the best so far (``result.stopped == "interrupted"``).
+
+    Raises:
+        ValueError, TypeError: invalid arguments (the message lists valid values).
+        TuneError: the loader failed on the first configuration measured.
+    """
+    import torch
+
+    consumer = _consumer_step(step, step_ms)
+    if not budget_s > 0:
+        raise ValueError(f"budget_s={budget_s!r}: expected a positive number of seconds")
+    if not 0 < target_utilization <= 1:
+        raise ValueError(f"target_utilization={target_utilization!r}: expected 0 < value <= 1")
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance={tolerance!r}: expected 0 <= value < 1")
+    memory_limit = None if max_memory is None else parse_size(max_memory)
+    factory = _as_factory(loader_factory, loader_kwargs, torch)
+    dev = None if device is None else torch.device(device)
+    if dev is not None and dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}: CUDA is not available here; pass device=None")
+    cores = _usable_cores()
+    space = SearchSpace.build(
+        search_space, cores=cores, device_used=dev is not None and dev.type != "cpu"
+    )
+    sync = _cuda_sync(dev) if dev is not None and dev.type == "cuda" else None
+    transfer = None if dev is None else _Transfer(dev, sync)
+    gpu = nvml_for_device(dev)
+
+    def evaluate(params: dict[str, Any], time_limit: float) -> Trial:
+        per_round = max(params["num_workers"], 1)
+        return measure(
+            factory,
+            params,
+            step=consumer,
+            time_limit=time_limit,
+            warmup=per_round,
+            block=per_round,
+            transfer=transfer,
+            sync=sync,
+            gpu=gpu,
+        )
+
+    start = time.monotonic()
+    try:
+        outcome = search(
+            evaluate,
+            space,
+            budget_s=budget_s,
+            target=target_utilization,
+            tolerance=tolerance,
+            max_memory=memory_limit,
+            on_trial=on_trial,
+        )
+    finally:
+        if gpu is not None:
+            gpu.close()
+    chosen = outcome.trials[outcome.chosen].params
+    return TuneResult(
+        trials=tuple(outcome.trials),
+        chosen=outcome.chosen,
+        config=LoaderConfig(**{p: chosen[p] for p in PARAMS}),
+        reason=outcome.reason,
+        stopped=outcome.stopped,
+        target_utilization=target_utilization,
+        budget_s=float(budget_s),
+        tolerance=tolerance,
+        max_memory=memory_limit,
+        step=_describe_step(step, step_ms),
+        step_ms=None if step_ms is None else float(step_ms),
+        device=None if dev is None else str(dev),
+        cores=cores,
+        elapsed_s=time.monotonic() - start,
+    )
+
+
+def _consumer_step(
+    step: Callable[[Any], Any] | None, step_ms: float | None
+) -> Callable[[Any], Any] | None:
+    if step is not None and step_ms is not None:
+        raise ValueError("pass step= (your step) or step_ms= (a simulated one), not both")
+    if step is not None and not callable(step):
+        raise TypeError(f"step={step!r}: expected a callable taking a batch")
+    return step if step_ms is None else SimulatedStep(step_ms)
+
+
+def _describe_step(step: Callable[[Any], Any] | None, step_ms: float | None) -> str:
+    if step_ms is not None:
+        return f"simulated {step_ms:g} ms step"
+    if step is not None:
+        return f"step {getattr(step, '__qualname__', None) or type(step).__name__}"
+    return "no step"
+
+
+def _as_factory(
+    obj: Any, loader_kwargs: Mapping[str, Any] | None, torch: Any
+) -> Callable[..., Iterable[Any]]:
+    """``obj`` if it is a loader factory; for a dataset, a factory of fastdata.DataLoaders."""
+    if isinstance(obj, torch.utils.data.Dataset):
+        fixed = dict(loader_kwargs or {})
+        clash = sorted(set(fixed) & set(PARAMS))
+        if clash:
+            raise ValueError(
+                f"loader_kwargs sets {', '.join(clash)}, which the tuner searches: leave them "
+                "out, or restrict them with search_space={...}"
+            )
+        from fastdata.loader import DataLoader
+
+        def factory(**params: Any) -> Iterable[Any]:
+            return DataLoader(obj, **fixed, **params)
+
+        return factory
+    if not callable(obj):
+        raise TypeError(
+            f"{obj!r}: expected a loader factory (a callable taking num_workers=..., "
+            "prefetch_factor=..., pin_memory=...) or a torch Dataset"
+        )
+    if loader_kwargs is not None:
+        raise ValueError(
+            "loader_kwargs= goes with a dataset; a loader factory sets its own arguments"
+        )
+    return obj
+
+
+def _usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+class _Transfer:
+    """Moves every tensor of a (nested) batch to ``device``, then waits for the copies (on
+    CUDA), so the whole transfer counts as data wait and none of it leaks into the step."""
+
+    def __init__(self, device: Any, sync: Callable[[], None] | None) -> None:
+        self.device, self.sync = device, sync
+
+    def __call__(self, batch: Any) -> Any:
+        moved = self._move(batch)
+        if self.sync is not None:
+            self.sync()
+        return moved
+
+    def _move(self, batch: Any) -> Any:
+        import torch
+
+        if isinstance(batch, torch.Tensor):
+            return batch.to(self.device, non_blocking=True)
+        if isinstance(batch, Mapping):
+            return {k: self._move(v) for k, v in batch.items()}
+        if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
+            return type(batch)(*(self._move(v) for v in batch))
+        if isinstance(batch, list | tuple):
+            return type(batch)(self._move(v) for v in batch)
+        return batch
+
+
+def _cuda_sync(device: Any) -> Callable[[], None]:
+    import torch
+
+    return lambda: torch.cuda.synchronize(device)

@@ -1,0 +1,236 @@
+"""TuneResult: every trial, the chosen config and why; its JSON file and its report table.
+
+The JSON file keeps the chosen config under ``"config"``, like :meth:`LoaderConfig.save`, so
+``fastdata.DataLoader(config="tuned.json")`` and :meth:`LoaderConfig.load` read either file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastdata.config import LoaderConfig
+from fastdata.tune.measure import Trial
+
+__all__ = ["RESULT_FORMAT", "TuneResult", "describe", "format_size", "parse_size"]
+
+RESULT_FORMAT = "fastdata.TuneResult"
+"""The ``format`` tag of a saved result file."""
+RESULT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The outcome of :func:`fastdata.tune.tune`.
+
+    Attributes:
+        trials: every configuration measured, in order.
+        chosen: the index of the chosen trial.
+        config: the chosen settings, ready for ``fastdata.DataLoader(config=...)``.
+        reason: why it was chosen and how the search ended, in words.
+        stopped: ``"complete"``, ``"target"`` (reached early), ``"budget"`` or
+            ``"interrupted"`` (Ctrl-C).
+        target_utilization, budget_s, tolerance, max_memory: the settings of the search.
+        step: the consumer's step in words: ``"simulated 30 ms step"``, ``"step
+            train_step"`` (the caller's) or ``"no step"``.
+        step_ms: the simulated step's length, or None (the caller's step, or none).
+        device: where batches were sent, or None.
+        cores: CPU cores this process could use.
+        elapsed_s: seconds the search took.
+    """
+
+    trials: tuple[Trial, ...]
+    chosen: int
+    config: LoaderConfig
+    reason: str
+    stopped: str = "complete"
+    target_utilization: float = 0.95
+    budget_s: float = 60.0
+    tolerance: float = 0.05
+    max_memory: int | None = None
+    step: str = "no step"
+    step_ms: float | None = None
+    device: str | None = None
+    cores: int = 1
+    elapsed_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes a caller adds (the CLI records its data source); saved as they are."""
+
+    @property
+    def chosen_trial(self) -> Trial:
+        """The trial the config comes from."""
+        return self.trials[self.chosen]
+
+    def report(self) -> str:
+        """The trials as a table, the chosen one marked ``>``, then the config and the reason."""
+        head = (
+            f"fastdata tune: {len(self.trials)} trial(s) in {self.elapsed_s:.0f} s on "
+            f"{self.cores} core(s); {self.step}; target busy {self.target_utilization:.0%}"
+            + (f"; device {self.device}" if self.device else "")
+        )
+        columns = [
+            ("", "<"),
+            ("workers", ">"),
+            ("prefetch", ">"),
+            ("pin", ">"),
+            ("batches/s", ">"),
+            ("CI±", ">"),
+            ("busy", ">"),
+            ("wait ms", ">"),
+            ("step ms", ">"),
+            ("GPU", ">"),
+            ("peak RSS", ">"),
+            ("start-up", ">"),
+        ]
+        rows = [[name for name, _ in columns]]
+        for i, t in enumerate(self.trials):
+            p = t.params
+            row = [
+                ">" if i == self.chosen else " ",
+                str(p["num_workers"]),
+                "-" if p.get("prefetch_factor") is None else str(p["prefetch_factor"]),
+                "yes" if p.get("pin_memory") else "no",
+            ]
+            if not t.ok:
+                rows.append([*row, f"failed: {t.error}"])
+                continue
+            row += [
+                _rate(t.throughput),
+                "?" if math.isinf(t.rel_ci) else f"{t.rel_ci:.0%}",
+                f"{t.busy:.0%}",
+                f"{t.wait_ms:.1f}",
+                f"{t.step_ms:.1f}",
+                "-" if t.gpu_util is None else f"{t.gpu_util:.0%}",
+                format_size(t.peak_rss),
+                f"{t.startup_s:.2f} s",
+            ]
+            rows.append(row)
+        full = [r for r in rows if len(r) == len(columns)]
+        widths = [max(len(r[c]) for r in full) for c in range(len(columns))]
+        lines = [head, ""]
+        for row in rows:
+            cells = [f"{v:{a}{w}}" for v, (_, a), w in zip(row, columns, widths, strict=False)]
+            if len(row) != len(columns):  # a failed trial: its message runs on unpadded
+                cells[-1] = row[-1]
+            lines.append("  ".join(cells).rstrip())
+        lines += ["", f"chosen: {describe(self.config.to_dict())}"]
+        lines += textwrap.wrap(self.reason, 96)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data; :meth:`from_dict` reads it back."""
+        return {
+            "format": RESULT_FORMAT,
+            "version": RESULT_VERSION,
+            "config": self.config.to_dict(),
+            "chosen": self.chosen,
+            "reason": self.reason,
+            "stopped": self.stopped,
+            "target_utilization": self.target_utilization,
+            "budget_s": self.budget_s,
+            "tolerance": self.tolerance,
+            "max_memory": self.max_memory,
+            "step": self.step,
+            "step_ms": self.step_ms,
+            "device": self.device,
+            "cores": self.cores,
+            "elapsed_s": self.elapsed_s,
+            "extra": self.extra,
+            "trials": [t.to_dict() for t in self.trials],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], /) -> TuneResult:
+        """The result :meth:`to_dict` described.
+
+        Raises:
+            ValueError: not a saved TuneResult, or one of another version.
+        """
+        if data.get("format") != RESULT_FORMAT or data.get("version") != RESULT_VERSION:
+            raise ValueError(
+                f"format={data.get('format')!r} version={data.get('version')!r}: expected a "
+                f"{RESULT_FORMAT} of version {RESULT_VERSION} (written by TuneResult.save)"
+            )
+        values = {k: v for k, v in data.items() if k not in ("format", "version")}
+        values["config"] = LoaderConfig.from_dict(values["config"])
+        values["trials"] = tuple(Trial.from_dict(t) for t in values["trials"])
+        return cls(**values)
+
+    def save(self, path: str | os.PathLike[str], /) -> Path:
+        """Write the result as JSON to ``path`` (for :meth:`load` and ``DataLoader(config=)``)."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], /) -> TuneResult:
+        """The result :meth:`save` wrote to ``path``.
+
+        Raises:
+            ValueError: the file is not a saved TuneResult; the message names it.
+        """
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{os.fspath(path)}: not a fastdata tune result: {exc}") from exc
+
+
+def _rate(value: float) -> str:
+    return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def describe(params: Mapping[str, Any]) -> str:
+    """``num_workers=2, prefetch_factor=2, pin_memory=False`` for a dict of settings."""
+    return ", ".join(f"{k}={v}" for k, v in params.items())
+
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?\s*$", re.I)
+
+
+def parse_size(value: int | str, /) -> int:
+    """Bytes from an int or a string such as ``"8GiB"``, ``"512 MB"``, ``"2g"`` or ``"1e9"``.
+
+    ``k``/``M``/``G``/``T`` are powers of 1000, ``Ki``/``Mi``/``Gi``/``Ti`` powers of 1024.
+
+    Raises:
+        ValueError: not a positive size in one of these forms.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        match = _SIZE.match(str(value))
+        if match is None:
+            raise ValueError(f"{value!r}: expected a size in bytes such as 8GiB, 512MB, 2g or 1e9")
+        digits, prefix, binary = match.groups()
+        scale = _UNITS[prefix.lower()]
+        if binary:
+            if not prefix:
+                raise ValueError(f"{value!r}: 'i' needs a unit before it, as in 8GiB")
+            scale = 1024 ** "kmgt".index(prefix.lower()) * 1024
+        number = int(float(digits) * scale)
+    if number <= 0:
+        raise ValueError(f"{value!r}: a size must be positive")
+    return number
+
+
+def format_size(n: float, /) -> str:
+    """``n`` bytes in binary units: ``"512 MiB"``, ``"1.1 GiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return (
+                f"{int(n)} B"
+                if unit == "B"
+                else f"{n:.0f} {unit}"
+                if n >= 100
+                else f"{n:.3g} {unit}"
+            )
+        n /= 1024
+    return f"{n:.3g} TiB" if n < 100 else f"{n:.0f} TiB"

@@ -1,0 +1,383 @@
+"""The search: which configurations to measure, when to stop, and which one to choose.
+
+Measurements are expensive (seconds each) and noisy, so the search is a short sequence of 1-D
+line searches rather than a grid:
+
+1. ``num_workers``, coarse to fine: the space's values at positions 0, 1, 2, 4, 8, ... (and
+   the last) in ascending order, stopping at the first that is over ``max_memory``, fails,
+   or falls clearly below the best so far (by more than ``tolerance``, even at the top of
+   its confidence interval) — throughput as a function of workers is taken to rise,
+   flatten, then fall. Then, around the cheapest
+   position within ``tolerance`` of the best, the positions halfway to its measured
+   neighbours, until they are adjacent (on a plateau this walks down to its cheap edge; a
+   higher peak between coarse positions moves the search there).
+2. ``prefetch_factor`` the same way, with the workers chosen so far (skipped without workers).
+3. ``pin_memory``: each remaining value (only searched when batches go to a device).
+
+Whenever a configuration keeps the consumer busy for at least ``target`` of the time, the
+smaller values between it and the last one that did not are bisected for the cheapest that
+still does, and the search stops: nothing cheaper is left to find. Every trial gets an equal
+share of what remains of the budget (so trials that settle early leave time to later ones);
+the search stops when the budget is used, and Ctrl-C returns the best so far.
+
+The choice: among trials that completed within ``max_memory``, those that reach the target or
+come within ``tolerance`` of the best throughput; of those, the fewest workers, then the least
+memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from fastdata.errors import FastDataError
+from fastdata.tune.measure import Trial
+from fastdata.tune.report import describe, format_size
+
+__all__ = ["Outcome", "SearchSpace", "TuneError", "choose", "search"]
+
+PARAMS = ("num_workers", "prefetch_factor", "pin_memory")
+"""The loader settings the tuner searches, in the order it searches them."""
+
+Evaluate = Callable[[dict[str, Any], float], Trial]
+"""Measures ``params`` within a time limit in seconds (see :func:`fastdata.tune.measure`)."""
+
+
+class TuneError(FastDataError):
+    """The loader failed on the first configuration the tuner measured."""
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The values each searched setting may take, sorted and without duplicates."""
+
+    num_workers: tuple[int, ...]
+    prefetch_factor: tuple[int, ...]
+    pin_memory: tuple[bool, ...]
+
+    @classmethod
+    def build(
+        cls, given: Mapping[str, Iterable[Any]] | None, /, *, cores: int, device_used: bool
+    ) -> SearchSpace:
+        """The user's space (any subset of :data:`PARAMS`) completed with the defaults:
+        ``num_workers`` 0 .. 2 x ``cores``, ``prefetch_factor`` 1 .. 8, ``pin_memory``
+        False and True when batches go to a device, else False.
+
+        Raises:
+            ValueError: an unknown setting or a value it cannot take.
+        """
+        given = dict(given or {})
+        unknown = sorted(set(given) - set(PARAMS))
+        if unknown:
+            raise ValueError(
+                f"search_space has unknown setting(s) {', '.join(map(repr, unknown))}: "
+                f"valid settings are {', '.join(PARAMS)}"
+            )
+        checks: dict[str, tuple[Callable[[Any], bool], str, tuple[Any, ...]]] = {
+            "num_workers": (_int_at_least(0), "integers >= 0", tuple(range(2 * cores + 1))),
+            "prefetch_factor": (_int_at_least(1), "integers >= 1", tuple(range(1, 9))),
+            "pin_memory": (
+                lambda v: isinstance(v, bool),
+                "True / False",
+                (False, True) if device_used else (False,),
+            ),
+        }
+        values = {}
+        for name, (valid, expected, default) in checks.items():
+            chosen = tuple(given[name]) if name in given else default
+            bad = [v for v in chosen if not valid(v)]
+            if bad or not chosen:
+                raise ValueError(
+                    f"search_space[{name!r}]={list(chosen)!r}: expected a non-empty list of "
+                    f"{expected}"
+                )
+            values[name] = tuple(sorted(set(chosen)))
+        return cls(**values)
+
+    def base(self, num_workers: int) -> dict[str, Any]:
+        """The settings measured with ``num_workers`` before the later stages refine them:
+        torch's default prefetch_factor of 2 (or the nearest allowed) and pin_memory off
+        (where allowed)."""
+        prefetch = None
+        if num_workers > 0:
+            prefetch = min(self.prefetch_factor, key=lambda v: (abs(v - 2), v))
+        pin = False not in self.pin_memory  # False where allowed
+        return {"num_workers": num_workers, "prefetch_factor": prefetch, "pin_memory": pin}
+
+
+class Outcome(NamedTuple):
+    """What :func:`search` found: every trial in order, the chosen one's index, why, and how
+    the search ended (``"complete"``, ``"target"``, ``"budget"`` or ``"interrupted"``)."""
+
+    trials: list[Trial]
+    chosen: int
+    reason: str
+    stopped: str
+
+
+class _StopSearch(Exception):  # noqa: N818 (control flow, not an error)
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class _Run:
+    """The trials of one search: the cache, the budget and the stopping rules."""
+
+    def __init__(
+        self,
+        evaluate: Evaluate,
+        *,
+        budget_s: float,
+        planned: int,
+        target: float,
+        max_memory: int | None,
+        clock: Callable[[], float],
+        on_trial: Callable[[Trial], None] | None,
+    ) -> None:
+        self.evaluate, self.budget_s, self.planned = evaluate, budget_s, planned
+        self.target, self.max_memory = target, max_memory
+        self.clock, self.on_trial = clock, on_trial
+        self.start = clock()
+        self.min_slice = budget_s / planned / 4
+        self.trials: list[Trial] = []
+        self.cache: dict[tuple[Any, ...], Trial] = {}
+
+    def trial(self, params: dict[str, Any]) -> Trial:
+        """Measure ``params`` (once: repeats come from the cache) with a share of the budget."""
+        key = tuple(params[p] for p in PARAMS)
+        if key in self.cache:
+            return self.cache[key]
+        remaining = self.budget_s - (self.clock() - self.start)
+        if remaining < self.min_slice:
+            raise _StopSearch("budget")
+        share = max(remaining / max(self.planned - len(self.trials), 1), self.min_slice)
+        begun = self.clock()
+        try:
+            trial = self.evaluate(dict(params), min(share, remaining))
+        except Exception as exc:
+            if not any(t.ok for t in self.trials):
+                raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
+            trial = Trial(params=dict(params), seconds=self.clock() - begun, error=repr(exc))
+        self.cache[key] = trial
+        self.trials.append(trial)
+        if self.on_trial is not None:
+            self.on_trial(trial)
+        return trial
+
+    def fits(self, trial: Trial) -> bool:
+        return trial.ok and (self.max_memory is None or trial.peak_rss <= self.max_memory)
+
+    def reaches(self, trial: Trial) -> bool:
+        return self.fits(trial) and trial.busy >= self.target
+
+
+def search(
+    evaluate: Evaluate,
+    space: SearchSpace,
+    /,
+    *,
+    budget_s: float,
+    target: float,
+    tolerance: float = 0.05,
+    max_memory: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    on_trial: Callable[[Trial], None] | None = None,
+) -> Outcome:
+    """Run the search of the module docstring and choose a configuration.
+
+    Args:
+        evaluate: measures one configuration within a time limit (seconds).
+        space: the values to search.
+        budget_s: seconds for all measurements together (by ``clock``).
+        target: busy fraction at which the consumer counts as kept busy.
+        tolerance: throughputs within this fraction of the best count as equally good.
+        max_memory: bytes of peak RSS a chosen configuration may use (None: no limit).
+        clock: the time source of the budget.
+        on_trial: called with each trial as it completes (the CLI's progress).
+
+    Raises:
+        TuneError: the first configuration measured failed (a broken loader).
+        KeyboardInterrupt: interrupted before any configuration was measured.
+    """
+    run = _Run(
+        evaluate,
+        budget_s=budget_s,
+        planned=_planned(space),
+        target=target,
+        max_memory=max_memory,
+        clock=clock,
+        on_trial=on_trial,
+    )
+    stopped = "complete"
+    try:
+        _line(run, space.num_workers, space.base, tolerance)
+        workers = run.trials[choose(run.trials, target, tolerance, max_memory)].params
+        if workers["num_workers"] > 0:
+            _line(
+                run,
+                space.prefetch_factor,
+                lambda pf: {**workers, "prefetch_factor": pf},
+                tolerance,
+            )
+        best = run.trials[choose(run.trials, target, tolerance, max_memory)].params
+        for pin in space.pin_memory:
+            if run.reaches(run.trial({**best, "pin_memory": pin})):
+                raise _StopSearch("target")
+    except _StopSearch as stop:
+        stopped = stop.why
+    except KeyboardInterrupt:
+        if not any(t.ok for t in run.trials):
+            raise
+        stopped = "interrupted"
+    chosen = choose(run.trials, target, tolerance, max_memory)
+    reason = _reason(run, chosen, stopped, tolerance)
+    return Outcome(run.trials, chosen, reason, stopped)
+
+
+def choose(trials: Sequence[Trial], target: float, tolerance: float, max_memory: int | None) -> int:
+    """The index of the trial to choose (see the module docstring).
+
+    When no completed trial fits ``max_memory``, the one using the least memory.
+    """
+    ok = [i for i, t in enumerate(trials) if t.ok]
+    if not ok:
+        raise ValueError("no completed trial to choose from")
+    fits = [i for i in ok if max_memory is None or trials[i].peak_rss <= max_memory]
+    if not fits:
+        return min(ok, key=lambda i: trials[i].peak_rss)
+    best = max(trials[i].throughput for i in fits)
+    good = [
+        i
+        for i in fits
+        if trials[i].busy >= target or trials[i].throughput >= (1 - tolerance) * best
+    ]
+    return min(good, key=lambda i: (trials[i].params["num_workers"], trials[i].peak_rss, i))
+
+
+def _line(
+    run: _Run,
+    values: Sequence[Any],
+    params_for: Callable[[Any], dict[str, Any]],
+    tolerance: float,
+) -> None:
+    """Coarse-to-fine search of one setting over ``values`` (see the module docstring).
+
+    Raises:
+        _StopSearch: ``"target"`` once the cheapest value reaching the target is known;
+            ``"budget"`` when the budget is used.
+    """
+    measured: dict[int, Trial] = {}
+
+    def at(i: int) -> Trial:
+        measured[i] = run.trial(params_for(values[i]))
+        if run.reaches(measured[i]):
+            bisect_cheapest(i)
+        return measured[i]
+
+    def bisect_cheapest(high: int) -> None:
+        low = max((j for j, t in measured.items() if j < high and not run.reaches(t)), default=-1)
+        while high - low > 1:
+            mid = (low + high) // 2
+            measured[mid] = run.trial(params_for(values[mid]))
+            low, high = (low, mid) if run.reaches(measured[mid]) else (mid, high)
+        raise _StopSearch("target")
+
+    def cheapest() -> int | None:
+        """The smallest measured position within ``tolerance`` of this line's best."""
+        fitting = [i for i, t in measured.items() if run.fits(t)]
+        if not fitting:
+            return None
+        best = max(measured[i].throughput for i in fitting)
+        return min(i for i in fitting if measured[i].throughput >= (1 - tolerance) * best)
+
+    peak = 0.0
+    for i in _coarse(len(values)):
+        trial = at(i)
+        if not run.fits(trial):
+            break  # failed or over memory: larger values only use more
+        if trial.throughput * (1 + trial.rel_ci) < (1 - tolerance) * peak:
+            break  # past the peak: slower even at the top of its confidence interval
+        peak = max(peak, trial.throughput)
+    while (anchor := cheapest()) is not None:
+        tested = sorted(measured)
+        pos = tested.index(anchor)
+        neighbours = tested[max(pos - 1, 0) : pos] + tested[pos + 1 : pos + 2]
+        between = [(n + anchor) // 2 for n in neighbours if abs(n - anchor) > 1]
+        if not between:
+            return
+        for i in between:
+            at(i)
+
+
+def _coarse(n: int) -> list[int]:
+    """Positions 0, 1, 2, 4, 8, ... below ``n``, and ``n - 1``."""
+    positions = {0, n - 1}
+    p = 1
+    while p < n:
+        positions.add(p)
+        p *= 2
+    return sorted(positions)
+
+
+def _planned(space: SearchSpace) -> int:
+    """A generous count of the trials the search will make, to share the budget out."""
+    planned = len(_coarse(len(space.num_workers))) + 2
+    if len(space.prefetch_factor) > 1 and space.num_workers[-1] > 0:
+        planned += len(_coarse(len(space.prefetch_factor))) + 1
+    return planned + len(space.pin_memory) - 1
+
+
+def _reason(run: _Run, chosen: int, stopped: str, tolerance: float) -> str:
+    """Why ``run.trials[chosen]`` was chosen, and how the search ended, in a few sentences."""
+    trials, target, max_memory = run.trials, run.target, run.max_memory
+    pick = trials[chosen]
+    ok = [t for t in trials if t.ok]
+    fits = [t for t in ok if run.fits(t)]
+    lines = [
+        f"Chose {describe(pick.params)}: {pick.throughput:.1f} batches/s, consumer busy "
+        f"{pick.busy:.0%} (target {target:.0%})."
+    ]
+    if not fits:
+        lines.append(
+            f"No trial stayed within max_memory={format_size(max_memory or 0)}; this one "
+            f"used the least memory ({format_size(pick.peak_rss)})."
+        )
+    elif pick.busy >= target:
+        lines.append(
+            "It has the fewest workers, then the least memory, of the trials that reach the "
+            f"target or come within {tolerance:.0%} of the best throughput."
+        )
+    else:
+        best = max(fits, key=lambda t: t.throughput)
+        lines.append(
+            f"It has the fewest workers, then the least memory, of the trials within "
+            f"{tolerance:.0%} of the best throughput ({best.throughput:.1f} batches/s with "
+            f"{describe(best.params)}). None reached the target: the input pipeline, not the "
+            "consumer, sets the pace."
+        )
+    over = len(ok) - len(fits)
+    if fits and over:
+        lines.append(f"{over} trial(s) over max_memory={format_size(max_memory or 0)} excluded.")
+    failed = len(trials) - len(ok)
+    if failed:
+        lines.append(f"{failed} trial(s) failed (see the table).")
+    elapsed = run.clock() - run.start
+    n = f"{len(trials)} trial{'' if len(trials) == 1 else 's'}"
+    lines.append(
+        {
+            "complete": f"Search complete: {n} in {elapsed:.0f} s.",
+            "target": f"Stopped early after {n}: the target was reached and nothing cheaper "
+            "was left to try.",
+            "budget": f"Stopped after {n} when the {run.budget_s:g} s budget was used; a "
+            "larger budget measures more candidates.",
+            "interrupted": f"Interrupted (Ctrl-C): the best of {n} so far.",
+        }[stopped]
+    )
+    return " ".join(lines)
+
+
+def _int_at_least(minimum: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
