@@ -376,3 +376,16 @@ def test_config_fills_in_what_was_not_passed(tmp_path: Path) -> None:
     explicit = DataLoader(Squares(), batch_size=4, config=config, num_workers=0)
     assert (explicit.num_workers, explicit.prefetch_factor) == (0, None)
     assert [b["i"].tolist() for b in explicit] == [b["i"].tolist() for b in loader]
+
+
+def test_drop_in_details_found_by_pytorchs_own_suite() -> None:
+    assert DataLoader[list[torch.Tensor]] is not None  # generic like torch's
+    with pytest.raises(TypeError, match="multiprocessing_context option should be a valid"):
+        DataLoader(Squares(), num_workers=1, multiprocessing_context=object())
+    script = (
+        "import multiprocessing, fastdata, torch;"
+        "fastdata.DataLoader(torch.utils.data.TensorDataset(torch.zeros(2)));"
+        "multiprocessing.set_start_method('spawn'); print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr

@@ -29,7 +29,7 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.utils.data
 import torch.utils.data as tud
@@ -88,12 +88,19 @@ def _opencv_single_threaded_fork(loader: DataLoader) -> Iterator[None]:
 def _start_method(context: Any) -> str:
     if isinstance(context, str):
         return context
-    if context is not None:
-        return context.get_start_method()
-    return multiprocessing.get_context().get_start_method()
+    if context is not None:  # anything else is torch's to reject, with its own message
+        return context.get_start_method() if hasattr(context, "get_start_method") else ""
+    # Without pinning the process-wide default (unlike multiprocessing.get_context()).
+    return (
+        multiprocessing.get_start_method(allow_none=True)
+        or (multiprocessing.get_all_start_methods()[0])
+    )
 
 
-class DataLoader(torch.utils.data.DataLoader):
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class DataLoader(torch.utils.data.DataLoader[_T_co]):
     """A drop-in for :class:`torch.utils.data.DataLoader` with opt-in extras.
 
     Every positional and keyword argument of torch's DataLoader is accepted with torch's
