@@ -3,7 +3,8 @@
 Prints one table: host-to-device bandwidth from pinned and pageable memory; the time per
 batch of the uint8 path (copy uint8, ``DeviceNormalize`` on the GPU) against the float32 path
 (normalize on the CPU, copy float32); and how much of the copy time ``to_device`` hides
-behind a simulated training step (``torch.cuda._sleep``), against the synchronous path.
+behind a simulated training step (``torch.cuda._sleep``), against the synchronous path; and
+``ImageStream(decode_device="cuda")`` (nvJPEG) against OpenCV on one CPU thread, images/s.
 Takes well under two minutes on one GPU; exits 0 with a message where there is no CUDA.
 
 Usage::
@@ -134,6 +135,25 @@ def overlap_rows(host: torch.Tensor, device: torch.device, steps: int) -> list[t
     ]
 
 
+def nvjpeg_rows(device: torch.device, size: int) -> list[tuple[str, str]]:
+    """Images/s of a center-crop epoch over synthetic JPEGs: nvJPEG vs OpenCV, one process."""
+    import tempfile
+
+    from fastdata.sources.images import ImageStream
+    from fastdata.synthetic import make_images
+
+    with tempfile.TemporaryDirectory() as root:
+        make_images(root, 256, classes=4, seed=0)
+        rates = {}
+        for name, where in (("OpenCV, 1 CPU thread", None), ("nvJPEG", device)):
+            stream = ImageStream.from_folder(
+                root, size=size, crop="center", batch_size=64, decode_device=where
+            )
+            ms = median_ms(lambda s=stream: [batch for batch in s], repeat=3)
+            rates[name] = 256 / ms * 1e3
+    return [(f"center-crop decode, {name} (images/s)", f"{r:,.0f}") for name, r in rates.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=256)
@@ -154,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         *bandwidth_rows(device),
         *per_batch_rows(host, device),
         *overlap_rows(host, device, args.steps),
+        *nvjpeg_rows(device, args.size),
     ]
     width = max(len(name) for name, _ in rows)
     print(f"{'measure':<{width}} | value")

@@ -20,6 +20,7 @@ from PIL import Image
 
 import fastdata.sources._stream as stream_module
 from fastdata import DataLoader, DecodeError, SourceError
+from fastdata.decode import ImageTransform
 from fastdata.sources.images import ImageStream
 from fastdata.synthetic import make_image_parquet, make_images, make_tar_shards
 
@@ -264,6 +265,42 @@ def test_tar_errors_name_shard_and_member(tmp_path: Path) -> None:
     assert err.value.member == "x.cls"
 
 
+def test_tar_json_labels(tmp_path: Path) -> None:
+    _, ok = cv2.imencode(".jpg", np.zeros((8, 8, 3), np.uint8))
+    jpg = ok.tobytes()
+    write_tar(
+        tmp_path / "j.tar",
+        {
+            "a.jpg": jpg,
+            "a.json": b'{"label": 3, "caption": "x"}',
+            "b.jpg": jpg,
+            "b.json": b"7",
+            "c.jpg": jpg,
+            "c.cls": b"5",
+            "c.json": b'{"label": 9}',  # .cls is preferred
+        },
+    )
+    assert [label for _, label in ImageStream.from_tar(tmp_path / "j.tar")] == [3, 7, 5]
+    only_json = ImageStream.from_tar(tmp_path / "j.tar", label_suffixes=("json",))
+    assert [label for _, label in only_json] == [3, 7, 9]
+    unlabelled = ImageStream.from_tar(tmp_path / "j.tar", label_suffixes=())
+    assert all(isinstance(item, torch.Tensor) for item in unlabelled)
+    write_tar(tmp_path / "k.tar", {"a.jpg": jpg, "a.json": b'{"cls": 4}'})
+    keyed = ImageStream.from_tar(tmp_path / "k.tar", label_field="cls", batch_size=1)
+    assert [labels.tolist() for _, labels in keyed] == [[4]]
+    for name, text, match in [
+        ("l", b'{"cls": 4}', "'label' is an integer"),
+        ("m", b'{"label": "cat"}', "expected an integer"),
+        ("n", b"true", "expected an integer"),
+        ("o", b"{not json", "not valid JSON"),
+    ]:
+        write_tar(tmp_path / f"{name}.tar", {"s.jpg": jpg, "s.json": text})
+        with pytest.raises(SourceError, match=match) as err:
+            list(ImageStream.from_tar(tmp_path / f"{name}.tar"))
+        assert err.value.member == "s.json"
+        assert err.value.path.endswith(f"{name}.tar")
+
+
 def test_tar_member_names_are_never_paths(tmp_path: Path) -> None:
     _, ok = cv2.imencode(".png", np.full((4, 4, 3), 9, np.uint8))
     write_tar(
@@ -280,6 +317,99 @@ def test_missing_folder_and_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "cls").mkdir()
     with pytest.raises(SourceError, match="no images"):
         ImageStream.from_folder(tmp_path)
+
+
+# --------------------------------------------------------------------------- decode_device
+# decode_device="cpu" runs the device path (torchvision's decoder, torch transforms) on the
+# CPU, so it is tested everywhere; the CUDA test compares nvJPEG with it.
+
+
+def mean_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.cpu().int() - b.cpu().int()).abs().float().mean().item()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("crop", ["center", "random-resized"])
+def test_device_path_matches_the_opencv_path(layouts: Path, kind: str, crop: str) -> None:
+    # size 48: no image is large enough for the CPU path's reduced decode (which shifts
+    # boxes by up to a pixel on images this small), so both decode in full.
+    options = {"size": 48, "crop": crop, "flip": True, "seed": 5, "batch_size": 7}
+    cpu = list(build(layouts, kind, **options))
+    dev = list(build(layouts, kind, decode_device="cpu", **options))
+    assert [labels.tolist() for _, labels in dev] == [labels.tolist() for _, labels in cpu]
+    for (a, _), (b, _) in zip(cpu, dev, strict=True):
+        assert a.shape == b.shape and b.dtype == torch.uint8
+        # Same boxes and flips; area averaging vs antialiased bilinear differ a little
+        # (measured: mean 0.4-1.1 levels per pixel).
+        assert mean_abs_diff(a, b) < 1.5
+
+
+def test_device_path_applies_exif_and_falls_back_for_png_and_cmyk(tmp_path: Path) -> None:
+    rgb = np.random.default_rng(0).integers(0, 256, (30, 50, 3), np.uint8)
+    rgb = cv2.GaussianBlur(rgb, (5, 5), 0)
+    paths = []
+    for orientation in range(1, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        paths.append(tmp_path / f"o{orientation}.jpg")
+        Image.fromarray(rgb).save(paths[-1], "JPEG", quality=95, exif=exif.tobytes())
+    paths.append(tmp_path / "x.png")
+    Image.fromarray(rgb).save(paths[-1])
+    paths.append(bad_files(tmp_path)["cmyk.jpg"])
+    cpu = list(ImageStream.from_files(paths))
+    dev = list(ImageStream.from_files(paths, decode_device="cpu"))
+    for path, a, b in zip(paths, cpu, dev, strict=True):
+        assert a.shape == b.shape, path.name
+        assert (a.int() - b.int()).abs().max() <= 3, path.name
+
+
+@pytest.mark.parametrize(
+    "name", ["empty.jpg", "truncated.jpg", "text.jpg", "unsupported.jpg", "bomb.jpg"]
+)
+def test_device_path_bad_files_raise_with_their_path(tmp_path: Path, name: str) -> None:
+    path = bad_files(tmp_path)[name]
+    stream = ImageStream.from_files([path], max_pixels=10_000_000, decode_device="cpu")
+    with pytest.raises(DecodeError) as err:
+        list(stream)
+    assert err.value.path == str(path)
+
+
+def test_device_path_skips_and_counts(tmp_path: Path) -> None:
+    bad = bad_files(tmp_path)
+    good = make_images(tmp_path / "ok", 3, **SMALL)
+    paths = [good[0], bad["truncated.jpg"], good[1], bad["text.jpg"], good[2]]
+    stream = ImageStream.from_files(
+        paths, on_error="skip", decode_device="cpu", size=16, crop="center", batch_size=5
+    )
+    with pytest.warns(UserWarning, match="truncated.jpg"):
+        [images] = list(stream)
+    assert images.shape == (3, 3, 16, 16) and stream.skipped == 2
+
+
+def test_decode_device_is_checked_up_front(layouts: Path) -> None:
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            build(layouts, "folder", decode_device="cuda")
+    with pytest.raises(ValueError, match="expected 'cuda'"):
+        build(layouts, "folder", decode_device="meta")
+    with pytest.raises(ValueError, match="no torch equivalent"):
+        ImageStream.from_folder(
+            layouts / "folder",
+            transform=ImageTransform(size=16, interpolation="lanczos"),
+            decode_device="cpu",
+        )
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", KINDS)
+def test_nvjpeg_matches_the_cpu_device_path(layouts: Path, kind: str) -> None:
+    options = {"size": 32, "crop": "random-resized", "flip": True, "batch_size": 8}
+    on_gpu = list(build(layouts, kind, decode_device="cuda", **options))
+    on_cpu = list(build(layouts, kind, decode_device="cpu", **options))
+    for (a, la), (b, lb) in zip(on_gpu, on_cpu, strict=True):
+        assert a.device.type == "cuda" and a.shape == b.shape and la.tolist() == lb.tolist()
+        assert mean_abs_diff(a, b) < 2.0  # nvJPEG's IDCT and upsampling differ slightly
 
 
 def test_a_stream_used_in_the_parent_still_decodes_in_forked_workers(layouts: Path) -> None:

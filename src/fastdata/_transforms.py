@@ -15,15 +15,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import cv2
 import numpy as np
 
 __all__ = [
     "INTERPOLATIONS",
+    "Geometry",
     "ImageTransform",
     "center_crop",
+    "center_crop_box",
     "hflip",
     "output_hw",
     "random_resized_crop",
@@ -48,6 +50,17 @@ INTERPOLATIONS: dict[str, int | None] = {
 (area averaging, free of the aliasing plain bilinear shows) and INTER_LINEAR when enlarging."""
 
 _CROPS = ("center", "random-resized")
+
+
+class Geometry(NamedTuple):
+    """What :meth:`ImageTransform.geometry` decides for one image."""
+
+    box: tuple[int, int, int, int]
+    """``(top, left, height, width)`` of the source region used."""
+    size: tuple[int, int]
+    """``(height, width)`` of the output."""
+    flip: bool
+    """Mirror the output left-right."""
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
@@ -128,17 +141,13 @@ def center_crop(img: np.ndarray, size: Size) -> np.ndarray:
     return img[top : top + crop_h, left : left + crop_w]
 
 
-def resized_center_crop(
-    img: np.ndarray, resize_to: Size, size: Size, *, interpolation: str = "auto"
-) -> np.ndarray:
-    """``center_crop(resize(img, resize_to), size)``, computed by resizing only the source
-    region that survives the crop (typically 40% fewer pixels to filter).
-
-    The region's edges are rounded to whole source pixels, so the result may sit up to half
-    a source pixel off the two-step version (exactly equal when the edges fall on whole
-    pixels, as for 400x500 -> 256 -> 224).
-    """
-    h, w = img.shape[:2]
+def center_crop_box(
+    src_hw: tuple[int, int], resize_to: Size, size: Size
+) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
+    """The source box ``(top, left, height, width)`` that survives
+    ``center_crop(resize(img, resize_to), size)`` for an image of ``src_hw``, and the crop's
+    ``(height, width)``; see :func:`resized_center_crop`."""
+    h, w = src_hw
     new_h, new_w = output_hw((h, w), resize_to)
     crop_h, crop_w = _pair(size)
     if crop_h > new_h or crop_w > new_w:
@@ -149,7 +158,21 @@ def resized_center_crop(
     top, left = round((new_h - crop_h) / 2.0), round((new_w - crop_w) / 2.0)
     y0, y1 = round(top * h / new_h), round((top + crop_h) * h / new_h)
     x0, x1 = round(left * w / new_w), round((left + crop_w) * w / new_w)
-    return resize(img[y0:y1, x0:x1], (crop_h, crop_w), interpolation=interpolation)
+    return (y0, x0, y1 - y0, x1 - x0), (crop_h, crop_w)
+
+
+def resized_center_crop(
+    img: np.ndarray, resize_to: Size, size: Size, *, interpolation: str = "auto"
+) -> np.ndarray:
+    """``center_crop(resize(img, resize_to), size)``, computed by resizing only the source
+    region that survives the crop (typically 40% fewer pixels to filter).
+
+    The region's edges are rounded to whole source pixels, so the result may sit up to half
+    a source pixel off the two-step version (exactly equal when the edges fall on whole
+    pixels, as for 400x500 -> 256 -> 224).
+    """
+    (top, left, h, w), out_hw = center_crop_box(img.shape[:2], resize_to, size)
+    return resize(img[top : top + h, left : left + w], out_hw, interpolation=interpolation)
 
 
 def hflip(img: np.ndarray) -> np.ndarray:
@@ -289,33 +312,37 @@ class ImageTransform:
             return self.size
         return None
 
-    def __call__(self, img: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
-        """Transform one uint8 HWC image into a C-contiguous array (``img`` itself when
-        there is nothing to do).
+    def geometry(self, src_hw: tuple[int, int], rng: np.random.Generator | None = None) -> Geometry:
+        """Where this transform takes its pixels from and what it makes of them, for an
+        image of ``src_hw``: the source box, the output size and the flip. Every backend
+        (OpenCV here, torch on a device for ``decode_device``) applies the same geometry,
+        so a sample is cropped and flipped alike whatever decodes it.
 
         ``rng`` (from :func:`sample_rng`) is required when the transform is random
         (``crop="random-resized"`` or ``flip=True``).
         """
         size = self.size
-        out = img
-        if size is not None:
-            if self.crop == "random-resized":
-                out = random_resized_crop(
-                    out,
-                    size,
-                    scale=self.scale,
-                    ratio=self.ratio,
-                    rng=_require_rng(rng),
-                    interpolation=self.interpolation,
-                )
-            elif self.crop == "center":
-                short = _center_scale(size, self.crop_pct)
-                out = resized_center_crop(out, short, size, interpolation=self.interpolation)
-            else:
-                out = resize(out, size, interpolation=self.interpolation)
-        if self.flip and _require_rng(rng).random() < 0.5:
-            return hflip(out)
-        return np.ascontiguousarray(out)
+        box = (0, 0, *src_hw)
+        out_hw = src_hw
+        if size is not None and self.crop == "random-resized":
+            box = random_resized_crop_params(
+                src_hw, scale=self.scale, ratio=self.ratio, rng=_require_rng(rng)
+            )
+            out_hw = _pair(size)
+        elif size is not None and self.crop == "center":
+            box, out_hw = center_crop_box(src_hw, _center_scale(size, self.crop_pct), size)
+        elif size is not None:
+            out_hw = output_hw(src_hw, size)
+        flip = self.flip and _require_rng(rng).random() < 0.5
+        return Geometry(box, out_hw, flip)
+
+    def __call__(self, img: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Transform one uint8 HWC image into a C-contiguous array (``img`` itself when
+        there is nothing to do); ``rng`` as for :meth:`geometry`."""
+        (top, left, h, w), out_hw, flip = self.geometry(img.shape[:2], rng)
+        region = img if (h, w) == img.shape[:2] else img[top : top + h, left : left + w]
+        out = resize(region, out_hw, interpolation=self.interpolation)
+        return hflip(out) if flip else np.ascontiguousarray(out)
 
 
 def _require_rng(rng: np.random.Generator | None) -> np.random.Generator:

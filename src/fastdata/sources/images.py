@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import torch
 
+from fastdata._device_decode import check_decode_device, decode_on_device
 from fastdata._env import worker_slot
 from fastdata._transforms import ImageTransform, Size, sample_rng
 from fastdata.decode import DEFAULT_MAX_PIXELS, decode_image
@@ -30,7 +31,13 @@ from fastdata.sources._files import as_filesystem, resolve_files
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.parquet import ParquetStream
 from fastdata.sources.plan import EvenBatches, Piece
-from fastdata.sources.tar import IMAGE_SUFFIXES, TarSample, index_shard, read_samples
+from fastdata.sources.tar import (
+    IMAGE_SUFFIXES,
+    LABEL_SUFFIXES,
+    TarSample,
+    index_shard,
+    read_samples,
+)
 
 __all__ = ["IMG_EXTENSIONS", "ImageStream"]
 
@@ -121,8 +128,14 @@ class _ParquetReader:
 class _TarReader:
     """WebDataset tar shards; a unit is a shard."""
 
-    def __init__(self, fs: pafs.FileSystem, shards: list[str], index: list[list[TarSample]]):
-        self.fs, self.shards, self.index = fs, shards, index
+    def __init__(
+        self,
+        fs: pafs.FileSystem,
+        shards: list[str],
+        index: list[list[TarSample]],
+        label_field: str,
+    ) -> None:
+        self.fs, self.shards, self.index, self.label_field = fs, shards, index, label_field
         with_labels = {s.label is not None for samples in index for s in samples}
         if len(with_labels) > 1:
             shard, sample = next(
@@ -142,7 +155,8 @@ class _TarReader:
         return [len(samples) for samples in self.index]
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
-        table = read_samples(self.fs, self.shards[unit], self.index[unit][start:stop])
+        samples = self.index[unit][start:stop]
+        table = read_samples(self.fs, self.shards[unit], samples, label_field=self.label_field)
         return table if self.labelled else table.drop_columns(["label"])
 
     def fetch(self, row: dict[str, Any]) -> bytes:
@@ -178,6 +192,12 @@ class ImageStream(PlannedStream):
         flip: mirror left-right with probability 0.5.
         transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``.
         decode_threads: threads decoding in each process (OpenCV releases the GIL).
+        decode_device: ``"cuda"`` (or ``"cuda:N"``) decodes JPEGs with nvJPEG
+            (``torchvision.io.decode_jpeg``) and crops, resizes and flips on that device;
+            images come out as tensors on it. Other formats, and JPEGs nvJPEG refuses, are
+            decoded by OpenCV and copied over. CUDA cannot start in a forked DataLoader
+            worker: use ``num_workers=0`` or ``multiprocessing_context="spawn"``. ``None``
+            (default) decodes with OpenCV on the CPU threads.
         on_error: ``"raise"`` (default) stops at the first bad image with its location;
             ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`.
             A skipped image shortens its batch; with ``batch_size=None`` it shortens the
@@ -196,6 +216,7 @@ class ImageStream(PlannedStream):
         flip: bool = False,
         transform: ImageTransform | None = None,
         decode_threads: int = 1,
+        decode_device: str | torch.device | None = None,
         on_error: OnError = "raise",
         keep_alpha: bool = False,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
@@ -226,6 +247,7 @@ class ImageStream(PlannedStream):
             raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
         self.transform = transform or ImageTransform(size=size, crop=crop, flip=flip)
         self.decode_threads = decode_threads
+        self.decode_device = check_decode_device(decode_device, self.transform)
         self.on_error = on_error
         self.keep_alpha = keep_alpha
         self.max_pixels = max_pixels
@@ -328,23 +350,28 @@ class ImageStream(PlannedStream):
         /,
         *,
         filesystem: Any = None,
-        image_suffixes: tuple[str, ...] = IMAGE_SUFFIXES,
-        label_suffix: str | None = "cls",
+        image_suffixes: Sequence[str] = IMAGE_SUFFIXES,
+        label_suffixes: Sequence[str] = LABEL_SUFFIXES,
+        label_field: str = "label",
         **options: Any,
     ) -> ImageStream:
-        """WebDataset tar shards (``key.jpg`` + ``key.cls``): a unit is a shard, read
-        sequentially; member headers are indexed once, up front (in parallel)."""
+        """WebDataset tar shards (``key.jpg`` + ``key.cls`` or ``key.json``): a unit is a
+        shard, read sequentially; member headers are indexed once, up front (in parallel).
+
+        A sample's label is its first member with a suffix in ``label_suffixes`` (``()``
+        for unlabelled data): ``.cls`` holds ASCII decimal, ``.json`` an integer or an
+        object whose ``label_field`` is one."""
         fs, files = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
         with ThreadPoolExecutor(8) as pool:
             index = list(
                 pool.map(
                     lambda p: index_shard(
-                        fs, p, image_suffixes=image_suffixes, label_suffix=label_suffix
+                        fs, p, image_suffixes=image_suffixes, label_suffixes=label_suffixes
                     ),
                     files,
                 )
             )
-        return cls(_TarReader(fs, files, index), **options)
+        return cls(_TarReader(fs, files, index, label_field), **options)
 
     # ----------------------------------------------------------------- plan hooks
     def _unit_rows(self) -> list[int]:
@@ -390,25 +417,53 @@ class ImageStream(PlannedStream):
                 max_pixels=self.max_pixels,
             )
             decoded = time.perf_counter()
-            rng = sample_rng(self._policy.seed, self.epoch, index) if self._random else None
-            out = self.transform(image, rng)
+            out = self.transform(image, self._rng(index))
             return out, decoded - start, time.perf_counter() - decoded
         except (SourceError, OSError, pa.ArrowException) as exc:
-            reason = exc.reason if isinstance(exc, SourceError) else f"cannot read ({exc})"
-            kind = DecodeError if isinstance(exc, DecodeError) else SourceError
-            error = kind(reason, **self._location(index))
-            if self.on_error == "raise":
-                raise error from exc
-            self._skip_counts[worker_slot()[0] % _MAX_WORKERS] += 1
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"skipped a bad image (on_error='skip'): {error}; further skips in this "
-                    "process are logged at INFO and counted in ImageStream.skipped",
-                    stacklevel=2,
-                )
-            log.info("skipped a bad image (on_error='skip'): %s", error)
+            self._failed(index, exc)
             return None, time.perf_counter() - start, 0.0
+
+    def _load_on_device(self, rows: list[dict[str, Any]]) -> list[torch.Tensor | None]:
+        """The rows decoded and transformed on :attr:`decode_device` (None when skipped)."""
+        data: list[bytes] = []
+        fetched: list[dict[str, Any]] = []
+        for row in rows:
+            try:
+                data.append(self._reader.fetch(row))
+                fetched.append(row)
+            except (SourceError, OSError, pa.ArrowException) as exc:
+                self._failed(row["index"], exc)
+        images = decode_on_device(
+            data,
+            self.decode_device,
+            transform=self.transform,
+            rngs=[self._rng(row["index"]) for row in fetched],
+            max_pixels=self.max_pixels,
+            on_error=lambda i, exc: self._failed(fetched[i]["index"], exc),
+        )
+        by_index = {row["index"]: image for row, image in zip(fetched, images, strict=True)}
+        return [by_index.get(row["index"]) for row in rows]
+
+    def _rng(self, index: int) -> np.random.Generator | None:
+        return sample_rng(self._policy.seed, self.epoch, index) if self._random else None
+
+    def _failed(self, index: int, exc: Exception) -> None:
+        """Raise ``exc`` as an error naming the item at ``index``, or (``on_error="skip"``)
+        count, log and warn once."""
+        reason = exc.reason if isinstance(exc, SourceError) else f"cannot read ({exc})"
+        kind = DecodeError if isinstance(exc, DecodeError) else SourceError
+        error = kind(reason, **self._location(index))
+        if self.on_error == "raise":
+            raise error from exc
+        self._skip_counts[worker_slot()[0] % _MAX_WORKERS] += 1
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"skipped a bad image (on_error='skip'): {error}; further skips in this "
+                "process are logged at INFO and counted in ImageStream.skipped",
+                stacklevel=3,
+            )
+        log.info("skipped a bad image (on_error='skip'): %s", error)
 
     @cached_property
     def _random(self) -> bool:
@@ -418,29 +473,36 @@ class ImageStream(PlannedStream):
         unit = int(np.searchsorted(self._offsets, index, side="right")) - 1
         return self._reader.location(unit, index - int(self._offsets[unit]))
 
-    def _decoded(self, table: pa.Table) -> list[tuple[np.ndarray, int | None]]:
+    def _decoded(self, table: pa.Table) -> list[tuple[torch.Tensor, int | None]]:
+        """The table's images as ``(C, H, W)`` uint8 tensors (channels-last views of the
+        decoded HWC arrays on the CPU path), with their labels; skipped images left out."""
         rows = table.to_pylist()
-        loaded = self._map(self._load, rows)
-        if self._stage_times is not None:
-            self._stage_times.add("decode", sum(d for _, d, _ in loaded), len(rows))
-            self._stage_times.add("transform", sum(t for _, _, t in loaded), len(rows))
-        pairs = zip(loaded, rows, strict=True)
-        return [(img, row.get("label")) for (img, _, _), row in pairs if img is not None]
+        if self.decode_device is not None:
+            start = time.perf_counter()
+            images = self._load_on_device(rows)
+            if self._stage_times is not None:
+                self._stage_times.add("decode", time.perf_counter() - start, len(rows))
+        else:
+            loaded = self._map(self._load, rows)
+            if self._stage_times is not None:
+                self._stage_times.add("decode", sum(d for _, d, _ in loaded), len(rows))
+                self._stage_times.add("transform", sum(t for _, _, t in loaded), len(rows))
+            images = [None if img is None else _chw(img) for img, _, _ in loaded]
+        pairs = zip(images, rows, strict=True)
+        return [(img, row.get("label")) for img, row in pairs if img is not None]
 
     def _make_rows(self, table: pa.Table) -> Iterator[Any]:
         chunk = max(self.decode_threads * 4, 16)
         for start in range(0, table.num_rows, chunk):
             for image, label in self._decoded(table.slice(start, chunk)):
-                tensor = torch.from_numpy(_hwc(image)).permute(2, 0, 1)
-                yield tensor if label is None else (tensor, label)
+                yield image if label is None else (image, label)
 
     def _make_batch(self, table: pa.Table) -> Any:
         decoded = self._decoded(table)
-        images = [_hwc(img) for img, _ in decoded]
+        images = [img for img, _ in decoded]
+        batch: Any = images
         if images and len({img.shape for img in images}) == 1:
-            batch: Any = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2)
-        else:
-            batch = [torch.from_numpy(img).permute(2, 0, 1) for img in images]
+            batch = _stack(images)
         if "label" not in table.column_names:
             return batch
         return batch, torch.tensor([label for _, label in decoded], dtype=torch.int64)
@@ -457,5 +519,14 @@ class ImageStream(PlannedStream):
         )
 
 
-def _hwc(image: np.ndarray) -> np.ndarray:
-    return image[:, :, None] if image.ndim == 2 else image
+def _chw(image: np.ndarray) -> torch.Tensor:
+    """A ``(C, H, W)`` view of a decoded HWC (or HW) array."""
+    return torch.from_numpy(image[:, :, None] if image.ndim == 2 else image).permute(2, 0, 1)
+
+
+def _stack(images: list[torch.Tensor]) -> torch.Tensor:
+    """Same-size images as one ``(N, C, H, W)`` batch; CPU views of HWC arrays are stacked
+    as NHWC (one contiguous copy) and returned channels-last, like the images."""
+    if images[0].device.type == "cpu" and images[0].permute(1, 2, 0).is_contiguous():
+        return torch.stack([img.permute(1, 2, 0) for img in images]).permute(0, 3, 1, 2)
+    return torch.stack(images)

@@ -1,15 +1,17 @@
 """WebDataset-layout tar shards: an index of samples per shard, and reads of sample ranges.
 
 A sample is a run of adjacent members sharing a key (the member name up to the first dot of
-its base name): ``sample-000012.jpg`` + ``sample-000012.cls``. Shards are read sequentially
-with seeks over the members a piece does not need; nothing is extracted to disk and member
-names are never used as paths.
+its base name): ``sample-000012.jpg`` + ``sample-000012.cls`` (or ``.json``). Shards are read
+sequentially with seeks over the members a piece does not need; nothing is extracted to disk
+and member names are never used as paths.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,8 @@ import pyarrow.fs as pafs
 from fastdata.errors import SourceError
 
 IMAGE_SUFFIXES = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm")
+LABEL_SUFFIXES = ("cls", "json")
+"""Label members, in order of preference: ``.cls`` (ASCII decimal) or ``.json``."""
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,12 @@ def index_shard(
     fs: pafs.FileSystem,
     path: str,
     *,
-    image_suffixes: tuple[str, ...] = IMAGE_SUFFIXES,
-    label_suffix: str | None = "cls",
+    image_suffixes: Sequence[str] = IMAGE_SUFFIXES,
+    label_suffixes: Sequence[str] = LABEL_SUFFIXES,
 ) -> list[TarSample]:
     """The samples of one shard, in order, from its member headers (data is seeked over).
+    A sample's image and label are its first members with a suffix in ``image_suffixes``
+    and ``label_suffixes`` (empty: no labels).
 
     Raises:
         SourceError: the shard is not a readable tar, or a sample has no image member.
@@ -73,7 +79,7 @@ def index_shard(
                 path=path,
                 member=next(iter(members.values())).name,
             )
-        label = members.get(label_suffix) if label_suffix else None
+        label = next((members[s] for s in label_suffixes if s in members), None)
         samples.append(TarSample(key, image, label))
 
     try:
@@ -95,8 +101,11 @@ def index_shard(
     return samples
 
 
-def read_samples(fs: pafs.FileSystem, path: str, samples: list[TarSample]) -> pa.Table:
-    """The image bytes and labels of ``samples`` (consecutive samples of one shard)."""
+def read_samples(
+    fs: pafs.FileSystem, path: str, samples: list[TarSample], *, label_field: str = "label"
+) -> pa.Table:
+    """The image bytes and labels of ``samples`` (consecutive samples of one shard); see
+    :func:`parse_label` for the label members."""
     data: list[bytes] = []
     labels: list[int | None] = []
     with fs.open_input_file(path) as f:
@@ -106,15 +115,44 @@ def read_samples(fs: pafs.FileSystem, path: str, samples: list[TarSample]) -> pa
                 labels.append(None)
                 continue
             text = _read(f, sample.label, path)
-            try:
-                labels.append(int(text.strip()))
-            except ValueError:
-                raise SourceError(
-                    f"label member holds {text[:40]!r}, not an integer class index",
-                    path=path,
-                    member=sample.label.name,
-                ) from None
+            labels.append(parse_label(text, sample.label.name, path, label_field))
     return pa.table({"data": pa.array(data, pa.binary()), "label": pa.array(labels, pa.int64())})
+
+
+def parse_label(text: bytes, member: str, path: str, label_field: str = "label") -> int:
+    """The integer class index a label member holds.
+
+    A ``.cls`` member holds ASCII decimal; a ``.json`` member a bare integer or an object
+    whose ``label_field`` is one (WebDataset writes either).
+
+    Raises:
+        SourceError: naming the shard and member, when it holds anything else.
+    """
+    if split_key(member)[1] != "json":
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise SourceError(
+                f"label member holds {text[:40]!r}, not an integer class index",
+                path=path,
+                member=member,
+            ) from None
+    try:
+        value = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SourceError(
+            f"label member is not valid JSON ({exc})", path=path, member=member
+        ) from exc
+    if isinstance(value, dict):
+        value = value.get(label_field)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise SourceError(
+        f"JSON label member holds {text[:60]!r}: expected an integer, or an object whose "
+        f"{label_field!r} is an integer class index (label_field= names another key)",
+        path=path,
+        member=member,
+    )
 
 
 def _read(f: Any, member: Member, path: str) -> bytes:

@@ -1,0 +1,168 @@
+"""Decoding on a torch device (``ImageStream(decode_device=...)``): nvJPEG on CUDA.
+
+JPEGs of a batch go to ``torchvision.io.decode_jpeg`` in one call (on CUDA that is nvJPEG's
+batched decoder); the crop, resize and flip then run in torch on the same device, with the
+:class:`~fastdata.decode.ImageTransform`'s geometry, so the boxes and flips are the ones the
+OpenCV path draws for the same ``(seed, epoch, index)``. Resizing is torch's bilinear
+interpolation, antialiased when shrinking (torchvision's tensor ``Resize``), where the
+OpenCV path uses area averaging: the pixels agree closely, not exactly.
+
+What the device decoder refuses (a CMYK JPEG, say) and every other format fall back to
+:func:`fastdata.decode.decode_image` on the CPU and are then copied to the device; only data
+that neither decodes is an error, a :class:`~fastdata.errors.DecodeError` as on the CPU.
+``device="cpu"`` runs the same code with torchvision's CPU decoder: the tests use it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastdata._transforms import ImageTransform
+from fastdata.decode import decode_image, image_header
+from fastdata.errors import DecodeError
+
+__all__ = ["check_decode_device", "decode_on_device"]
+
+# torchvision's interpolate mode per interpolation name; None: "auto" (bilinear, antialiased
+# when shrinking). Lanczos has no torch equivalent.
+_MODES: dict[str, str | None] = {
+    "auto": None,
+    "nearest": "nearest",
+    "linear": "bilinear",
+    "cubic": "bicubic",
+    "area": "area",
+}
+
+
+def check_decode_device(device: str | torch.device | None, transform: ImageTransform) -> Any:
+    """``device`` as a ``torch.device`` (None stays None: decode with OpenCV on the CPU).
+
+    Raises:
+        RuntimeError: CUDA asked for and not available.
+        ValueError: a device type other than cpu/cuda, or an interpolation torch lacks.
+    """
+    if device is None:
+        return None
+    dev = torch.device(device)
+    if dev.type not in ("cuda", "cpu"):
+        raise ValueError(f"decode_device={device!r}: expected 'cuda', 'cuda:N', 'cpu' or None")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"decode_device={device!r}: CUDA is not available here "
+            "(torch.cuda.is_available() is False); leave decode_device=None to decode with "
+            "OpenCV on the CPU"
+        )
+    if transform.interpolation not in _MODES:
+        raise ValueError(
+            f"interpolation={transform.interpolation!r} has no torch equivalent for "
+            f"decode_device; use one of {sorted(_MODES)}"
+        )
+    return dev
+
+
+def decode_on_device(
+    data: Sequence[bytes | np.ndarray],
+    device: torch.device,
+    *,
+    transform: ImageTransform,
+    rngs: Sequence[np.random.Generator | None],
+    max_pixels: int | None,
+    on_error: Callable[[int, DecodeError], None],
+) -> list[torch.Tensor | None]:
+    """Decode and transform a batch into uint8 ``(C, H, W)`` tensors on ``device``.
+
+    ``rngs[i]`` seeds item ``i``'s transform. A bad item is handed to ``on_error(i, error)``
+    (which raises, or records a skip) and comes back as None.
+    """
+    images: list[torch.Tensor | None] = [None] * len(data)
+    jpegs: list[int] = []
+    for i, item in enumerate(data):
+        if _for_device(item, max_pixels):
+            jpegs.append(i)
+    for i, image in zip(jpegs, _nvjpeg([data[i] for i in jpegs], device), strict=True):
+        if image is not None:
+            images[i] = _orient(image, image_header(data[i]))
+    out: list[torch.Tensor | None] = []
+    for i, item in enumerate(data):
+        image = images[i]
+        if image is None:
+            try:  # other formats, what the device decoder refused, and the errors
+                array = decode_image(item, max_pixels=max_pixels)
+            except DecodeError as error:
+                on_error(i, error)
+                out.append(None)
+                continue
+            image = torch.from_numpy(array).permute(2, 0, 1).to(device)
+        out.append(_transform(image, transform, rngs[i]))
+    return out
+
+
+def _for_device(data: bytes | np.ndarray, max_pixels: int | None) -> bool:
+    """A JPEG within the pixel limit that ends with its end-of-image marker: a truncated
+    one goes to OpenCV, which refuses it, rather than to a decoder that might fill it in."""
+    header = image_header(data)
+    if header is None or header.format != "jpeg":
+        return False
+    if max_pixels is not None and header.height * header.width > max_pixels:
+        return False
+    return bytes(data[-2:]) == b"\xff\xd9"
+
+
+def _nvjpeg(data: list[bytes | np.ndarray], device: torch.device) -> list[torch.Tensor | None]:
+    """Decode JPEGs to RGB on ``device`` in one batched call; where the batch fails, one by
+    one, with None for each the decoder refuses."""
+    if not data:
+        return []
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    tensors = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in data]
+    with warnings.catch_warnings():
+        # torchvision 0.29 deprecates its decoders in favour of TorchCodec; fastdata calls
+        # them on the user's behalf, so the warning is ours to handle, not theirs.
+        warnings.filterwarnings("ignore", "The image decoding", DeprecationWarning)
+        try:
+            return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device))
+        except RuntimeError:
+            pass
+        decoded: list[torch.Tensor | None] = []
+        for tensor in tensors:
+            try:
+                decoded.append(decode_jpeg(tensor, mode=ImageReadMode.RGB, device=device))
+            except RuntimeError:
+                decoded.append(None)
+        return decoded
+
+
+def _orient(image: torch.Tensor, header: Any) -> torch.Tensor:
+    """Apply the EXIF orientation (1-8) to a ``(C, H, W)`` image, as a viewer would."""
+    orientation = header.orientation
+    if orientation in (5, 6, 7, 8):
+        image = image.transpose(1, 2)  # 5: transpose; 6, 7, 8 add a flip to it
+        flips = {5: [], 6: [2], 7: [1, 2], 8: [1]}[orientation]
+    else:
+        flips = {1: [], 2: [2], 3: [1, 2], 4: [1]}[orientation]
+    return image.flip(flips) if flips else image
+
+
+def _transform(
+    image: torch.Tensor, transform: ImageTransform, rng: np.random.Generator | None
+) -> torch.Tensor:
+    (top, left, h, w), out_hw, flip = transform.geometry(tuple(image.shape[1:]), rng)
+    out = image[:, top : top + h, left : left + w]
+    if out_hw != (h, w):
+        mode = _MODES[transform.interpolation]
+        shrinking = out_hw[0] <= h and out_hw[1] <= w
+        resized = torch.nn.functional.interpolate(
+            out[None].float(),
+            size=out_hw,
+            mode=mode or "bilinear",
+            antialias=mode is None and shrinking,
+            **({} if mode in ("nearest", "area") else {"align_corners": False}),
+        )[0]
+        out = resized.round_().clamp_(0, 255).to(torch.uint8)
+    return out.flip(2) if flip else out.contiguous()
