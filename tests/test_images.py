@@ -259,6 +259,10 @@ def test_tar_errors_name_shard_and_member(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="truncated") as err:
         list(ImageStream.from_tar(tmp_path / "cut.tar"))
     assert err.value.path.endswith("cut.tar")
+    loader = DataLoader(ImageStream.from_tar(tmp_path / "a.tar"), num_workers=1)
+    with pytest.raises(DecodeError, match="worker process 0") as err:
+        list(loader)
+    assert (err.value.member, err.value.path) == ("s2.jpg", str(tmp_path / "a.tar"))
     write_tar(tmp_path / "c.tar", {"x.jpg": ok.tobytes(), "x.cls": b"cat"})
     with pytest.raises(SourceError, match="not an integer") as err:
         list(ImageStream.from_tar(tmp_path / "c.tar"))

@@ -145,9 +145,40 @@ def test_signature_is_torchs_plus_keyword_only_extras() -> None:
 def test_user_worker_init_fn_is_chained(tmp_path: Path) -> None:
     marker = tmp_path / "called"
 
-    loader = DataLoader(Squares(), num_workers=2, worker_init_fn=TouchFile(marker))
+    user_fn = TouchFile(marker)
+    loader = DataLoader(Squares(), num_workers=2, worker_init_fn=user_fn)
+    assert loader.worker_init_fn is user_fn  # as torch's loader reports it
     list(loader)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["called-0", "called-1"]
+    assert loader.worker_init_fn is user_fn
+    assert DataLoader(Squares()).worker_init_fn is None
+    # Set after construction, as torch allows, it is still chained.
+    later = DataLoader(Squares(), num_workers=1)
+    later.worker_init_fn = TouchFile(tmp_path / "later")
+    list(later)
+    assert (tmp_path / "later-0").exists()
+
+
+class OpenCVThreads(tud.Dataset):
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> int:
+        import cv2
+
+        return cv2.getNumThreads()
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_opencv_runs_one_thread_per_worker(context: str) -> None:
+    import cv2
+
+    before = cv2.getNumThreads()
+    loader = DataLoader(
+        OpenCVThreads(), batch_size=None, num_workers=2, multiprocessing_context=context
+    )
+    assert list(loader) == [1, 1]
+    assert cv2.getNumThreads() == before  # the parent's own setting is left alone
 
 
 class TouchFile:
@@ -366,6 +397,62 @@ def test_stats_add_up_over_epochs(tmp_path: Path) -> None:
     assert walls[0] < walls[1] < walls[2]
     assert 0 <= stats["wait_fraction"] <= 1
     assert stats["stages"]["read"]["count"] == 6_000
+
+
+def test_stats_time_the_transfer_to_the_device(tmp_path: Path) -> None:
+    make_images(tmp_path, 12, min_short=48, max_short=64)
+    stream = fd.ImageStream.from_folder(tmp_path, size=32, crop="center", batch_size=4)
+    loader = DataLoader(stream, batch_size=None, device="cpu", normalize=fd.IMAGENET, stats=True)
+    batches = list(loader)
+    assert [images.dtype for images, _ in batches] == [torch.float32] * 3
+    stats = loader.stats()
+    assert stats["stages"]["transfer"]["count"] == 3
+    assert 0 < stats["stages"]["transfer"]["seconds"] <= stats["data_wait_s"]
+    assert "pin" not in stats["stages"]  # nothing pinned without an accelerator
+    plain = DataLoader(stream, batch_size=None, stats=True)
+    list(plain)
+    assert "transfer" not in plain.stats()["stages"]
+
+
+class Pinnable:
+    """A batch type with its own pin_memory(), which torch's pin step calls."""
+
+    def __init__(self, value: int, pinned: bool = False) -> None:
+        self.value, self.pinned = value, pinned
+
+    def pin_memory(self, device=None) -> Pinnable:
+        return Pinnable(self.value, pinned=True)
+
+
+def test_stats_time_the_pin_step_torch_runs() -> None:
+    from fastdata._stats import PinTimer, StageTimes, TimedCollate, WaitClock
+
+    times = StageTimes()
+    collate = TimedCollate(lambda items: Pinnable(sum(items)), times, pin=True)
+    wrapped = collate([1, 2, 3])
+    assert isinstance(wrapped, PinTimer)
+    # What torch's pin-memory thread does with each batch:
+    pinned = torch.utils.data._utils.pin_memory.pin_memory(wrapped, None)
+    assert (pinned.value, pinned.pinned) == (6, True)
+    assert times.totals()["pin"]["count"] == 1 and times.totals()["collate"]["count"] == 1
+    # Where torch does not pin, the loader takes the batch out unchanged.
+    unpinned = next(WaitClock([collate([4])]))
+    assert (unpinned.value, unpinned.pinned) == (4, False)
+    # With pin_memory=True and no accelerator, iteration still yields plain batches.
+    loader = DataLoader(Squares(), batch_size=2, pin_memory=True, stats=True)
+    assert [b["i"].tolist() for b in loader][:2] == [[0, 1], [2, 3]]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stats_record_pinning_on_cuda(num_workers: int) -> None:
+    loader = DataLoader(
+        Squares(), batch_size=4, pin_memory=True, num_workers=num_workers, stats=True
+    )
+    batches = list(loader)
+    assert all(b["x"].is_pinned() for b in batches)
+    assert loader.stats()["stages"]["pin"]["count"] == len(batches)
 
 
 def test_config_fills_in_what_was_not_passed(tmp_path: Path) -> None:

@@ -387,6 +387,10 @@ def test_errors_from_a_worker_keep_type_and_location(tmp_path: Path) -> None:
         next(iter(loader))
     assert f"file={path} row_group=0 column=x" in str(err.value)
     assert "worker process 0" in str(err.value)
+    # The attributes survive torch's re-raise in the main process, not only the text.
+    assert (err.value.path, err.value.row_group, err.value.column) == (str(path), 0, "x")
+    assert err.value.member is None and err.value.row is None
+    assert "null" in err.value.reason and "worker process" not in err.value.reason
 
 
 def test_invalid_settings_are_explained(dataset: Path) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-STAGES = ("read", "decode", "transform", "collate")
+STAGES = ("read", "decode", "transform", "collate", "pin", "transfer")
 _ROWS = 1 + 256  # main process + workers
 
 
@@ -58,14 +58,71 @@ def _row() -> int:
 
 
 class TimedCollate:
-    """A collate function that records its time under ``"collate"`` (picklable for spawn)."""
+    """A collate function that records its time under ``"collate"`` (picklable for spawn).
 
-    def __init__(self, collate_fn: Any, times: StageTimes) -> None:
+    With ``pin``, each batch leaves wrapped in a :class:`PinTimer`, so that the time torch's
+    pin-memory step spends on it is recorded too.
+    """
+
+    def __init__(self, collate_fn: Any, times: StageTimes, *, pin: bool = False) -> None:
         self.collate_fn = collate_fn
         self.times = times
+        self.pin = pin
 
     def __call__(self, batch: Any) -> Any:
         start = time.perf_counter()
         out = self.collate_fn(batch)
         self.times.add("collate", time.perf_counter() - start)
-        return out
+        return PinTimer(out, self.times) if self.pin else out
+
+
+class PinTimer:
+    """A collated batch on its way to torch's pin-memory step.
+
+    torch pins any object with a ``pin_memory()`` method by calling it (in the pin-memory
+    thread with workers, inline without). This one pins the batch it holds with torch's own
+    function and records the time under ``"pin"``. Where torch does not pin (no
+    accelerator), :func:`unwrap` takes the batch out unchanged.
+    """
+
+    __slots__ = ("batch", "times")
+
+    def __init__(self, batch: Any, times: StageTimes) -> None:
+        self.batch = batch
+        self.times = times
+
+    def pin_memory(self, device: Any = None) -> Any:
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        start = time.perf_counter()
+        pinned = pin_memory(self.batch, device)
+        self.times.add("pin", time.perf_counter() - start)
+        return pinned
+
+
+def unwrap(batch: Any) -> Any:
+    """``batch`` without its :class:`PinTimer`, if it still has one."""
+    return batch.batch if isinstance(batch, PinTimer) else batch
+
+
+class WaitClock:
+    """Iterates ``batches`` (unwrapping :class:`PinTimer`), counting the seconds spent
+    blocked in their ``next()``; :meth:`take` returns and resets the count."""
+
+    def __init__(self, batches: Any) -> None:
+        self._batches = iter(batches)
+        self._seconds = 0.0
+
+    def __iter__(self) -> WaitClock:
+        return self
+
+    def __next__(self) -> Any:
+        start = time.perf_counter()
+        try:
+            return unwrap(next(self._batches))
+        finally:
+            self._seconds += time.perf_counter() - start
+
+    def take(self) -> float:
+        seconds, self._seconds = self._seconds, 0.0
+        return seconds

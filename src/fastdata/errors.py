@@ -7,6 +7,7 @@ the value, the reason and the fix, and its attributes hold the location so a cal
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["DecodeError", "FastDataError", "ResumeError", "SchemaError", "SourceError"]
@@ -44,7 +45,24 @@ class SourceError(FastDataError):
         self.row = row
         self.column = column
         self.reason = message
+        if not self.location and _FROM_WORKER.match(message):
+            # torch re-raises a worker's exception as ``type(exc)(message)``, the message
+            # holding the worker id and the original traceback; recover the location.
+            self._restore_location(message)
+            super().__init__(message)
+            return
         super().__init__(f"{message} [{self.location}]" if self.location else message)
+
+    def _restore_location(self, message: str) -> None:
+        """Fill in reason and location from the last line of a worker's traceback."""
+        matches = list(_ORIGINAL.finditer(message))
+        if not matches:
+            return
+        found = matches[-1]  # the exception raised, after any it was chained from
+        self.reason = found["reason"]
+        self.path, self.member, self.column = found["path"], found["member"], found["column"]
+        self.row_group = None if found["row_group"] is None else int(found["row_group"])
+        self.row = None if found["row"] is None else int(found["row"])
 
     @property
     def location(self) -> str:
@@ -63,6 +81,17 @@ class SourceError(FastDataError):
         # DataLoader workers send exceptions to the main process by pickling them.
         where = (self.path, self.row_group, self.member, self.row, self.column)
         return (_rebuild, (type(self), self.reason, *where))
+
+
+# torch's ExceptionWrapper.reraise(): "Caught DecodeError in DataLoader worker process 1.\n
+# Original Traceback (most recent call last): ...\nfastdata.errors.DecodeError: why [where]".
+_FROM_WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\n")
+_ORIGINAL = re.compile(
+    r"^fastdata\.errors\.\w+: (?P<reason>.*) \[file=(?P<path>.*?)"
+    r"(?: row_group=(?P<row_group>\d+))?(?: member=(?P<member>.*?))?(?: row=(?P<row>\d+))?"
+    r"(?: column=(?P<column>.*?))?\]$",
+    re.MULTILINE,
+)
 
 
 def _rebuild(

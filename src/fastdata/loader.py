@@ -35,7 +35,7 @@ import torch.utils.data
 import torch.utils.data as tud
 
 from fastdata._resume import SamplerState, Skip
-from fastdata._stats import StageTimes, TimedCollate
+from fastdata._stats import StageTimes, TimedCollate, WaitClock
 from fastdata.errors import ResumeError
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.plan import round_robin_consumed
@@ -121,6 +121,21 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     _fd_resume_base = 0
     _fd_skip: Skip | None = None
     _fd_sampler_state: SamplerState | ResumeError | None = None
+    _fd_user_init: Any = None
+    _fd_starting = False  # True while torch's iterator (and its workers) is being created
+
+    @property  # type: ignore[override]
+    def worker_init_fn(self) -> Any:
+        """The ``worker_init_fn`` passed in. Workers run it after fastdata's own set-up
+        (:class:`_WorkerInit`), which torch is handed while it starts them."""
+        if not self._fd_starting:
+            return self._fd_user_init
+        limit_opencv = _start_method(self.multiprocessing_context) != "fork"
+        return _WorkerInit(self._fd_user_init, limit_opencv=limit_opencv)
+
+    @worker_init_fn.setter
+    def worker_init_fn(self, fn: Any) -> None:
+        self._fd_user_init = fn
 
     def __init__(
         self,
@@ -135,17 +150,12 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             kwargs = _merge_config(config, args, kwargs)
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
-        bound = inspect.signature(_TORCH_INIT).bind(self, *args, **kwargs)
-        bound.arguments["worker_init_fn"] = _WorkerInit(
-            bound.arguments.get("worker_init_fn"),
-            limit_opencv=_start_method(bound.arguments.get("multiprocessing_context")) != "fork",
-        )
-        super().__init__(*bound.args[1:], **bound.kwargs)
+        super().__init__(*args, **kwargs)
         self.device = device
         self.normalize = normalize
         self._fd_times = StageTimes() if stats else None
         if self._fd_times is not None:
-            self.collate_fn = TimedCollate(self.collate_fn, self._fd_times)
+            self.collate_fn = TimedCollate(self.collate_fn, self._fd_times, pin=self.pin_memory)
             if isinstance(self.dataset, PlannedStream):
                 self.dataset._stage_times = self._fd_times
         self._fd_wall = 0.0
@@ -161,7 +171,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             except ResumeError as exc:  # raised by state_dict(), never by iteration
                 self._fd_sampler_state = exc
         with _opencv_single_threaded_fork(self):
-            iterator = super().__iter__()
+            self._fd_starting = True
+            try:
+                iterator = super().__iter__()
+            finally:
+                self._fd_starting = False
         self._fd_iterator = iterator
         self._fd_base, self._fd_resume_base = self._fd_resume_base, 0
         if self._fd_skip is not None:
@@ -177,13 +191,19 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         return self._extras(iterator)
 
     def _extras(self, iterator: Any) -> Iterator[Any]:
-        """Device transfer and timing around torch's iterator (only when asked for)."""
-        batches: Any = iterator
+        """Device transfer and timing around torch's iterator (only when asked for).
+
+        The consumer's wait is the time blocked in ``next()`` here; the part of it not spent
+        waiting for torch's iterator is the transfer (copies issued, normalization).
+        """
+        loaded = WaitClock(iterator)
+        batches: Any = loaded
         if self.device is not None:
             from fastdata.device import to_device
 
-            batches = to_device(iterator, self.device, normalize=self.normalize)
+            batches = to_device(loaded, self.device, normalize=self.normalize)
         source = iter(batches)
+        times = self._fd_times if self.device is not None else None
         start, wall_before = time.perf_counter(), self._fd_wall
         while True:
             asked = time.perf_counter()
@@ -192,7 +212,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             except StopIteration:
                 break
             finally:
-                self._fd_wait += time.perf_counter() - asked
+                waited = time.perf_counter() - asked
+                self._fd_wait += waited
+            if times is not None:
+                times.add("transfer", waited - loaded.take())
             self._fd_consumed += 1
             self._fd_batches += 1
             self._fd_wall = wall_before + time.perf_counter() - start
