@@ -348,10 +348,16 @@ def test_corrupt_row_group_names_file_and_row_group(tmp_path: Path) -> None:
     start = meta.data_page_offset
     data[start : start + 40] = b"\xff" * 40  # garble the page header of row group 2
     good.write_bytes(bytes(data))
-    stream = ParquetStream(good, columns=["id"], batch_size=100)
-    with pytest.raises(SourceError) as err:
-        collect(stream)
-    assert err.value.path == str(good) and err.value.row_group == 2
+    for read_ahead in (0, 1, 3):
+        stream = ParquetStream(good, columns=["id"], batch_size=100, read_ahead=read_ahead)
+        seen: list[int] = []
+        batches = iter(stream)
+        with pytest.raises(SourceError) as err:  # noqa: PT012 - the batches before it count
+            for batch in batches:
+                seen += batch["id"].tolist()
+        assert err.value.path == str(good) and err.value.row_group == 2
+        # Row groups read ahead in the background fail where they come in the stream.
+        assert seen == list(range(200)), read_ahead
 
 
 def test_schema_mismatch_names_file_column_and_types(tmp_path: Path) -> None:
@@ -393,7 +399,27 @@ def test_errors_from_a_worker_keep_type_and_location(tmp_path: Path) -> None:
     assert "null" in err.value.reason and "worker process" not in err.value.reason
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    read_ahead=st.integers(0, 4),
+    shuffle=st.booleans(),
+    batch_size=st.sampled_from([None, 7, 64]),
+    shuffle_buffer=st.sampled_from([0, 60, 500]),
+)
+def test_read_ahead_never_changes_the_stream(
+    dataset: Path, read_ahead: int, shuffle: bool, batch_size: int | None, shuffle_buffer: int
+) -> None:
+    options = {"shuffle": shuffle, "batch_size": batch_size, "shuffle_buffer": shuffle_buffer}
+    reference = [ids_of(b) for b in ParquetStream(dataset, read_ahead=0, **options)]
+    assert [ids_of(b) for b in ParquetStream(dataset, read_ahead=read_ahead, **options)] == (
+        reference
+    )
+
+
 def test_invalid_settings_are_explained(dataset: Path) -> None:
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="read_ahead"):
+            ParquetStream(dataset, read_ahead=bad)
     with pytest.raises(ValueError, match="drop_last=True needs batch_size"):
         ParquetStream(dataset, drop_last=True)
     with pytest.raises(ValueError, match="pass both or neither"):

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from abc import abstractmethod
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -60,6 +63,7 @@ class PlannedStream(IterableDataset):
         even_batches: EvenBatches,
         rank: int | None,
         world_size: int | None,
+        read_ahead: int,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size}: must be >= 1, or None to yield rows")
@@ -68,7 +72,10 @@ class PlannedStream(IterableDataset):
                 "drop_last=True needs batch_size: with batch_size=None the stream yields rows "
                 "and DataLoader(drop_last=...) drops the partial batch"
             )
+        if isinstance(read_ahead, bool) or not isinstance(read_ahead, int) or read_ahead < 0:
+            raise ValueError(f"read_ahead={read_ahead!r}: expected an integer >= 0")
         self.batch_size = batch_size
+        self.read_ahead = read_ahead
         self._policy = Policy(
             batch_size=batch_size or 1,
             shuffle=shuffle,
@@ -85,6 +92,16 @@ class PlannedStream(IterableDataset):
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._pending: dict[str, Any] | None = None
         self._consumed = 0
+        self._pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+
+    def _thread_pool(self, name: str, threads: int) -> ThreadPoolExecutor:
+        """This process's pool ``name``. A forked DataLoader worker inherits the pool object
+        but not its threads, and a pickled stream none at all: each process starts its own."""
+        owner, pool = self._pools.get(name, (None, None))
+        if pool is None or owner != os.getpid():
+            pool = ThreadPoolExecutor(threads, f"fastdata-{name}")
+            self._pools[name] = (os.getpid(), pool)
+        return pool
 
     # ----------------------------------------------------------------- subclass hooks
     @abstractmethod
@@ -220,6 +237,7 @@ class PlannedStream(IterableDataset):
         self._unit_rows()
         state = self.__dict__.copy()
         state["_resolved_rank"] = self.rank_and_world_size()
+        state["_pools"] = {}  # threads stay in the process that started them
         return state
 
     def __iter__(self) -> Iterator[Any]:
@@ -259,14 +277,32 @@ class PlannedStream(IterableDataset):
             yield from self._batches(tables, self.batch_size)
 
     def _tables(self, windows: Sequence[Window], offset: int) -> Iterator[pa.Table]:
-        """The windows' rows in order, starting ``offset`` rows into the slot."""
+        """The windows' rows in order, starting ``offset`` rows into the slot.
+
+        Up to :attr:`read_ahead` windows after the current one are read on background
+        threads while it is turned into items (Arrow reads and decodes without the GIL), so
+        reading overlaps the rest of the pipeline. A failed read raises here, in order,
+        after the windows before it have been yielded.
+        """
+        reads: list[tuple[Window, int]] = []
         for window in windows:
             if offset >= window.rows:
                 offset -= window.rows  # skipped by metadata: nothing is read
                 continue
-            table = self._read_window(window)
-            yield table.slice(offset) if offset else table
+            reads.append((window, offset))
             offset = 0
+        if self.read_ahead == 0:
+            for window, skip in reads:
+                table = self._read_window(window)
+                yield table.slice(skip) if skip else table
+            return
+        pool = self._thread_pool("read", self.read_ahead)
+        ahead: deque[Future[pa.Table]] = deque()
+        for i, (_, skip) in enumerate(reads):
+            while len(ahead) <= self.read_ahead and i + len(ahead) < len(reads):
+                ahead.append(pool.submit(self._read_window, reads[i + len(ahead)][0]))
+            table = ahead.popleft().result()
+            yield table.slice(skip) if skip else table
 
     def _read_window(self, window: Window) -> pa.Table:
         start = time.perf_counter()

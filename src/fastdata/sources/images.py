@@ -181,8 +181,9 @@ class ImageStream(PlannedStream):
 
     The options are keyword-only and the same for every constructor. ``batch_size``,
     ``shuffle``, ``seed``, ``shuffle_buffer`` (counted in samples, default 2,048),
-    ``drop_last``, ``even_batches``, ``rank`` and ``world_size`` are as for
-    :class:`fastdata.ParquetStream`.
+    ``drop_last``, ``even_batches``, ``rank``, ``world_size`` and ``read_ahead`` are as for
+    :class:`fastdata.ParquetStream` (a window of images holds their encoded bytes for Parquet
+    and tar sources, paths for files).
 
     Args:
         size: the output size of the per-sample :class:`fastdata.decode.ImageTransform`:
@@ -228,6 +229,7 @@ class ImageStream(PlannedStream):
         even_batches: EvenBatches = None,
         rank: int | None = None,
         world_size: int | None = None,
+        read_ahead: int = 2,
     ) -> None:
         super().__init__(
             batch_size=batch_size,
@@ -238,6 +240,7 @@ class ImageStream(PlannedStream):
             even_batches=even_batches,
             rank=rank,
             world_size=world_size,
+            read_ahead=read_ahead,
         )
         if transform is not None and (size is not None or crop is not None or flip):
             raise ValueError("pass either transform= or size/crop/flip, not both")
@@ -254,7 +257,6 @@ class ImageStream(PlannedStream):
         self._reader = reader
         self._offsets = np.concatenate([[0], np.cumsum(reader.unit_rows())]).astype(np.int64)
         self._skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
-        self._executor: tuple[int, ThreadPoolExecutor] | None = None  # (owner pid, pool)
         self._warned = False
         self.classes: list[str] | None = None
         """Class names of :meth:`from_folder` (index = label), else None."""
@@ -397,11 +399,7 @@ class ImageStream(PlannedStream):
     def _map(self, fn: Callable[[dict[str, Any]], Any], rows: list[dict[str, Any]]) -> list:
         if self.decode_threads == 1 or len(rows) <= 1:
             return [fn(r) for r in rows]
-        if self._executor is None or self._executor[0] != os.getpid():
-            # A forked worker inherits the pool object but not its threads: start its own.
-            pool = ThreadPoolExecutor(self.decode_threads, "fastdata-decode")
-            self._executor = (os.getpid(), pool)
-        return list(self._executor[1].map(fn, rows))
+        return list(self._thread_pool("decode", self.decode_threads).map(fn, rows))
 
     def _load(self, row: dict[str, Any]) -> tuple[np.ndarray | None, float, float]:
         """Bytes -> decoded -> transformed HWC uint8 (None when skipped), and the seconds
@@ -506,11 +504,6 @@ class ImageStream(PlannedStream):
         if "label" not in table.column_names:
             return batch
         return batch, torch.tensor([label for _, label in decoded], dtype=torch.int64)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_executor"] = None  # threads stay in the process that started them
-        return state
 
     def __repr__(self) -> str:
         return (

@@ -50,6 +50,9 @@ class ParquetStream(PlannedStream):
         rank: this process's rank; with ``world_size``, or neither: then it comes from
             torch.distributed or the ``RANK``/``WORLD_SIZE`` variables.
         world_size: the number of ranks; with ``rank``, or neither.
+        read_ahead: windows (row groups, or shuffle windows) read on background threads
+            ahead of the one being consumed; 0 reads in line. Memory holds up to
+            ``1 + read_ahead`` windows per reader.
         filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem for ``source``.
         fill_null: ``{column: value}`` to fill nulls in columns that become tensors (nulls
             there are an error otherwise).
@@ -74,6 +77,7 @@ class ParquetStream(PlannedStream):
         even_batches: EvenBatches = None,
         rank: int | None = None,
         world_size: int | None = None,
+        read_ahead: int = 2,
         filesystem: Any = None,
         fill_null: Mapping[str, Any] | None = None,
     ) -> None:
@@ -86,6 +90,7 @@ class ParquetStream(PlannedStream):
             even_batches=even_batches,
             rank=rank,
             world_size=world_size,
+            read_ahead=read_ahead,
         )
         if filter is not None and not isinstance(filter, pc.Expression):
             raise TypeError(
