@@ -222,6 +222,49 @@ def test_worker_failures_end_with_a_clear_error(how: str, error, message: str) -
     assert time.monotonic() - start < 60
 
 
+CTRL_C_SCRIPT = """
+import os, sys, time
+import torch.utils.data as tud
+from fastdata import DataLoader
+
+
+class Slow(tud.Dataset):
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        time.sleep(0.05)
+        return os.getpid()
+
+
+for pid in DataLoader(Slow(), batch_size=None, num_workers=2, persistent_workers=True):
+    print(pid, flush=True)
+"""
+
+
+def test_ctrl_c_stops_the_loop_and_its_workers(tmp_path: Path) -> None:
+    # Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_SCRIPT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    workers = {int(proc.stdout.readline()) for _ in range(6)}
+    assert len(workers) == 2 and proc.pid not in workers
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in stderr
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") for pid in workers):
+        assert time.monotonic() < deadline, "workers outlived the interrupted loop"
+        time.sleep(0.1)
+
+
 def test_forked_workers_do_not_deadlock_after_opencv_ran_in_the_parent(tmp_path: Path) -> None:
     big = np.random.default_rng(0).integers(0, 255, (1500, 1500, 3), dtype=np.uint8)
     for _ in range(3):
