@@ -6,6 +6,10 @@ Groups:
   vs ``torch.utils.data.DataLoader``: the extras must cost nothing when off (target >= 0.98).
 - ``loader-stats``: a ParquetStream pipeline with ``stats=True`` vs the same loader with
   stats off (target: <= 2% slower, ratio >= 0.98).
+
+Both sides should time the same, so each round times both, alternately
+(``measure_interleaved``): drift of the machine between two blocks of rounds would otherwise
+read as overhead.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch.utils.data as tud
 from fastdata import DataLoader, ParquetStream
 from fastdata.synthetic import make_parquet
 
-from conftest import measure, scaled
+from conftest import measure_interleaved, scaled
 
 ITEMS = scaled(20_000, 200_000)
 ROWS = scaled(400_000, 4_000_000)
@@ -41,20 +45,13 @@ def drain(loader) -> int:
 
 
 @pytest.mark.benchmark(group="loader-overhead")
-def test_overhead_fastdata(benchmark) -> None:
-    loader = DataLoader(Trivial(ITEMS), batch_size=64)
-    assert (
-        measure(benchmark, lambda: drain(loader), role="fastdata", items=ITEMS, rounds=15) == ITEMS
+def test_overhead(benchmark) -> None:
+    ours = DataLoader(Trivial(ITEMS), batch_size=64)
+    theirs = tud.DataLoader(Trivial(ITEMS), batch_size=64)
+    got = measure_interleaved(
+        benchmark, lambda: drain(ours), lambda: drain(theirs), name="torch-dataloader", items=ITEMS
     )
-
-
-@pytest.mark.benchmark(group="loader-overhead")
-def test_overhead_torch(benchmark) -> None:
-    loader = tud.DataLoader(Trivial(ITEMS), batch_size=64)
-    got = measure(
-        benchmark, lambda: drain(loader), role="baseline:torch-dataloader", items=ITEMS, rounds=15
-    )
-    assert got == ITEMS
+    assert got == (ITEMS, ITEMS)
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +68,13 @@ def parquet_rows(root: Path, stats: bool) -> int:
 
 
 @pytest.mark.benchmark(group="loader-stats")
-def test_stats_on(benchmark, data: Path) -> None:
-    got = measure(benchmark, lambda: parquet_rows(data, True), role="fastdata", items=ROWS)
-    assert got == ROWS
-
-
-@pytest.mark.benchmark(group="loader-stats")
-def test_stats_off(benchmark, data: Path) -> None:
-    got = measure(
-        benchmark, lambda: parquet_rows(data, False), role="baseline:stats-off", items=ROWS
+def test_stats(benchmark, data: Path) -> None:
+    got = measure_interleaved(
+        benchmark,
+        lambda: parquet_rows(data, True),
+        lambda: parquet_rows(data, False),
+        name="stats-off",
+        items=ROWS,
+        rounds=9,
     )
-    assert got == ROWS
+    assert got == (ROWS, ROWS)

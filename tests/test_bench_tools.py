@@ -60,6 +60,16 @@ RESULTS: dict[str, Any] = {
         bench("decode", "test_pil", 1.0, role="baseline:pil", items=100, unit="images"),
         # no group: the name is the group
         bench(None, "test_lonely", 1.0, role="fastdata", items=10),
+        # both sides timed alternately in one test: its own medians, not the round time
+        bench(
+            "overhead",
+            "test_pair",
+            9.0,
+            role="fastdata",
+            items=100,
+            median_s=0.5,
+            paired={"baseline:torch": 0.4},
+        ),
         # a group without a fastdata side, and a benchmark without a role: both ignored
         bench("orphan", "test_orphan", 1.0, role="baseline:x", items=10),
         bench("scan", "test_unrelated", 1.0),
@@ -71,6 +81,7 @@ def test_pairs_every_baseline_with_the_fastdata_result_of_its_group(compare) -> 
     rows = compare.load_rows(RESULTS)
     assert [(r.group, r.baseline) for r in rows] == [
         ("decode", "pil"),
+        ("overhead", "torch"),
         ("scan", "quick"),
         ("scan", "slow"),
     ]
@@ -82,6 +93,9 @@ def test_pairs_every_baseline_with_the_fastdata_result_of_its_group(compare) -> 
     assert slow.unit == "rows"
     assert by_key["scan/quick"].ratio == pytest.approx(0.5)
     assert by_key["decode/pil"].ratio == pytest.approx(3.0)
+    paired = by_key["overhead/torch"]
+    assert (paired.fastdata_items_s, paired.baseline_items_s) == (200, 250)
+    assert paired.ratio == pytest.approx(0.8)
 
 
 def test_floors_missed_and_absent_are_reported(compare) -> None:
@@ -101,8 +115,9 @@ def test_markdown_table(compare) -> None:
     assert lines[0] == "| scenario | baseline | fastdata | baseline rate | ratio | floor |"
     assert lines[1] == "|---|---|---|---|---|---|"
     assert lines[2] == "| decode | pil | 300 images/s | 100 images/s | 3.00x |  |"
-    assert lines[4] == "| scan | slow | 2,000 rows/s | 500 rows/s | 4.00x | >= 3x |"
-    assert len(lines) == 5
+    assert lines[3] == "| overhead | torch | 200 items/s | 250 items/s | 0.80x |  |"
+    assert lines[5] == "| scan | slow | 2,000 rows/s | 500 rows/s | 4.00x | >= 3x |"
+    assert len(lines) == 6
 
 
 def test_compare_cli_exit_status_and_markdown_file(compare, tmp_path: Path, capsys) -> None:

@@ -2,8 +2,8 @@
 
 One small shared-memory table, one row per process (row 0: the main process, row 1 + w:
 worker w), so every process adds to its own row without locks and the loader sums the rows.
-Recording costs two tensor additions per batch-sized piece of work, and nothing at all when
-stats are off (the stream's table is ``None``).
+Recording costs two float additions in shared memory per batch-sized piece of work (about
+0.2 us), and nothing at all when stats are off (the stream's table is ``None``).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
 STAGES = ("read", "decode", "transform", "collate", "pin", "transfer")
 _ROWS = 1 + 256  # main process + workers
+_STAGE_INDEX = {stage: i for i, stage in enumerate(STAGES)}
 
 
 class StageTimes:
@@ -24,17 +24,18 @@ class StageTimes:
 
     def __init__(self) -> None:
         self._table = torch.zeros(_ROWS, len(STAGES), 2, dtype=torch.float64).share_memory_()
-        self._view: np.ndarray | None = None
+        self._view: memoryview | None = None
 
     def add(self, stage: str, seconds: float, count: int = 1) -> None:
         """Add ``seconds`` spent on ``count`` items of ``stage`` in this process."""
         if self._view is None:
-            # A numpy view of the shared memory: ~1 us per update instead of ~50 us of
-            # torch dispatch. Made per process, after the tensor arrives there.
-            self._view = self._table.numpy()
-        cell = self._view[_row(), STAGES.index(stage)]
-        cell[0] += seconds
-        cell[1] += count
+            # A flat memoryview of the shared memory: ~0.2 us per update, against ~50 us of
+            # torch dispatch or ~0.6 us through numpy. Made per process, once the tensor
+            # has arrived there.
+            self._view = memoryview(self._table.numpy()).cast("B").cast("d")
+        cell = (_row() * len(STAGES) + _STAGE_INDEX[stage]) * 2
+        self._view[cell] += seconds
+        self._view[cell + 1] += count
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_table": self._table, "_view": None}

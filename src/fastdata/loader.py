@@ -100,6 +100,18 @@ def _start_method(context: Any) -> str:
 _T_co = TypeVar("_T_co", covariant=True)
 
 
+class _Progress:
+    """What the loader's iterations have handed out and how long they took (see stats())."""
+
+    __slots__ = ("batches", "consumed", "wait", "wall")
+
+    def __init__(self) -> None:
+        self.batches = 0  # over all iterations
+        self.consumed = 0  # by the current iterator
+        self.wait = 0.0
+        self.wall = 0.0
+
+
 class DataLoader(torch.utils.data.DataLoader[_T_co]):
     """A drop-in for :class:`torch.utils.data.DataLoader` with opt-in extras.
 
@@ -116,7 +128,6 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     _fd_iterator: Any = None
     _fd_wrapped = False
-    _fd_consumed = 0  # batches handed out by the current iterator, when fastdata wraps it
     _fd_base = 0  # batches of this epoch consumed before the current iterator started
     _fd_resume_base = 0
     _fd_skip: Skip | None = None
@@ -158,9 +169,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             self.collate_fn = TimedCollate(self.collate_fn, self._fd_times, pin=self.pin_memory)
             if isinstance(self.dataset, PlannedStream):
                 self.dataset._stage_times = self._fd_times
-        self._fd_wall = 0.0
-        self._fd_wait = 0.0
-        self._fd_batches = 0
+        self._fd_progress = _Progress()
 
     def __iter__(self) -> Any:
         if isinstance(self.dataset, PlannedStream) and self.dataset._pending is None:
@@ -187,40 +196,45 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._fd_wrapped = self.device is not None or self._fd_times is not None
         if not self._fd_wrapped:
             return iterator
-        self._fd_consumed = 0
+        self._fd_progress.consumed = 0
         return self._extras(iterator)
 
     def _extras(self, iterator: Any) -> Iterator[Any]:
         """Device transfer and timing around torch's iterator (only when asked for).
 
         The consumer's wait is the time blocked in ``next()`` here; the part of it not spent
-        waiting for torch's iterator is the transfer (copies issued, normalization).
+        waiting for torch's iterator is the transfer (copies issued, normalization). Counts
+        go to :class:`_Progress`, not to the loader: torch's ``DataLoader.__setattr__`` is
+        Python code, too slow to run per batch.
         """
-        loaded = WaitClock(iterator)
-        batches: Any = loaded
+        loaded = WaitClock(iterator) if self.device is not None or self.pin_memory else None
+        batches: Any = iterator if loaded is None else loaded
         if self.device is not None:
             from fastdata.device import to_device
 
-            batches = to_device(loaded, self.device, normalize=self.normalize)
+            batches = to_device(batches, self.device, normalize=self.normalize)
         source = iter(batches)
         times = self._fd_times if self.device is not None else None
-        start, wall_before = time.perf_counter(), self._fd_wall
+        progress = self._fd_progress
+        clock = time.perf_counter
+        start = now = clock()
+        wall_before = progress.wall
         while True:
-            asked = time.perf_counter()
             try:
                 batch = next(source)
             except StopIteration:
                 break
             finally:
-                waited = time.perf_counter() - asked
-                self._fd_wait += waited
-            if times is not None:
-                times.add("transfer", waited - loaded.take())
-            self._fd_consumed += 1
-            self._fd_batches += 1
-            self._fd_wall = wall_before + time.perf_counter() - start
+                asked, now = now, clock()
+                progress.wait += now - asked
+            if times is not None and loaded is not None:
+                times.add("transfer", now - asked - loaded.take())
+            progress.consumed += 1
+            progress.batches += 1
+            progress.wall = wall_before + now - start
             yield batch
-        self._fd_wall = wall_before + time.perf_counter() - start
+            now = clock()  # the consumer's step is not waiting
+        progress.wall = wall_before + clock() - start
 
     @property
     def _index_sampler(self) -> Any:
@@ -238,20 +252,21 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         """
         if self._fd_times is None:
             raise RuntimeError("stats are off: create the loader with stats=True")
-        wall = self._fd_wall
+        progress = self._fd_progress
+        wall = progress.wall
         return {
-            "batches": self._fd_batches,
+            "batches": progress.batches,
             "wall_s": wall,
-            "batches_per_s": self._fd_batches / wall if wall else 0.0,
-            "data_wait_s": self._fd_wait,
-            "wait_fraction": self._fd_wait / wall if wall else 0.0,
+            "batches_per_s": progress.batches / wall if wall else 0.0,
+            "data_wait_s": progress.wait,
+            "wait_fraction": progress.wait / wall if wall else 0.0,
             "stages": self._fd_times.totals(),
         }
 
     # ----------------------------------------------------------------- resume
     def _batches_consumed(self) -> int:
         if self._fd_wrapped:
-            return self._fd_base + self._fd_consumed
+            return self._fd_base + self._fd_progress.consumed
         iterator = self._fd_iterator
         return self._fd_base + (0 if iterator is None else iterator._num_yielded)
 
