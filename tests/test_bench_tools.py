@@ -168,3 +168,19 @@ def test_plot_markdown_only_and_nothing_to_plot(plot, tmp_path: Path) -> None:
     assert not png.exists()
     with pytest.raises(ValueError, match="nothing to plot"):
         plot.plot([], {}, png)
+
+
+def test_the_benchmarks_page_quotes_the_floors_ci_enforces(compare) -> None:
+    """docs/benchmarks.md's table of scenarios shows the floors of bench/floors.toml."""
+    floors = compare.load_floors(BENCH / "floors.toml")
+    page = (BENCH.parent / "docs" / "benchmarks.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(page) if line.startswith("| scenario / baseline |"))
+    quoted = {}
+    for line in page[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        group, baselines = cells[0].split(" / ")
+        for name, floor in zip(baselines.split(", "), cells[-1].split("; "), strict=True):
+            quoted[f"{group}/{name}"] = None if floor == "none" else float(floor.rstrip("x"))
+    assert {k: v for k, v in quoted.items() if v is not None} == floors
