@@ -267,6 +267,10 @@ def test_tar_errors_name_shard_and_member(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="not an integer") as err:
         list(ImageStream.from_tar(tmp_path / "c.tar"))
     assert err.value.member == "x.cls"
+    write_tar(tmp_path / "d.tar", {"x.jpg": ok.tobytes(), "x.cls": b"9" * 30})
+    with pytest.raises(SourceError, match="too large") as err:
+        list(ImageStream.from_tar(tmp_path / "d.tar"))
+    assert err.value.member == "x.cls"
 
 
 def test_tar_json_labels(tmp_path: Path) -> None:
@@ -297,6 +301,7 @@ def test_tar_json_labels(tmp_path: Path) -> None:
         ("m", b'{"label": "cat"}', "expected an integer"),
         ("n", b"true", "expected an integer"),
         ("o", b"{not json", "not valid JSON"),
+        ("p", b'{"label": 99999999999999999999999}', "too large"),
     ]:
         write_tar(tmp_path / f"{name}.tar", {"s.jpg": jpg, "s.json": text})
         with pytest.raises(SourceError, match=match) as err:
@@ -343,6 +348,8 @@ def test_device_path_matches_the_opencv_path(layouts: Path, kind: str, crop: str
     assert [labels.tolist() for _, labels in dev] == [labels.tolist() for _, labels in cpu]
     for (a, _), (b, _) in zip(cpu, dev, strict=True):
         assert a.shape == b.shape and b.dtype == torch.uint8
+        assert a.is_contiguous(memory_format=torch.channels_last)
+        assert b.is_contiguous(memory_format=torch.channels_last)
         # Same boxes and flips; area averaging vs antialiased bilinear differ a little
         # (measured: mean 0.4-1.1 levels per pixel).
         assert mean_abs_diff(a, b) < 1.5

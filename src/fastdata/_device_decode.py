@@ -74,7 +74,8 @@ def decode_on_device(
     max_pixels: int | None,
     on_error: Callable[[int, DecodeError], None],
 ) -> list[torch.Tensor | None]:
-    """Decode and transform a batch into uint8 ``(C, H, W)`` tensors on ``device``.
+    """Decode and transform a batch into uint8 ``(C, H, W)`` tensors on ``device``,
+    channels-last in memory (a ``permute`` of HWC) like the images of the CPU path.
 
     ``rngs[i]`` seeds item ``i``'s transform. A bad item is handed to ``on_error(i, error)``
     (which raises, or records a skip) and comes back as None.
@@ -165,4 +166,5 @@ def _transform(
             **({} if mode in ("nearest", "area") else {"align_corners": False}),
         )[0]
         out = resized.round_().clamp_(0, 255).to(torch.uint8)
-    return out.flip(2) if flip else out.contiguous()
+    hwc = out.permute(1, 2, 0)  # channels-last in memory, like the CPU path's images
+    return (hwc.flip(1) if flip else hwc.contiguous()).permute(2, 0, 1)

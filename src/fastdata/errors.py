@@ -54,15 +54,25 @@ class SourceError(FastDataError):
         super().__init__(f"{message} [{self.location}]" if self.location else message)
 
     def _restore_location(self, message: str) -> None:
-        """Fill in reason and location from the last line of a worker's traceback."""
-        matches = list(_ORIGINAL.finditer(message))
-        if not matches:
+        """Fill in reason and location from the end of a worker's traceback: the text after
+        the last ``fastdata.errors.<Type>: `` line start is the error's own message (its
+        reason may span lines), ending in `` [file=... row_group=...]``."""
+        starts = list(_RAISED.finditer(message))
+        if not starts:
             return
-        found = matches[-1]  # the exception raised, after any it was chained from
-        self.reason = found["reason"]
-        self.path, self.member, self.column = found["path"], found["member"], found["column"]
-        self.row_group = None if found["row_group"] is None else int(found["row_group"])
-        self.row = None if found["row"] is None else int(found["row"])
+        text = message[starts[-1].end() :].rstrip()
+        brackets = list(_WHERE.finditer(text))
+        if not brackets or not text.endswith("]"):
+            return
+        where = brackets[-1]
+        fields = dict(
+            part.split("=", 1) for part in _FIELD_SPLIT.split(text[where.end() : -1]) if part
+        )
+        self.reason = text[: where.start()]
+        self.path, self.member = fields.get("file"), fields.get("member")
+        self.column = fields.get("column")
+        self.row_group = int(fields["row_group"]) if "row_group" in fields else None
+        self.row = int(fields["row"]) if "row" in fields else None
 
     @property
     def location(self) -> str:
@@ -86,12 +96,9 @@ class SourceError(FastDataError):
 # torch's ExceptionWrapper.reraise(): "Caught DecodeError in DataLoader worker process 1.\n
 # Original Traceback (most recent call last): ...\nfastdata.errors.DecodeError: why [where]".
 _FROM_WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\n")
-_ORIGINAL = re.compile(
-    r"^fastdata\.errors\.\w+: (?P<reason>.*) \[file=(?P<path>.*?)"
-    r"(?: row_group=(?P<row_group>\d+))?(?: member=(?P<member>.*?))?(?: row=(?P<row>\d+))?"
-    r"(?: column=(?P<column>.*?))?\]$",
-    re.MULTILINE,
-)
+_RAISED = re.compile(r"^fastdata\.errors\.\w+: ", re.MULTILINE)
+_WHERE = re.compile(r" \[(?=(?:file|row_group|member|row|column)=)")
+_FIELD_SPLIT = re.compile(r" (?=(?:row_group|member|row|column)=)")
 
 
 def _rebuild(

@@ -518,8 +518,6 @@ def _chw(image: np.ndarray) -> torch.Tensor:
 
 
 def _stack(images: list[torch.Tensor]) -> torch.Tensor:
-    """Same-size images as one ``(N, C, H, W)`` batch; CPU views of HWC arrays are stacked
-    as NHWC (one contiguous copy) and returned channels-last, like the images."""
-    if images[0].device.type == "cpu" and images[0].permute(1, 2, 0).is_contiguous():
-        return torch.stack([img.permute(1, 2, 0) for img in images]).permute(0, 3, 1, 2)
-    return torch.stack(images)
+    """Same-size images as one ``(N, C, H, W)`` batch, stacked as NHWC (one contiguous copy)
+    and returned channels-last, like the images."""
+    return torch.stack([img.permute(1, 2, 0) for img in images]).permute(0, 3, 1, 2)

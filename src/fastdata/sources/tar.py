@@ -130,7 +130,7 @@ def parse_label(text: bytes, member: str, path: str, label_field: str = "label")
     """
     if split_key(member)[1] != "json":
         try:
-            return int(text.strip())
+            return _int64(int(text.strip()), text, member, path)
         except ValueError:
             raise SourceError(
                 f"label member holds {text[:40]!r}, not an integer class index",
@@ -146,13 +146,25 @@ def parse_label(text: bytes, member: str, path: str, label_field: str = "label")
     if isinstance(value, dict):
         value = value.get(label_field)
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return _int64(value, text, member, path)
     raise SourceError(
         f"JSON label member holds {text[:60]!r}: expected an integer, or an object whose "
         f"{label_field!r} is an integer class index (label_field= names another key)",
         path=path,
         member=member,
     )
+
+
+def _int64(value: int, text: bytes, member: str, path: str) -> int:
+    """``value``, which labels become an int64 tensor of; an error naming the member if it
+    does not fit."""
+    if not -(2**63) <= value < 2**63:
+        raise SourceError(
+            f"label member holds {text[:40]!r}, too large for an int64 class index",
+            path=path,
+            member=member,
+        )
+    return value
 
 
 def _read(f: Any, member: Member, path: str) -> bytes:
