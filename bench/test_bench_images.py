@@ -58,8 +58,8 @@ SIZE = 224
 SEED = 0
 WORKERS = os.cpu_count() or 1
 # Threads decoding inside each worker. With one worker per core and files in the page cache,
-# one thread keeps its core busy; more oversubscribe the cores. Measured on a quiet 2-core
-# machine (images/s, 2 workers): 1,288-1,432 with 1 thread per worker, 1,212-1,263 with 2.
+# one thread keeps its core busy; more oversubscribe the cores (2 x 2 was slower than 2 x 1
+# in every comparison on a quiet 2-core machine).
 DECODE_THREADS = 1
 ROUNDS = 3  # epochs timed per test, after one warm-up epoch
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
