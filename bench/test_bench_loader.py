@@ -10,17 +10,23 @@ Groups:
 Both sides should time the same, so each round times both, alternately
 (``measure_interleaved``): drift of the machine between two blocks of rounds would otherwise
 read as overhead.
+``loader-stats`` also times the recording apart (``stats_cost_us_per_batch`` in the JSON):
+the difference of two nearly equal epoch times is mostly the machine's noise.
 """
 
 from __future__ import annotations
 
+import math
+import timeit
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.utils.data as tud
 
 from fastdata import DataLoader, ParquetStream
+from fastdata._stats import StageTimes, TimedCollate
 from fastdata.synthetic import make_parquet
 
 from conftest import measure_interleaved, scaled
@@ -78,3 +84,32 @@ def test_stats(benchmark, data: Path) -> None:
         rounds=9,
     )
     assert got == (ROWS, ROWS)
+    # The ratio of two ~equal epoch times is at the mercy of the machine's noise; the cost of
+    # the timing itself, measured apart, says what stats=True adds to every batch.
+    batches = math.ceil(ROWS / 1024)
+    batch_us = benchmark.extra_info["paired"]["baseline:stats-off"] / batches * 1e6
+    cost_us = stats_cost_us_per_batch()
+    benchmark.extra_info.update(
+        {"batch_us": round(batch_us, 2), "stats_cost_us_per_batch": round(cost_us, 3)}
+    )
+    print(f"\nstats=True costs {cost_us:.2f} us per batch; a batch costs {batch_us:.1f} us here")
+
+
+def stats_cost_us_per_batch(n: int = 100_000) -> float:
+    """What stats=True adds per batch, timed apart: the timed collate (against the bare
+    one) and the loader's timing loop (against plain iteration), in microseconds."""
+    times = StageTimes()
+    timed = TimedCollate(tud.default_convert, times)
+    loader = DataLoader(Trivial(1), stats=True)
+    items = list(range(n))
+
+    def seconds(fn: Any) -> float:
+        return min(timeit.repeat(fn, number=1, repeat=5))
+
+    collate = seconds(lambda: [timed(i) for i in items]) - seconds(
+        lambda: [tud.default_convert(i) for i in items]
+    )
+    loop = seconds(lambda: sum(1 for _ in loader._extras(iter(items)))) - seconds(
+        lambda: sum(1 for _ in iter(items))
+    )
+    return max(collate + loop, 0.0) / n * 1e6
