@@ -18,9 +18,9 @@ that start-up is a small part of an epoch.
 - ``images-ceiling``: the same fastdata epoch against two ceilings built from one plain
   loop that reads, decodes with ``cv2.imdecode`` and applies the same crop and flip on one
   thread. Baseline ``per-core-ceiling`` is that loop's rate times the number of cores (see
-  :func:`test_ceiling_per_core`): what perfect scaling would give. Baseline
+  :func:`test_ceiling`): what perfect scaling would give. Baseline
   ``parallel-ceiling`` runs the loop in one process per core at once, each on its share of
-  the files (see :func:`test_ceiling_parallel`): what the cores deliver when nothing but
+  the files (see :func:`test_ceiling`): what the cores deliver when nothing but
   decoding runs on them, with no batching and no hand-over. The first ratio is the share of
   the nominal decode capacity that reaches the training step; the second separates
   fastdata's own overhead from the machine's (cores that share caches, memory bandwidth or
@@ -176,36 +176,28 @@ def parallel_pass(paths: list[Path]) -> int:
 
 
 @pytest.mark.benchmark(group="images-ceiling")
-def test_ceiling_per_core(benchmark: Any, folder: Path) -> None:
-    """The per-core ceiling: the single-thread rate times the number of cores.
+@pytest.mark.parametrize("ceiling", ["per-core", "parallel"])
+def test_ceiling(benchmark: Any, folder: Path, ceiling: str) -> None:
+    """The two ceilings of the plain single-thread loop (read, decode, crop, flip).
 
-    ``measure`` turns ``items`` and the median time of one call into a rate. One call does
-    ``IMAGES`` images on one thread; claiming ``IMAGES * WORKERS`` items for it reports that
-    rate multiplied by the core count, i.e. what the cores would deliver if decoding scaled
-    perfectly, with no process start-up, no batching and no hand-over between processes.
-    Nothing runs on the other cores meanwhile, so the single thread is not slowed by its
-    siblings competing for memory bandwidth: the ceiling is, if anything, optimistic.
+    ``per-core``: the loop on one thread over every image, claimed as ``IMAGES * WORKERS``
+    items, so ``measure`` reports its rate times the core count: what the cores would deliver
+    if decoding scaled perfectly, with no process start-up, batching or hand-over. Nothing
+    else runs meanwhile, so the one thread is not slowed by siblings competing for memory
+    bandwidth: this ceiling is, if anything, optimistic.
+
+    ``parallel``: the measured ceiling, the loop in one process per core, all at once.
     """
     paths = sorted(folder.glob("*/*.jpg"))  # ImageFolder order: class folders, then names
+    run, items = {
+        "per-core": (single_thread_pass, IMAGES * WORKERS),
+        "parallel": (parallel_pass, IMAGES),
+    }[ceiling]
     n = measure(
         benchmark,
-        lambda: single_thread_pass(paths),
-        role="baseline:per-core-ceiling",
-        items=IMAGES * WORKERS,
-        rounds=ROUNDS,
-    )
-    assert n == IMAGES
-
-
-@pytest.mark.benchmark(group="images-ceiling")
-def test_ceiling_parallel(benchmark: Any, folder: Path) -> None:
-    """The measured ceiling: the plain loop in one process per core, all at once."""
-    paths = sorted(folder.glob("*/*.jpg"))
-    n = measure(
-        benchmark,
-        lambda: parallel_pass(paths),
-        role="baseline:parallel-ceiling",
-        items=IMAGES,
+        lambda: run(paths),
+        role=f"baseline:{ceiling}-ceiling",
+        items=items,
         rounds=ROUNDS,
     )
     assert n == IMAGES

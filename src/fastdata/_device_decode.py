@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fastdata._transforms import ImageTransform
-from fastdata.decode import decode_image, image_header
+from fastdata.decode import ImageHeader, decode_image, image_header
 from fastdata.errors import DecodeError
 
 __all__ = ["check_decode_device", "decode_on_device"]
@@ -81,13 +81,11 @@ def decode_on_device(
     (which raises, or records a skip) and comes back as None.
     """
     images: list[torch.Tensor | None] = [None] * len(data)
-    jpegs: list[int] = []
-    for i, item in enumerate(data):
-        if _for_device(item, max_pixels):
-            jpegs.append(i)
+    headers = {i: h for i, item in enumerate(data) if (h := _device_header(item, max_pixels))}
+    jpegs = list(headers)
     for i, image in zip(jpegs, _nvjpeg([data[i] for i in jpegs], device), strict=True):
         if image is not None:
-            images[i] = _orient(image, image_header(data[i]))
+            images[i] = _orient(image, headers[i])
     out: list[torch.Tensor | None] = []
     for i, item in enumerate(data):
         image = images[i]
@@ -103,15 +101,16 @@ def decode_on_device(
     return out
 
 
-def _for_device(data: bytes | np.ndarray, max_pixels: int | None) -> bool:
-    """A JPEG within the pixel limit that ends with its end-of-image marker: a truncated
-    one goes to OpenCV, which refuses it, rather than to a decoder that might fill it in."""
+def _device_header(data: bytes | np.ndarray, max_pixels: int | None) -> ImageHeader | None:
+    """The header of a JPEG for the device decoder: within the pixel limit and ending with
+    its end-of-image marker (a truncated one goes to OpenCV, which refuses it, rather than to
+    a decoder that might fill it in); None for anything else."""
     header = image_header(data)
     if header is None or header.format != "jpeg":
-        return False
+        return None
     if max_pixels is not None and header.height * header.width > max_pixels:
-        return False
-    return bytes(data[-2:]) == b"\xff\xd9"
+        return None
+    return header if bytes(data[-2:]) == b"\xff\xd9" else None
 
 
 def _nvjpeg(data: list[bytes | np.ndarray], device: torch.device) -> list[torch.Tensor | None]:
@@ -139,7 +138,7 @@ def _nvjpeg(data: list[bytes | np.ndarray], device: torch.device) -> list[torch.
         return decoded
 
 
-def _orient(image: torch.Tensor, header: Any) -> torch.Tensor:
+def _orient(image: torch.Tensor, header: ImageHeader) -> torch.Tensor:
     """Apply the EXIF orientation (1-8) to a ``(C, H, W)`` image, as a viewer would."""
     orientation = header.orientation
     if orientation in (5, 6, 7, 8):
