@@ -571,6 +571,48 @@ def test_image_transform_output_shapes(transform: ImageTransform, shape: tuple) 
     assert fixed is None or fixed == shape[:2]
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    h=st.integers(8, 120),
+    w=st.integers(8, 120),
+    size=st.integers(4, 64),
+    crop=st.sampled_from(["center", "random-resized"]),
+    flip=st.booleans(),
+    channels=st.sampled_from([3, 4]),
+    index=st.integers(0, 1000),
+)
+def test_image_transform_into_out_equals_a_new_array(
+    h: int, w: int, size: int, crop: str, flip: bool, channels: int, index: int
+) -> None:
+    """Writing into a batch slot gives what a fresh result holds, whatever the geometry."""
+    img = photo(h, w, seed=index)
+    if channels == 4:
+        img = cv2.cvtColor(img, cv2.COLOR_RGB2RGBA)
+    transform = ImageTransform(size=size, crop=crop, flip=flip)
+    expected = transform(img, sample_rng(0, 0, index))
+    batch = np.full((2, *expected.shape), 7, dtype=np.uint8)
+    result = transform(img, sample_rng(0, 0, index), out=batch[1])
+    assert np.shares_memory(result, batch[1])
+    np.testing.assert_array_equal(batch[1], expected)
+    assert (batch[0] == 7).all()  # nothing written outside the slot
+
+
+def test_image_transform_out_is_validated() -> None:
+    img = photo(60, 80)
+    transform = ImageTransform(size=32, crop="center", flip=False)
+    for bad in (
+        np.empty((32, 31, 3), np.uint8),
+        np.empty((32, 32, 3), np.float32),
+        np.empty((32, 64, 3), np.uint8)[:, ::2],
+    ):
+        with pytest.raises(ValueError, match="C-contiguous uint8 array of shape"):
+            transform(img, out=bad)
+    same = photo(32, 32)  # already the output size: copied into out
+    out = np.zeros((32, 32, 3), np.uint8)
+    assert resize(same, (32, 32), out=out) is out
+    np.testing.assert_array_equal(out, same)
+
+
 def test_image_transform_center_is_resize_then_crop() -> None:
     transform = ImageTransform(size=224, crop="center")
     assert transform.decode_size == 256

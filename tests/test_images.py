@@ -94,6 +94,34 @@ def test_batches_stack_fixed_sizes_and_list_variable_ones(layouts: Path, kind: s
     assert len({img.shape for img in variable}) > 1
 
 
+def _with_sharing(item: tuple[torch.Tensor, torch.Tensor]) -> tuple:
+    """A worker-side collate_fn: the batch and whether it already lives in shared memory."""
+    return item, item[0].is_shared()
+
+
+def test_worker_batches_are_built_in_shared_memory_and_equal_in_process_ones(
+    layouts: Path,
+) -> None:
+    options = {"size": 32, "crop": "random-resized", "flip": True, "batch_size": 5, "seed": 3}
+    local = list(build(layouts, "folder", **options))
+    assert not any(images.is_shared() for images, _ in local)
+    loader = DataLoader(
+        build(layouts, "folder", **options),
+        batch_size=None,
+        num_workers=2,
+        collate_fn=_with_sharing,
+    )
+    remote = list(loader)
+    assert all(shared for _, shared in remote)  # handed over without a copy
+    assert samples(local) == samples(batch for batch, _ in remote)
+
+
+def samples(batches) -> list[tuple[str, int]]:
+    """Every ``(image digest, label)`` of some ``(images, labels)`` batches, sorted."""
+    pairs = (zip(images, labels, strict=True) for images, labels in batches)
+    return sorted((digest(img), int(label)) for batch in pairs for img, label in batch)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_exactly_once_over_ranks_and_workers(layouts: Path, kind: str, monkeypatch) -> None:
     everything = Counter(keys(build(layouts, kind, size=24, crop="center")))
@@ -209,6 +237,21 @@ def test_skip_policy_counts_warns_once_and_keeps_the_rest(tmp_path: Path) -> Non
     assert stream.skipped == 2
     assert len([w for w in caught if "skipped a bad image" in str(w.message)]) == 1
     assert str(bad["truncated.jpg"]) in str(caught[0].message)
+
+
+def test_skips_close_the_gaps_in_a_fixed_size_batch(tmp_path: Path) -> None:
+    bad = bad_files(tmp_path)
+    good = make_images(tmp_path / "ok", 3, **SMALL)
+    options = {"size": 24, "crop": "center", "batch_size": 5}
+    paths = [bad["text.jpg"], good[0], bad["truncated.jpg"], good[1], good[2]]
+    stream = ImageStream.from_files(paths, list(range(5)), on_error="skip", **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        [(images, labels)] = list(stream)
+    [(expected, _)] = list(ImageStream.from_files(good, [1, 3, 4], **options))
+    assert labels.tolist() == [1, 3, 4]
+    assert images.shape == (3, 3, 24, 24)
+    assert torch.equal(images, expected)
 
 
 def test_skips_in_workers_are_counted(tmp_path: Path) -> None:

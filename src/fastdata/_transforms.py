@@ -97,7 +97,13 @@ def output_hw(src_hw: tuple[int, int], size: Size) -> tuple[int, int]:
     return int(size), int(size * w / h)
 
 
-def resize(img: np.ndarray, size: Size, *, interpolation: str = "auto") -> np.ndarray:
+def resize(
+    img: np.ndarray,
+    size: Size,
+    *,
+    interpolation: str = "auto",
+    out: np.ndarray | None = None,
+) -> np.ndarray:
     """Resize a HWC (or HW) image; the dtype is kept.
 
     Args:
@@ -105,9 +111,12 @@ def resize(img: np.ndarray, size: Size, *, interpolation: str = "auto") -> np.nd
         size: shorter side (``int``, aspect ratio kept) or ``(height, width)``.
         interpolation: a name from :data:`INTERPOLATIONS`; ``"auto"`` picks INTER_AREA when
             neither side grows and INTER_LINEAR otherwise.
+        out: a C-contiguous array of the result's shape and dtype to write into (a slot of
+            a batch, say), saving an allocation and a copy.
 
     Returns:
-        The resized image, or ``img`` itself when it already has the requested size.
+        The resized image: ``out`` when given, else a new array, or ``img`` itself when it
+        already has the requested size.
     """
     if interpolation not in INTERPOLATIONS:
         raise ValueError(
@@ -115,12 +124,27 @@ def resize(img: np.ndarray, size: Size, *, interpolation: str = "auto") -> np.nd
         )
     h, w = img.shape[:2]
     new_h, new_w = output_hw((h, w), size)
+    if out is not None:
+        _check_out(out, (new_h, new_w, *img.shape[2:]), img.dtype)
     if (new_h, new_w) == (h, w):
-        return img
+        if out is None:
+            return img
+        np.copyto(out, img)
+        return out
     flag = INTERPOLATIONS[interpolation]
     if flag is None:
         flag = cv2.INTER_AREA if new_h <= h and new_w <= w else cv2.INTER_LINEAR
-    return cv2.resize(img, (new_w, new_h), interpolation=flag)
+    return cv2.resize(img, (new_w, new_h), dst=out, interpolation=flag)
+
+
+def _check_out(out: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """Refuse an ``out`` array OpenCV would silently replace instead of filling."""
+    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(
+            f"out is a {'' if out.flags.c_contiguous else 'non-contiguous '}{out.dtype} array "
+            f"of shape {out.shape}; this result needs a C-contiguous {dtype} array of "
+            f"shape {shape}"
+        )
 
 
 def center_crop(img: np.ndarray, size: Size) -> np.ndarray:
@@ -336,13 +360,30 @@ class ImageTransform:
         flip = self.flip and _require_rng(rng).random() < 0.5
         return Geometry(box, out_hw, flip)
 
-    def __call__(self, img: np.ndarray, rng: np.random.Generator | None = None) -> np.ndarray:
+    def __call__(
+        self,
+        img: np.ndarray,
+        rng: np.random.Generator | None = None,
+        *,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Transform one uint8 HWC image into a C-contiguous array (``img`` itself when
-        there is nothing to do); ``rng`` as for :meth:`geometry`."""
+        there is nothing to do); ``rng`` as for :meth:`geometry`.
+
+        ``out``: a C-contiguous array of the output's shape to write the result into and
+        return, such as ``batch[i]`` of a preallocated batch (no per-image array, no
+        stacking copy).
+        """
         (top, left, h, w), out_hw, flip = self.geometry(img.shape[:2], rng)
         region = img if (h, w) == img.shape[:2] else img[top : top + h, left : left + w]
-        out = resize(region, out_hw, interpolation=self.interpolation)
-        return hflip(out) if flip else np.ascontiguousarray(out)
+        if not flip:
+            resized = resize(region, out_hw, interpolation=self.interpolation, out=out)
+            return np.ascontiguousarray(resized)
+        resized = resize(region, out_hw, interpolation=self.interpolation)
+        if out is None:
+            return hflip(resized)
+        _check_out(out, resized.shape, resized.dtype)
+        return cv2.flip(resized, 1, dst=out)
 
 
 def _require_rng(rng: np.random.Generator | None) -> np.random.Generator:

@@ -9,6 +9,7 @@ decodes and transforms the rows on a thread pool and yields uint8 tensors.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import warnings
@@ -21,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import torch
+from torch.utils.data import get_worker_info
 
 from fastdata._device_decode import check_decode_device, decode_on_device
 from fastdata._env import worker_slot
@@ -396,14 +398,18 @@ class ImageStream(PlannedStream):
         """Images left out by ``on_error="skip"`` so far, over all workers."""
         return int(self._skip_counts.sum())
 
-    def _map(self, fn: Callable[[dict[str, Any]], Any], rows: list[dict[str, Any]]) -> list:
-        if self.decode_threads == 1 or len(rows) <= 1:
-            return [fn(r) for r in rows]
-        return list(self._thread_pool("decode", self.decode_threads).map(fn, rows))
+    def _map(self, fn: Callable[..., Any], *args: Sequence[Any]) -> list:
+        """``list(map(fn, *args))`` on the decode threads."""
+        if self.decode_threads == 1 or len(args[0]) <= 1:
+            return list(map(fn, *args))
+        return list(self._thread_pool("decode", self.decode_threads).map(fn, *args))
 
-    def _load(self, row: dict[str, Any]) -> tuple[np.ndarray | None, float, float]:
-        """Bytes -> decoded -> transformed HWC uint8 (None when skipped), and the seconds
-        spent decoding (fetch included) and transforming."""
+    def _load(
+        self, row: dict[str, Any], out: np.ndarray | None = None
+    ) -> tuple[np.ndarray | None, float, float]:
+        """Bytes -> decoded -> transformed HWC uint8 (None when skipped; written into
+        ``out`` when given), and the seconds spent decoding (fetch included) and
+        transforming."""
         index = row["index"]
         start = time.perf_counter()
         try:
@@ -415,8 +421,8 @@ class ImageStream(PlannedStream):
                 max_pixels=self.max_pixels,
             )
             decoded = time.perf_counter()
-            out = self.transform(image, self._rng(index))
-            return out, decoded - start, time.perf_counter() - decoded
+            result = self.transform(image, self._rng(index), out=out)
+            return result, decoded - start, time.perf_counter() - decoded
         except (SourceError, OSError, pa.ArrowException) as exc:
             self._failed(index, exc)
             return None, time.perf_counter() - start, 0.0
@@ -481,13 +487,38 @@ class ImageStream(PlannedStream):
             if self._stage_times is not None:
                 self._stage_times.add("decode", time.perf_counter() - start, len(rows))
         else:
-            loaded = self._map(self._load, rows)
-            if self._stage_times is not None:
-                self._stage_times.add("decode", sum(d for _, d, _ in loaded), len(rows))
-                self._stage_times.add("transform", sum(t for _, _, t in loaded), len(rows))
+            loaded = self._load_all(rows)
             images = [None if img is None else _chw(img) for img, _, _ in loaded]
         pairs = zip(images, rows, strict=True)
         return [(img, row.get("label")) for img, row in pairs if img is not None]
+
+    def _load_all(
+        self, rows: list[dict[str, Any]], outs: Sequence[np.ndarray | None] | None = None
+    ) -> list[tuple[np.ndarray | None, float, float]]:
+        """:meth:`_load` over ``rows`` on the decode threads, the times recorded."""
+        loaded = self._map(self._load, rows, outs if outs is not None else [None] * len(rows))
+        if self._stage_times is not None:
+            self._stage_times.add("decode", sum(d for _, d, _ in loaded), len(rows))
+            self._stage_times.add("transform", sum(t for _, _, t in loaded), len(rows))
+        return loaded
+
+    def _decoded_batch(self, table: pa.Table) -> tuple[torch.Tensor, list[Any]]:
+        """The table's images decoded on the CPU straight into one ``(N, C, H, W)`` batch
+        (fixed output size only), and the labels of the images kept.
+
+        Each transform writes into its slot of the batch, which in a DataLoader worker is
+        allocated in shared memory (as torch's ``default_collate`` does there): no
+        per-image array, no stacking copy, no copy into shared memory on the way out.
+        """
+        rows = table.to_pylist()
+        channels = 4 if self.keep_alpha else 3
+        batch = _empty_batch((len(rows), *self.transform.output_size, channels))
+        slots = batch.numpy()
+        loaded = self._load_all(rows, list(slots))
+        kept = [i for i, (img, _, _) in enumerate(loaded) if img is not None]
+        if len(kept) < len(rows):  # skipped images: close the gaps (a copy, rarely taken)
+            batch = batch[kept]
+        return batch.permute(0, 3, 1, 2), [rows[i].get("label") for i in kept]
 
     def _make_rows(self, table: pa.Table) -> Iterator[Any]:
         chunk = max(self.decode_threads * 4, 16)
@@ -496,14 +527,18 @@ class ImageStream(PlannedStream):
                 yield image if label is None else (image, label)
 
     def _make_batch(self, table: pa.Table) -> Any:
-        decoded = self._decoded(table)
-        images = [img for img, _ in decoded]
-        batch: Any = images
-        if images and len({img.shape for img in images}) == 1:
-            batch = _stack(images)
+        batch: Any
+        if self.decode_device is None and self.transform.output_size is not None:
+            batch, labels = self._decoded_batch(table)
+        else:
+            decoded = self._decoded(table)
+            batch = [img for img, _ in decoded]
+            labels = [label for _, label in decoded]
+            if batch and len({img.shape for img in batch}) == 1:
+                batch = _stack(batch)
         if "label" not in table.column_names:
             return batch
-        return batch, torch.tensor([label for _, label in decoded], dtype=torch.int64)
+        return batch, torch.tensor(labels, dtype=torch.int64)
 
     def __repr__(self) -> str:
         return (
@@ -515,6 +550,15 @@ class ImageStream(PlannedStream):
 def _chw(image: np.ndarray) -> torch.Tensor:
     """A ``(C, H, W)`` view of a decoded HWC (or HW) array."""
     return torch.from_numpy(image[:, :, None] if image.ndim == 2 else image).permute(2, 0, 1)
+
+
+def _empty_batch(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised uint8 tensor of ``shape``; inside a DataLoader worker it lives in
+    shared memory, so sending it to the main process moves no bytes."""
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
 
 
 def _stack(images: list[torch.Tensor]) -> torch.Tensor:
