@@ -8,6 +8,11 @@
 - ``decode-reduced``: 2000+ px JPEGs -> the same 224 centre crop. fastdata decodes at 1/8
   resolution in the DCT domain; baseline ``full-decode`` decodes every pixel then resizes.
   Both single-threaded, so the ratio is the reduction alone.
+- ``decode-reduced-crop``: the same large JPEGs -> a 224 random-resized crop with flip, each
+  sample's box drawn from ``sample_rng(0, 0, i)``. fastdata: ``decode_for`` (the box is
+  drawn on the header's size, and the JPEG decoded at the largest reduction that keeps the
+  box at least 224 px) + ``ImageTransform.apply``, what ``ImageStream`` does; baseline
+  ``full-decode``: the same transform on the fully decoded image. Single-threaded.
 
 OpenCV's own thread pool is capped at one thread for this module, as a DataLoader worker
 running a decode pool does (``limit_opencv_threads``), so threads do not oversubscribe.
@@ -26,11 +31,19 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from fastdata.decode import ImageTransform, decode_image, decode_many, limit_opencv_threads
+from fastdata.decode import (
+    ImageTransform,
+    decode_for,
+    decode_image,
+    decode_many,
+    limit_opencv_threads,
+    sample_rng,
+)
 
 from conftest import measure, scaled
 
 CENTER_224 = ImageTransform(size=224, crop="center")
+RRC_224 = ImageTransform(size=224, crop="random-resized", flip=True)
 
 
 def photo_jpeg(h: int, w: int, seed: int) -> bytes:
@@ -113,6 +126,27 @@ def test_decode_reduced_fastdata(benchmark: Any, large_jpegs: list[bytes]) -> No
 def test_decode_reduced_full_decode(benchmark: Any, large_jpegs: list[bytes]) -> None:
     def run() -> list[np.ndarray]:
         return [CENTER_224(decode_image(b)) for b in large_jpegs]
+
+    out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
+    assert out[0].shape == (224, 224, 3)
+
+
+@pytest.mark.benchmark(group="decode-reduced-crop")
+def test_decode_reduced_crop_fastdata(benchmark: Any, large_jpegs: list[bytes]) -> None:
+    def run() -> list[np.ndarray]:
+        return [
+            RRC_224.apply(*decode_for(data, RRC_224, sample_rng(0, 0, i)))
+            for i, data in enumerate(large_jpegs)
+        ]
+
+    out = measure(benchmark, run, role="fastdata", items=len(large_jpegs))
+    assert out[0].shape == (224, 224, 3)
+
+
+@pytest.mark.benchmark(group="decode-reduced-crop")
+def test_decode_reduced_crop_full_decode(benchmark: Any, large_jpegs: list[bytes]) -> None:
+    def run() -> list[np.ndarray]:
+        return [RRC_224(decode_image(b), sample_rng(0, 0, i)) for i, b in enumerate(large_jpegs)]
 
     out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
     assert out[0].shape == (224, 224, 3)

@@ -27,8 +27,10 @@ from torchvision.transforms import RandomResizedCrop
 
 from fastdata.decode import (
     DEFAULT_MAX_PIXELS,
+    Geometry,
     ImageTransform,
     center_crop,
+    decode_for,
     decode_image,
     decode_many,
     hflip,
@@ -44,6 +46,7 @@ from fastdata.decode import (
     sample_rng,
 )
 from fastdata.errors import DecodeError
+from fastdata.synthetic import make_images
 
 FEW = settings(max_examples=25, deadline=None)
 
@@ -290,6 +293,67 @@ def test_reduced_decode_matches_full_decode_and_area_resize(k: int) -> None:
     assert psnr(reduced, expected) >= 35  # DCT-domain scaling is a box filter too
 
 
+RRC_224 = ImageTransform(size=224, crop="random-resized", flip=True)
+
+
+def test_decode_for_reduces_random_resized_crops_of_large_jpegs(tmp_path) -> None:
+    """Each sample's box is drawn on the header's size, then the JPEG is decoded at the
+    largest reduction that keeps the box at least 224 px along both axes."""
+    (path,) = make_images(tmp_path, 1, large=1)  # a photo-like JPEG of 1600+ px
+    data = path.read_bytes()
+    full = decode_image(data)
+    factors = []
+    for index in range(12):
+        image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index))
+        expected = RRC_224.geometry(full.shape[:2], sample_rng(0, 0, index))
+        k = round(full.shape[0] / image.shape[0])
+        assert image.shape[:2] == tuple(math.ceil(n / k) for n in full.shape[:2])
+        assert k == reduction_factor(expected.box[2:], expected.size)
+        assert geometry == expected.scaled(full.shape[:2], image.shape[:2])
+        assert min(geometry.box[2:]) >= 224  # never below the output size
+        # DCT scaling then area resizing against area resizing alone (a test pattern with
+        # detail near the output's Nyquist limit, like photo(), aliases differently in each)
+        assert psnr(RRC_224.apply(image, geometry), RRC_224.apply(full, expected)) >= 35
+        factors.append(k)
+    assert min(factors) >= 2 and max(factors) >= 4
+
+
+@pytest.mark.parametrize("ext", [".jpg", ".png"])
+def test_decode_for_is_the_plain_path_when_nothing_is_reduced(ext: str) -> None:
+    data = cv_encode(photo(375, 500, seed=1), ext)
+    for index in range(8):
+        image, geometry = decode_for(data, RRC_224, sample_rng(0, 1, index))
+        np.testing.assert_array_equal(
+            RRC_224.apply(image, geometry), RRC_224(decode_image(data), sample_rng(0, 1, index))
+        )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    src=st.tuples(st.integers(16, 4000), st.integers(16, 4000)),
+    box_frac=st.tuples(st.floats(0.05, 1), st.floats(0.05, 1), st.floats(0, 1), st.floats(0, 1)),
+    size=st.tuples(st.integers(1, 300), st.integers(1, 300)),
+)
+def test_geometry_scaled_keeps_the_box_inside_and_at_least_the_output(
+    src: tuple[int, int],
+    box_frac: tuple[float, float, float, float],
+    size: tuple[int, int],
+) -> None:
+    fh, fw, ft, fl = box_frac
+    h, w = max(1, round(src[0] * fh)), max(1, round(src[1] * fw))
+    top, left = round((src[0] - h) * ft), round((src[1] - w) * fl)
+    geometry = Geometry((top, left, h, w), size, False)
+    k = reduction_factor(src, geometry.smallest_source(src))
+    new = (math.ceil(src[0] / k), math.ceil(src[1] / k))  # libjpeg's reduced size
+    scaled = geometry.scaled(src, new)
+    t, lft, sh, sw = scaled.box
+    assert t >= 0 and t + sh <= new[0] and lft >= 0 and lft + sw <= new[1]
+    assert scaled.size == size and scaled.flip is False
+    if k > 1:  # reduced only when the box still covers the output at 1/k
+        assert sh >= size[0] and sw >= size[1]
+    assert geometry.scaled(src, src) == geometry
+
+
 def test_png_and_webp_are_never_reduced() -> None:
     """OpenCV would decode them fully and then resize with plain bilinear: no gain."""
     for ext in (".png", ".webp"):
@@ -369,8 +433,8 @@ def test_decode_many_applies_transform_with_per_item_rngs() -> None:
     transform = ImageTransform(size=64, crop="random-resized", flip=True)
     rngs = [sample_rng(7, 1, i) for i in range(8)]
     out = decode_many(items, threads=2, transform=transform, rngs=rngs)
-    for i, img in enumerate(out):
-        expected = transform(decode_image(items[i]), sample_rng(7, 1, i))
+    for i, img in enumerate(out):  # each sample decoded at the resolution its box allows
+        expected = transform.apply(*decode_for(items[i], transform, sample_rng(7, 1, i)))
         np.testing.assert_array_equal(img, expected)
 
 

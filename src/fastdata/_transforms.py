@@ -62,6 +62,24 @@ class Geometry(NamedTuple):
     flip: bool
     """Mirror the output left-right."""
 
+    def smallest_source(self, src_hw: tuple[int, int]) -> tuple[int, int]:
+        """The smallest ``(height, width)`` the image of ``src_hw`` may be decoded at while
+        the box still covers at least the output size along both axes: the ``size`` hint
+        that lets :func:`fastdata.decode.decode_image` decode a JPEG at 1/2, 1/4 or 1/8."""
+        _, _, h, w = self.box
+        return math.ceil(src_hw[0] * self.size[0] / h), math.ceil(src_hw[1] * self.size[1] / w)
+
+    def scaled(self, src_hw: tuple[int, int], new_hw: tuple[int, int]) -> Geometry:
+        """This geometry, decided for an image of ``src_hw``, for the same image decoded at
+        ``new_hw``: the box scaled to the new size (rounded, kept inside the image)."""
+        if new_hw == src_hw:
+            return self
+        sy, sx = new_hw[0] / src_hw[0], new_hw[1] / src_hw[1]
+        top, left, h, w = self.box
+        h, w = min(max(round(h * sy), 1), new_hw[0]), min(max(round(w * sx), 1), new_hw[1])
+        top, left = min(round(top * sy), new_hw[0] - h), min(round(left * sx), new_hw[1] - w)
+        return Geometry((top, left, h, w), self.size, self.flip)
+
 
 def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     """The random generator of one sample: a pure function of ``(seed, epoch, index)``.
@@ -368,13 +386,21 @@ class ImageTransform:
         out: np.ndarray | None = None,
     ) -> np.ndarray:
         """Transform one uint8 HWC image into a C-contiguous array (``img`` itself when
-        there is nothing to do); ``rng`` as for :meth:`geometry`.
+        there is nothing to do); ``rng`` as for :meth:`geometry`, ``out`` as for
+        :meth:`apply`."""
+        return self.apply(img, self.geometry(img.shape[:2], rng), out=out)
+
+    def apply(
+        self, img: np.ndarray, geometry: Geometry, *, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Apply a geometry from :meth:`geometry` (or its :meth:`Geometry.scaled` version,
+        for an image decoded at reduced resolution) to ``img``.
 
         ``out``: a C-contiguous array of the output's shape to write the result into and
         return, such as ``batch[i]`` of a preallocated batch (no per-image array, no
         stacking copy).
         """
-        (top, left, h, w), out_hw, flip = self.geometry(img.shape[:2], rng)
+        (top, left, h, w), out_hw, flip = geometry
         region = img if (h, w) == img.shape[:2] else img[top : top + h, left : left + w]
         if not flip:
             resized = resize(region, out_hw, interpolation=self.interpolation, out=out)

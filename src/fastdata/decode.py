@@ -9,7 +9,9 @@ source (folders, Parquet columns, tar members) shares one tested path:
 - Given the size the pipeline needs, it decodes a large JPEG at 1/2, 1/4 or 1/8 resolution
   (libjpeg scales in the DCT domain: several times faster, and never smaller than asked);
   :func:`reduction_factor` makes that choice from the header, which a small parser reads
-  (:func:`image_size`) in microseconds without decoding.
+  (:func:`image_size`) in microseconds without decoding. :func:`decode_for` takes that size
+  from each sample's own transform geometry, so a random-resized crop whose box is large
+  enough is decoded reduced too.
 - :func:`decode_many` decodes (and transforms) a batch on a thread pool: OpenCV releases the
   GIL, so threads scale across cores inside one DataLoader worker.
 - Bad data raises :class:`~fastdata.errors.DecodeError` naming the item; never a black image.
@@ -31,6 +33,7 @@ import numpy as np
 
 from fastdata._transforms import (
     INTERPOLATIONS,
+    Geometry,
     ImageTransform,
     Size,
     center_crop,
@@ -47,9 +50,11 @@ from fastdata.errors import DecodeError
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "INTERPOLATIONS",
+    "Geometry",
     "ImageHeader",
     "ImageTransform",
     "center_crop",
+    "decode_for",
     "decode_image",
     "decode_many",
     "hflip",
@@ -350,6 +355,47 @@ def _imdecode(
     raise DecodeError(reason, path=source)
 
 
+def decode_for(
+    data: ImageData,
+    transform: ImageTransform,
+    rng: np.random.Generator | None = None,
+    /,
+    *,
+    keep_alpha: bool = False,
+    exif: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    source: str | None = None,
+) -> tuple[np.ndarray, Geometry]:
+    """Decode one image for ``transform``, at the lowest resolution its geometry allows.
+
+    For a JPEG the geometry (crop box, output size, flip) is decided on the header's size
+    first, drawing from ``rng`` exactly as :meth:`ImageTransform.geometry` on the decoded
+    image would; the JPEG is then decoded at 1/2, 1/4 or 1/8 when the box still covers the
+    output size at that scale along both axes (a random-resized crop of a 12-megapixel photo
+    usually does; one of a 500-px image never does), and the geometry is scaled to match.
+    Other formats decode in full and get their geometry from the decoded size.
+
+    ``transform.apply(image, geometry)`` then gives the sample, equal to
+    ``transform(decode_image(data), rng)`` up to the difference between libjpeg's DCT
+    scaling and area resizing (none when nothing is reduced).
+
+    Returns:
+        The decoded image and the geometry to apply to it.
+
+    Raises:
+        DecodeError: as :func:`decode_image`.
+    """
+    options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels, "source": source}
+    header = image_header(data, exif=exif)
+    if header is None or header.format != "jpeg":
+        image = decode_image(data, **options)
+        return image, transform.geometry(image.shape[:2], rng)
+    src_hw = _oriented_hw(header)
+    geometry = transform.geometry(src_hw, rng)
+    image = decode_image(data, size=geometry.smallest_source(src_hw), **options)
+    return image, geometry.scaled(src_hw, image.shape[:2])
+
+
 def decode_many(
     items: Sequence[ImageData],
     /,
@@ -379,10 +425,11 @@ def decode_many(
         threads: decode threads; 1 decodes in the calling thread. A pool is started per
             call (about 1 ms: small against a batch of decodes at 1-3 ms each).
         sources: each item's name for error messages; default ``"item <i>"``.
-        transform: applied to each decoded image in its thread; its ``decode_size`` is the
-            ``size`` hint unless ``size`` is given.
+        transform: applied to each image in its thread; each JPEG is decoded at the
+            resolution its geometry allows (see :func:`decode_for`), and ``size`` is not
+            used.
         rngs: each item's generator for a random ``transform`` (see ``sample_rng``).
-        size: as for :func:`decode_image`.
+        size: as for :func:`decode_image`, when there is no ``transform``.
         keep_alpha: as for :func:`decode_image`.
         exif: as for :func:`decode_image`.
         max_pixels: as for :func:`decode_image`.
@@ -396,22 +443,15 @@ def decode_many(
     for name, seq in (("sources", sources), ("rngs", rngs)):
         if seq is not None and len(seq) != n:
             raise ValueError(f"{name} has {len(seq)} entries for {n} items: give one per item")
-    if size is None and transform is not None:
-        size = transform.decode_size
 
     def one(i: int) -> np.ndarray:
         source = sources[i] if sources is not None else f"item {i}"
-        img = decode_image(
-            items[i],
-            size=size,
-            keep_alpha=keep_alpha,
-            exif=exif,
-            max_pixels=max_pixels,
-            source=source,
-        )
+        options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels}
         if transform is None:
-            return img
-        return transform(img, rngs[i] if rngs is not None else None)
+            return decode_image(items[i], size=size, source=source, **options)
+        rng = rngs[i] if rngs is not None else None
+        image, geometry = decode_for(items[i], transform, rng, source=source, **options)
+        return transform.apply(image, geometry)
 
     if threads == 1 or n <= 1:
         return [one(i) for i in range(n)]

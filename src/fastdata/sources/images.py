@@ -27,7 +27,7 @@ from torch.utils.data import get_worker_info
 from fastdata._device_decode import check_decode_device, decode_on_device
 from fastdata._env import worker_slot
 from fastdata._transforms import ImageTransform, Size, sample_rng
-from fastdata.decode import DEFAULT_MAX_PIXELS, decode_image
+from fastdata.decode import DEFAULT_MAX_PIXELS, decode_for
 from fastdata.errors import DecodeError, SourceError
 from fastdata.sources._files import as_filesystem, resolve_files
 from fastdata.sources._stream import PlannedStream
@@ -413,15 +413,15 @@ class ImageStream(PlannedStream):
         index = row["index"]
         start = time.perf_counter()
         try:
-            data = self._reader.fetch(row)
-            image = decode_image(
-                data,
-                size=self.transform.decode_size,
+            image, geometry = decode_for(
+                self._reader.fetch(row),
+                self.transform,
+                self._rng(index),
                 keep_alpha=self.keep_alpha,
                 max_pixels=self.max_pixels,
             )
             decoded = time.perf_counter()
-            result = self.transform(image, self._rng(index), out=out)
+            result = self.transform.apply(image, geometry, out=out)
             return result, decoded - start, time.perf_counter() - decoded
         except (SourceError, OSError, pa.ArrowException) as exc:
             self._failed(index, exc)
