@@ -53,44 +53,57 @@ def measure(
 def measure_interleaved(
     benchmark: Any,
     fastdata: Callable[[], Any],
-    baseline: Callable[[], Any],
+    baselines: dict[str, Callable[[], Any]],
     *,
-    name: str,
     items: int,
     rounds: int = 15,
     unit: str = "items",
-) -> tuple[Any, Any]:
-    """Time ``fastdata`` and the baseline ``name`` alternately, round by round, in one test.
+    baseline_items: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Time ``fastdata`` and each baseline in turn, round by round, in one test.
 
-    For scenarios whose two sides should time the same (an overhead that must be near
-    zero), the usual one-test-per-side layout measures drift as much as difference: the
-    machine can change speed between the two blocks of rounds. Here each round runs both,
-    in alternating order, and the record carries both medians (``median_s`` and
-    ``paired``), which ``compare.py`` uses instead of the round time.
+    On a shared machine the usual one-test-per-side layout measures drift as much as
+    difference: the machine can change speed between two blocks of rounds. Here each round
+    runs every side, the order rotating from round to round, and the record carries every
+    side's median (``median_s``, and ``paired`` per baseline), which ``compare.py`` uses
+    instead of the round time.
+
+    ``baseline_items`` gives the items of a baseline's round where they differ from
+    ``items``; its median is recorded scaled to ``items``, so that ``compare.py`` computes
+    its rate as ``baseline_items[name] / median``.
+
+    Returns:
+        The last result of each side, by name (``"fastdata"`` and the baselines' names).
     """
-    times: dict[str, list[float]] = {"fastdata": [], name: []}
-    sides = [("fastdata", fastdata), (name, baseline)]
+    sides = [("fastdata", fastdata), *baselines.items()]
+    times: dict[str, list[float]] = {name: [] for name, _ in sides}
     results: dict[str, Any] = {}
 
     def one_round() -> None:
-        for side, fn in sides if len(times["fastdata"]) % 2 else sides[::-1]:
+        turn = len(times["fastdata"]) % len(sides)
+        for name, fn in sides[turn:] + sides[:turn]:
             start = time.perf_counter()
-            results[side] = fn()
-            times[side].append(time.perf_counter() - start)
+            results[name] = fn()
+            times[name].append(time.perf_counter() - start)
 
     benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=1)
+    # the warm-up round is not counted
+    medians = {name: statistics.median(times[name][1:]) for name, _ in sides}
+    own_items = baseline_items or {}
     benchmark.extra_info.update(
         {
             "role": "fastdata",
             "items": items,
             "unit": unit,
             "mode": MODE,
-            # the warm-up round is not counted
-            "median_s": statistics.median(times["fastdata"][1:]),
-            "paired": {f"baseline:{name}": statistics.median(times[name][1:])},
+            "median_s": medians["fastdata"],
+            "paired": {
+                f"baseline:{name}": medians[name] * items / own_items.get(name, items)
+                for name in baselines
+            },
         }
     )
-    return results["fastdata"], results[name]
+    return results
 
 
 @pytest.fixture(scope="session")

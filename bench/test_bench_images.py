@@ -4,7 +4,9 @@ Both groups read the same ImageFolder tree of photo-like JPEGs with ImageNet-lik
 (shorter side 300-500 px, aspect 3:4 to 4:3, from ``fastdata.synthetic.make_images``) and
 measure whole epochs through a DataLoader at ``num_workers = os.cpu_count()``, worker
 start-up included on both sides (``persistent_workers=False``); the folder is large enough
-that start-up is a small part of an epoch.
+that start-up is a small part of an epoch. Each group is one test that runs every side in
+each round, in rotating order (``measure_interleaved``): the machine's speed drifts by tens
+of percent within minutes, which two separate blocks of rounds would read as a difference.
 
 - ``images-train``: training batches of 64 images at 224x224, random-resized crop and
   random flip, shuffled. fastdata: ``ImageStream.from_folder(..., batch_size=64)`` through
@@ -48,7 +50,7 @@ from fastdata.decode import ImageTransform, limit_opencv_threads, sample_rng
 from fastdata.sources.images import ImageStream
 from fastdata.synthetic import make_images
 
-from conftest import measure, scaled
+from conftest import measure_interleaved, scaled
 
 # 16 batches per epoch in short mode: starting and stopping the workers (~0.15 s) is under a
 # tenth of an epoch. The module took 2-2.5 minutes on 2 cores shared with other jobs.
@@ -61,7 +63,7 @@ WORKERS = os.cpu_count() or 1
 # one thread keeps its core busy; more oversubscribe the cores (2 x 2 was slower than 2 x 1
 # in every comparison on a quiet 2-core machine).
 DECODE_THREADS = 1
-ROUNDS = 3  # epochs timed per test, after one warm-up epoch
+ROUNDS = scaled(5, 3)  # rounds timed per test, after one warm-up round
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -114,31 +116,15 @@ def torchvision_epoch(root: Path) -> int:
 
 
 @pytest.mark.benchmark(group="images-train")
-def test_train_fastdata(benchmark: Any, folder: Path) -> None:
-    n = measure(
-        benchmark, lambda: fastdata_epoch(folder), role="fastdata", items=IMAGES, rounds=ROUNDS
-    )
-    assert n == IMAGES
-
-
-@pytest.mark.benchmark(group="images-train")
-def test_train_torchvision_pil(benchmark: Any, folder: Path) -> None:
-    n = measure(
+def test_train(benchmark: Any, folder: Path) -> None:
+    got = measure_interleaved(
         benchmark,
-        lambda: torchvision_epoch(folder),
-        role="baseline:torchvision-pil",
+        lambda: fastdata_epoch(folder),
+        {"torchvision-pil": lambda: torchvision_epoch(folder)},
         items=IMAGES,
         rounds=ROUNDS,
     )
-    assert n == IMAGES
-
-
-@pytest.mark.benchmark(group="images-ceiling")
-def test_ceiling_fastdata(benchmark: Any, folder: Path) -> None:
-    n = measure(
-        benchmark, lambda: fastdata_epoch(folder), role="fastdata", items=IMAGES, rounds=ROUNDS
-    )
-    assert n == IMAGES
+    assert got == {"fastdata": IMAGES, "torchvision-pil": IMAGES}
 
 
 def single_thread_pass(paths: list[Path], share: int = 0, shares: int = 1) -> int:
@@ -176,28 +162,28 @@ def parallel_pass(paths: list[Path]) -> int:
 
 
 @pytest.mark.benchmark(group="images-ceiling")
-@pytest.mark.parametrize("ceiling", ["per-core", "parallel"])
-def test_ceiling(benchmark: Any, folder: Path, ceiling: str) -> None:
-    """The two ceilings of the plain single-thread loop (read, decode, crop, flip).
+def test_ceiling(benchmark: Any, folder: Path) -> None:
+    """The fastdata epoch against the two ceilings of the plain single-thread loop (read,
+    decode, crop, flip).
 
-    ``per-core``: the loop on one thread over every image, claimed as ``IMAGES * WORKERS``
-    items, so ``measure`` reports its rate times the core count: what the cores would deliver
-    if decoding scaled perfectly, with no process start-up, batching or hand-over. Nothing
-    else runs meanwhile, so the one thread is not slowed by siblings competing for memory
-    bandwidth: this ceiling is, if anything, optimistic.
+    ``per-core-ceiling``: the loop on one thread over every image, counted as
+    ``IMAGES * WORKERS`` items, so its rate is the loop's rate times the core count: what the
+    cores would deliver if decoding scaled perfectly, with no process start-up, batching or
+    hand-over. Nothing else runs meanwhile, so the one thread is not slowed by siblings
+    competing for memory bandwidth: this ceiling is, if anything, optimistic.
 
-    ``parallel``: the measured ceiling, the loop in one process per core, all at once.
+    ``parallel-ceiling``: the measured ceiling, the loop in one process per core, all at once.
     """
     paths = sorted(folder.glob("*/*.jpg"))  # ImageFolder order: class folders, then names
-    run, items = {
-        "per-core": (single_thread_pass, IMAGES * WORKERS),
-        "parallel": (parallel_pass, IMAGES),
-    }[ceiling]
-    n = measure(
+    got = measure_interleaved(
         benchmark,
-        lambda: run(paths),
-        role=f"baseline:{ceiling}-ceiling",
-        items=items,
+        lambda: fastdata_epoch(folder),
+        {
+            "parallel-ceiling": lambda: parallel_pass(paths),
+            "per-core-ceiling": lambda: single_thread_pass(paths),
+        },
+        items=IMAGES,
         rounds=ROUNDS,
+        baseline_items={"per-core-ceiling": IMAGES * WORKERS},
     )
-    assert n == IMAGES
+    assert set(got.values()) == {IMAGES}

@@ -55,9 +55,9 @@ def test_overhead(benchmark) -> None:
     ours = DataLoader(Trivial(ITEMS), batch_size=64)
     theirs = tud.DataLoader(Trivial(ITEMS), batch_size=64)
     got = measure_interleaved(
-        benchmark, lambda: drain(ours), lambda: drain(theirs), name="torch-dataloader", items=ITEMS
+        benchmark, lambda: drain(ours), {"torch-dataloader": lambda: drain(theirs)}, items=ITEMS
     )
-    assert got == (ITEMS, ITEMS)
+    assert got == {"fastdata": ITEMS, "torch-dataloader": ITEMS}
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +78,11 @@ def test_stats(benchmark, data: Path) -> None:
     got = measure_interleaved(
         benchmark,
         lambda: parquet_rows(data, True),
-        lambda: parquet_rows(data, False),
-        name="stats-off",
+        {"stats-off": lambda: parquet_rows(data, False)},
         items=ROWS,
         rounds=9,
     )
-    assert got == (ROWS, ROWS)
+    assert got == {"fastdata": ROWS, "stats-off": ROWS}
     # The ratio of two ~equal epoch times is at the mercy of the machine's noise; the cost of
     # the timing itself, measured apart, says what stats=True adds to every batch.
     batches = math.ceil(ROWS / 1024)
