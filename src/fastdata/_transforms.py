@@ -344,10 +344,11 @@ class ImageTransform:
 
     @property
     def decode_size(self) -> Size | None:
-        """The smallest decoded size this transform needs: the ``size`` hint for
-        :func:`fastdata.decode.decode_image`, which may then decode a JPEG at reduced
-        resolution. ``None`` for the random-resized crop, whose crop can cover as little as
-        ``scale[0]`` of the image and then needs every source pixel."""
+        """The smallest decoded size this transform needs whatever the sample: the ``size``
+        hint for :func:`fastdata.decode.decode_image`, which may then decode a JPEG at
+        reduced resolution. ``None`` for the random-resized crop, whose crop can cover as
+        little as ``scale[0]`` of the image; :func:`fastdata.decode.decode_for` (what the
+        streams use) decides per sample instead, from the sample's own box."""
         if self.crop == "center" and self.size is not None:
             return _center_scale(self.size, self.crop_pct)
         if self.crop is None:
