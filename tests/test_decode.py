@@ -309,7 +309,7 @@ def test_decode_for_reduces_random_resized_crops_of_large_jpegs(tmp_path) -> Non
         k = round(full.shape[0] / image.shape[0])
         assert image.shape[:2] == tuple(math.ceil(n / k) for n in full.shape[:2])
         assert k == reduction_factor(expected.box[2:], expected.size)
-        assert geometry == expected.scaled(full.shape[:2], image.shape[:2])
+        assert geometry == expected.reduced(k, image.shape[:2])
         assert min(geometry.box[2:]) >= 224  # never below the output size
         # DCT scaling then area resizing against area resizing alone (a test pattern with
         # detail near the output's Nyquist limit, like photo(), aliases differently in each)
@@ -334,7 +334,7 @@ def test_decode_for_is_the_plain_path_when_nothing_is_reduced(ext: str) -> None:
     box_frac=st.tuples(st.floats(0.05, 1), st.floats(0.05, 1), st.floats(0, 1), st.floats(0, 1)),
     size=st.tuples(st.integers(1, 300), st.integers(1, 300)),
 )
-def test_geometry_scaled_keeps_the_box_inside_and_at_least_the_output(
+def test_geometry_reduced_keeps_the_box_inside_and_at_least_the_output(
     src: tuple[int, int],
     box_frac: tuple[float, float, float, float],
     size: tuple[int, int],
@@ -345,13 +345,67 @@ def test_geometry_scaled_keeps_the_box_inside_and_at_least_the_output(
     geometry = Geometry((top, left, h, w), size, False)
     k = reduction_factor(src, geometry.smallest_source(src))
     new = (math.ceil(src[0] / k), math.ceil(src[1] / k))  # libjpeg's reduced size
-    scaled = geometry.scaled(src, new)
-    t, lft, sh, sw = scaled.box
+    reduced = geometry.reduced(k, new)
+    t, lft, sh, sw = reduced.box
     assert t >= 0 and t + sh <= new[0] and lft >= 0 and lft + sw <= new[1]
-    assert scaled.size == size and scaled.flip is False
+    assert reduced.size == size and reduced.flip is False
     if k > 1:  # reduced only when the box still covers the output at 1/k
         assert sh >= size[0] and sw >= size[1]
-    assert geometry.scaled(src, src) == geometry
+        # within a reduced pixel of the exact box, edge by edge
+        assert abs(t - top / k) <= 0.5 and abs(lft - left / k) <= 0.5
+        assert abs(t + sh - (top + h) / k) <= 1 and abs(lft + sw - (left + w) / k) <= 1
+    assert geometry.reduced(1, src) == geometry
+
+
+def exif_segment(orientation: int, kind: int = 3, order: str = "<") -> bytes:
+    """An APP1 Exif segment whose one IFD entry is the orientation, as SHORT (3) or LONG (4)."""
+    value = struct.pack(order + ("HH" if kind == 3 else "I"), orientation, *([0] * (kind == 3)))
+    ifd = struct.pack(order + "HHHI", 1, 0x0112, kind, 1) + value + struct.pack(order + "I", 0)
+    tiff = (b"II" if order == "<" else b"MM") + struct.pack(order + "HI", 42, 8) + ifd
+    payload = b"Exif\0\0" + tiff
+    return b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
+
+
+def test_exif_orientation_as_long_and_the_first_exif_segment_rule() -> None:
+    plain = cv_encode(photo(40, 60), ".jpg")
+    for segments, expected in [
+        (exif_segment(6, kind=4), 6),  # LONG, little-endian: OpenCV rotates too
+        (exif_segment(1) + exif_segment(6), 1),  # the first Exif segment rules
+        (exif_segment(8) + exif_segment(1), 8),
+    ]:
+        data = plain[:2] + segments + plain[2:]
+        assert image_header(data).orientation == expected
+        assert decode_image(data).shape[:2] == image_size(data)
+
+
+def test_decode_for_falls_back_when_the_header_and_opencv_disagree() -> None:
+    """Big-endian LONG orientation: the header says rotate, OpenCV does not. The sample is
+    then decoded in full and cropped exactly as the plain path crops it."""
+    plain = cv_encode(photo(2000, 3000, seed=2), ".jpg", cv2.IMWRITE_JPEG_QUALITY, 90)
+    data = plain[:2] + exif_segment(6, kind=4, order=">") + plain[2:]
+    assert image_size(data) != decode_image(data).shape[:2]  # the disagreement
+    for index in range(4):
+        image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index))
+        np.testing.assert_array_equal(
+            RRC_224.apply(image, geometry), RRC_224(decode_image(data), sample_rng(0, 0, index))
+        )
+
+
+@pytest.mark.parametrize("hw", [(1, 3882), (3882, 1), (2, 4000)])
+@pytest.mark.parametrize("crop", ["center", "random-resized"])
+def test_slivers_of_images_still_crop(hw: tuple[int, int], crop: str) -> None:
+    data = cv_encode(photo(*hw), ".jpg")
+    transform = ImageTransform(size=224, crop=crop)
+    image, geometry = decode_for(data, transform, sample_rng(0, 0, 0))
+    assert min(geometry.box[2:]) >= 1
+    assert transform.apply(image, geometry).shape == (224, 224, 3)
+
+
+def test_apply_refuses_a_box_outside_the_image() -> None:
+    transform = ImageTransform(size=32, crop="center")
+    geometry = transform.geometry((300, 400))
+    with pytest.raises(ValueError, match="does not fit a 150x200 image"):
+        transform.apply(photo(150, 200), geometry)
 
 
 def test_png_and_webp_are_never_reduced() -> None:
@@ -454,6 +508,8 @@ def test_decode_many_validates_arguments() -> None:
     with pytest.raises(ValueError, match="one per item"):
         decode_many([JPEG, JPEG], threads=2, sources=["a.jpg"])
     assert decode_many([], threads=2) == []
+    with pytest.raises(ValueError, match="not both"):
+        decode_many([JPEG], threads=1, size=64, transform=ImageTransform(size=32))
 
 
 def test_limit_opencv_threads_returns_previous() -> None:
@@ -664,12 +720,15 @@ def test_image_transform_into_out_equals_a_new_array(
 def test_image_transform_out_is_validated() -> None:
     img = photo(60, 80)
     transform = ImageTransform(size=32, crop="center", flip=False)
+    read_only = np.empty((32, 32, 3), np.uint8)
+    read_only.flags.writeable = False
     for bad in (
         np.empty((32, 31, 3), np.uint8),
         np.empty((32, 32, 3), np.float32),
         np.empty((32, 64, 3), np.uint8)[:, ::2],
+        read_only,
     ):
-        with pytest.raises(ValueError, match="C-contiguous uint8 array of shape"):
+        with pytest.raises(ValueError, match="writeable C-contiguous uint8 array of shape"):
             transform(img, out=bad)
     same = photo(32, 32)  # already the output size: copied into out
     out = np.zeros((32, 32, 3), np.uint8)

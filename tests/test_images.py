@@ -252,6 +252,11 @@ def test_skips_close_the_gaps_in_a_fixed_size_batch(tmp_path: Path) -> None:
     assert labels.tolist() == [1, 3, 4]
     assert images.shape == (3, 3, 24, 24)
     assert torch.equal(images, expected)
+    only_bad = ImageStream.from_files([bad["text.jpg"]], [0], on_error="skip", **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        [(images, labels)] = list(only_bad)  # still one batch, as the plan counts it
+    assert images.shape == (0, 3, 24, 24) and labels.shape == (0,)
 
 
 def test_skips_in_workers_are_counted(tmp_path: Path) -> None:

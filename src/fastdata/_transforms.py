@@ -69,15 +69,17 @@ class Geometry(NamedTuple):
         _, _, h, w = self.box
         return math.ceil(src_hw[0] * self.size[0] / h), math.ceil(src_hw[1] * self.size[1] / w)
 
-    def scaled(self, src_hw: tuple[int, int], new_hw: tuple[int, int]) -> Geometry:
-        """This geometry, decided for an image of ``src_hw``, for the same image decoded at
-        ``new_hw``: the box scaled to the new size (rounded, kept inside the image)."""
-        if new_hw == src_hw:
+    def reduced(self, factor: int, hw: tuple[int, int]) -> Geometry:
+        """This geometry for the same image decoded at ``1 / factor`` (libjpeg's DCT
+        scaling: reduced pixel ``i`` covers source pixels ``[i * factor, (i + 1) * factor)``)
+        into ``hw``: the box's position and size divided by ``factor`` and rounded, so each
+        edge sits within half a reduced pixel of the exact one, then moved inside ``hw``.
+        A box of at least ``factor`` times the output stays at least the output."""
+        if factor == 1:
             return self
-        sy, sx = new_hw[0] / src_hw[0], new_hw[1] / src_hw[1]
-        top, left, h, w = self.box
-        h, w = min(max(round(h * sy), 1), new_hw[0]), min(max(round(w * sx), 1), new_hw[1])
-        top, left = min(round(top * sy), new_hw[0] - h), min(round(left * sx), new_hw[1] - w)
+        top, left, h, w = (round(v / factor) for v in self.box)
+        h, w = min(max(h, 1), hw[0]), min(max(w, 1), hw[1])
+        top, left = min(top, hw[0] - h), min(left, hw[1] - w)
         return Geometry((top, left, h, w), self.size, self.flip)
 
 
@@ -157,10 +159,11 @@ def resize(
 
 def _check_out(out: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
     """Refuse an ``out`` array OpenCV would silently replace instead of filling."""
-    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+    layout = out.flags.c_contiguous and out.flags.writeable
+    if out.shape != shape or out.dtype != dtype or not layout:
         raise ValueError(
-            f"out is a {'' if out.flags.c_contiguous else 'non-contiguous '}{out.dtype} array "
-            f"of shape {out.shape}; this result needs a C-contiguous {dtype} array of "
+            f"out is a {'' if layout else 'read-only or non-contiguous '}{out.dtype} array of "
+            f"shape {out.shape}; this result needs a writeable C-contiguous {dtype} array of "
             f"shape {shape}"
         )
 
@@ -200,6 +203,9 @@ def center_crop_box(
     top, left = round((new_h - crop_h) / 2.0), round((new_w - crop_w) / 2.0)
     y0, y1 = round(top * h / new_h), round((top + crop_h) * h / new_h)
     x0, x1 = round(left * w / new_w), round((left + crop_w) * w / new_w)
+    # a sliver of an image (say 1 x 4000 px) can round a side of the box to nothing
+    y0, x0 = min(y0, h - 1), min(x0, w - 1)
+    y1, x1 = max(y1, y0 + 1), max(x1, x0 + 1)
     return (y0, x0, y1 - y0, x1 - x0), (crop_h, crop_w)
 
 
@@ -394,14 +400,22 @@ class ImageTransform:
     def apply(
         self, img: np.ndarray, geometry: Geometry, *, out: np.ndarray | None = None
     ) -> np.ndarray:
-        """Apply a geometry from :meth:`geometry` (or its :meth:`Geometry.scaled` version,
-        for an image decoded at reduced resolution) to ``img``.
+        """Apply a geometry to ``img``: one that :meth:`geometry` decided for ``img``'s size,
+        or its :meth:`Geometry.reduced` version when ``img`` was decoded at reduced
+        resolution. A box that does not fit ``img`` raises ``ValueError``.
 
         ``out``: a C-contiguous array of the output's shape to write the result into and
         return, such as ``batch[i]`` of a preallocated batch (no per-image array, no
         stacking copy).
         """
         (top, left, h, w), out_hw, flip = geometry
+        height, width = img.shape[:2]
+        if min(top, left) < 0 or min(h, w) <= 0 or top + h > height or left + w > width:
+            raise ValueError(
+                f"geometry box (top, left, height, width) = {geometry.box} does not fit a "
+                f"{height}x{width} image: pass the geometry decided for this "
+                "image (geometry() on its size, or reduced() to the size it was decoded at)"
+            )
         region = img if (h, w) == img.shape[:2] else img[top : top + h, left : left + w]
         if not flip:
             resized = resize(region, out_hw, interpolation=self.interpolation, out=out)

@@ -203,8 +203,10 @@ class ImageStream(PlannedStream):
             (default) decodes with OpenCV on the CPU threads.
         on_error: ``"raise"`` (default) stops at the first bad image with its location;
             ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`.
-            A skipped image shortens its batch; with ``batch_size=None`` it shortens the
-            stream instead, so resume stays exact only in batch mode.
+            A skipped image shortens its batch (a batch whose every image was skipped is
+            still yielded, empty, so the batch count stays that of the plan); with
+            ``batch_size=None`` it shortens the stream instead, so resume stays exact only
+            in batch mode.
         keep_alpha: as for :func:`fastdata.decode.decode_image`.
         max_pixels: as for :func:`fastdata.decode.decode_image`.
     """
