@@ -18,7 +18,6 @@ import torch
 import torchvision
 from PIL import Image
 
-import fastdata.sources._segments as segments
 import fastdata.sources._stream as stream_module
 from fastdata import DataLoader, DecodeError, SourceError
 from fastdata.decode import ImageTransform
@@ -95,56 +94,26 @@ def test_batches_stack_fixed_sizes_and_list_variable_ones(layouts: Path, kind: s
     assert len({img.shape for img in variable}) > 1
 
 
-def _with_pool_size(item: tuple[torch.Tensor, torch.Tensor]) -> tuple:
-    """A worker-side collate_fn: the batch, its type there and the worker's segment count."""
-    return item, type(item[0]).__name__, len(segments._pool)
+def _with_sharing(item: tuple[torch.Tensor, torch.Tensor]) -> tuple:
+    """A worker-side collate_fn: the batch and whether it already lives in shared memory."""
+    return item, item[0].is_shared()
 
 
-def test_worker_batches_reuse_segments_and_equal_in_process_ones(layouts: Path) -> None:
-    options = {"size": 32, "crop": "random-resized", "flip": True, "batch_size": 2, "seed": 3}
+def test_worker_batches_are_built_in_shared_memory_and_equal_in_process_ones(
+    layouts: Path,
+) -> None:
+    options = {"size": 32, "crop": "random-resized", "flip": True, "batch_size": 5, "seed": 3}
     local = list(build(layouts, "folder", **options))
+    assert not any(images.is_shared() for images, _ in local)
     loader = DataLoader(
         build(layouts, "folder", **options),
         batch_size=None,
-        num_workers=1,
-        collate_fn=_with_pool_size,
+        num_workers=2,
+        collate_fn=_with_sharing,
     )
-    seen, kinds, pools = [], set(), []
-    for (images, labels), kind, pool in loader:  # each batch dropped before the next
-        assert type(images) is torch.Tensor and not images.is_shared()  # sharing it copies
-        seen += samples([(images, labels)])
-        kinds.add(kind)
-        pools.append(pool)
-    assert kinds == {"RecycledBatch"}  # every batch handed over in a segment
-    assert max(pools) < len(pools)  # segments were reused
-    assert samples(local) == sorted(seen)
-
-
-def test_held_batches_are_never_overwritten(layouts: Path) -> None:
-    """Holding every batch keeps every segment busy: the worker then falls back to fresh
-    segments, and no batch changes after it was received."""
-    options = {"size": 32, "crop": "random-resized", "batch_size": 2, "seed": 4}
-    local = list(build(layouts, "folder", **options))
-    loader = DataLoader(build(layouts, "folder", **options), batch_size=None, num_workers=1)
-    held = []
-    for images, labels in loader:
-        held.append((images, labels, images.clone()))
-    assert len(held) > segments.SEGMENTS_PER_WORKER
-    assert all(torch.equal(images, copy) for images, _, copy in held)
-    assert samples(local) == samples((images, labels) for images, labels, _ in held)
-
-
-def test_segment_leases() -> None:
-    lease = segments.acquire((2, 3))
-    assert lease is not None and not lease.segment.free
-    lease.tensor.fill_(7)
-    lease.cancel()
-    again = segments.acquire((2, 3))
-    assert again.segment is lease.segment  # the free segment is reused
-    busy = [again] + [segments.acquire((2, 3)) for _ in range(segments.SEGMENTS_PER_WORKER - 1)]
-    assert None not in busy and segments.acquire((2, 3)) is None  # all busy: no lease
-    for held in busy:
-        held.cancel()
+    remote = list(loader)
+    assert all(shared for _, shared in remote)  # handed over without a copy
+    assert samples(local) == samples(batch for batch, _ in remote)
 
 
 def samples(batches) -> list[tuple[str, int]]:

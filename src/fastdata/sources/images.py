@@ -30,7 +30,6 @@ from fastdata._transforms import ImageTransform, Size, sample_rng
 from fastdata.decode import DEFAULT_MAX_PIXELS, decode_for
 from fastdata.errors import DecodeError, SourceError
 from fastdata.sources._files import as_filesystem, resolve_files
-from fastdata.sources._segments import acquire
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.parquet import ParquetStream
 from fastdata.sources.plan import EvenBatches, Piece
@@ -515,19 +514,13 @@ class ImageStream(PlannedStream):
         """
         rows = table.to_pylist()
         channels = 4 if self.keep_alpha else 3
-        shape = (len(rows), *self.transform.output_size, channels)
-        lease = None if get_worker_info() is None else acquire(shape)
-        batch = _empty_batch(shape) if lease is None else lease.tensor
-        loaded = self._load_all(rows, list(batch.numpy()))
+        batch = _empty_batch((len(rows), *self.transform.output_size, channels))
+        slots = batch.numpy()
+        loaded = self._load_all(rows, list(slots))
         kept = [i for i, (img, _, _) in enumerate(loaded) if img is not None]
-        labels = [rows[i].get("label") for i in kept]
         if len(kept) < len(rows):  # skipped images: close the gaps (a copy, rarely taken)
             batch = batch[kept]
-            if lease is not None:
-                lease.cancel()
-                lease = None
-        images = batch.permute(0, 3, 1, 2)
-        return (images if lease is None else lease.hand_over(images)), labels
+        return batch.permute(0, 3, 1, 2), [rows[i].get("label") for i in kept]
 
     def _make_rows(self, table: pa.Table) -> Iterator[Any]:
         chunk = max(self.decode_threads * 4, 16)
