@@ -77,6 +77,13 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def paths(folder: Path) -> list[Path]:
+    """The folder's images in ImageFolder order (class folders, then names): the order of
+    ImageStream's sample indices, so the ceiling loop draws the same crops and flips."""
+    return sorted(folder.glob("*/*.jpg"))
+
+
 def fastdata_epoch(root: Path) -> int:
     """Images delivered by one epoch of the fastdata training pipeline."""
     stream = ImageStream.from_folder(
@@ -118,11 +125,10 @@ def torchvision_epoch(root: Path) -> int:
 
 
 @pytest.mark.benchmark(group="images-train")
-def test_train(benchmark: Any, folder: Path) -> None:
+def test_train(benchmark: Any, folder: Path, paths: list[Path]) -> None:
     """fastdata against the torchvision recipe, and in the same rounds against the parallel
     ceiling (see :func:`test_ceiling`): the recipe's ratio divided by the ceiling's is the
     most any loader could gain over the recipe on this machine."""
-    paths = sorted(folder.glob("*/*.jpg"))
     got = measure_interleaved(
         benchmark,
         lambda: fastdata_epoch(folder),
@@ -171,7 +177,7 @@ def parallel_pass(paths: list[Path]) -> int:
 
 
 @pytest.mark.benchmark(group="images-ceiling")
-def test_ceiling(benchmark: Any, folder: Path) -> None:
+def test_ceiling(benchmark: Any, folder: Path, paths: list[Path]) -> None:
     """The fastdata epoch against the two ceilings of the plain single-thread loop (read,
     decode, crop, flip).
 
@@ -183,7 +189,6 @@ def test_ceiling(benchmark: Any, folder: Path) -> None:
 
     ``parallel-ceiling``: the measured ceiling, the loop in one process per core, all at once.
     """
-    paths = sorted(folder.glob("*/*.jpg"))  # ImageFolder order: class folders, then names
     got = measure_interleaved(
         benchmark,
         lambda: fastdata_epoch(folder),

@@ -401,8 +401,9 @@ def decode_for(
     src_hw = _oriented_hw(header)
     state = None if rng is None else rng.bit_generator.state
     geometry = transform.geometry(src_hw, rng)
-    factor = reduction_factor(src_hw, geometry.smallest_source(src_hw))
-    image = decode_image(data, size=geometry.smallest_source(src_hw), **options)
+    hint = geometry.smallest_source(src_hw)
+    factor = reduction_factor(src_hw, hint)  # the factor decode_image picks from this hint
+    image = decode_image(data, size=hint, **options)
     if image.shape[:2] == tuple(-(-n // factor) for n in src_hw):
         return image, geometry.reduced(factor, image.shape[:2])
     # The header and OpenCV disagree on the size or the EXIF orientation (an unusual EXIF
@@ -464,10 +465,10 @@ def decode_many(
     for name, seq in (("sources", sources), ("rngs", rngs)):
         if seq is not None and len(seq) != n:
             raise ValueError(f"{name} has {len(seq)} entries for {n} items: give one per item")
+    options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels}
 
     def one(i: int) -> np.ndarray:
         source = sources[i] if sources is not None else f"item {i}"
-        options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels}
         if transform is None:
             return decode_image(items[i], size=size, source=source, **options)
         rng = rngs[i] if rngs is not None else None
