@@ -18,6 +18,7 @@ import torch
 import torchvision
 from PIL import Image
 
+import fastdata.sources._segments as segments
 import fastdata.sources._stream as stream_module
 from fastdata import DataLoader, DecodeError, SourceError
 from fastdata.decode import ImageTransform
@@ -95,25 +96,71 @@ def test_batches_stack_fixed_sizes_and_list_variable_ones(layouts: Path, kind: s
 
 
 def _with_sharing(item: tuple[torch.Tensor, torch.Tensor]) -> tuple:
-    """A worker-side collate_fn: the batch and whether it already lives in shared memory."""
-    return item, item[0].is_shared()
+    """A worker-side collate_fn: the batch, whether it already lives in shared memory, and
+    how many segments the worker keeps."""
+    return item, item[0].is_shared(), len(segments._pool)
 
 
-def test_worker_batches_are_built_in_shared_memory_and_equal_in_process_ones(
+def test_worker_batches_are_built_in_reused_shared_memory_and_equal_in_process_ones(
     layouts: Path,
 ) -> None:
-    options = {"size": 32, "crop": "random-resized", "flip": True, "batch_size": 5, "seed": 3}
+    options = {"size": 32, "crop": "random-resized", "flip": True, "batch_size": 2, "seed": 3}
     local = list(build(layouts, "folder", **options))
     assert not any(images.is_shared() for images, _ in local)
     loader = DataLoader(
         build(layouts, "folder", **options),
         batch_size=None,
-        num_workers=2,
+        num_workers=1,
         collate_fn=_with_sharing,
     )
-    remote = list(loader)
-    assert all(shared for _, shared in remote)  # handed over without a copy
-    assert samples(local) == samples(batch for batch, _ in remote)
+    seen, pools = [], []
+    for batch, shared, pool in loader:  # each batch dropped before the next
+        assert shared and batch[0].is_shared()  # handed over without a copy
+        seen += samples([batch])
+        pools.append(pool)
+    assert samples(local) == sorted(seen)
+    if segments._SUPPORTED:
+        assert max(pools) < len(pools)  # segments were reused
+
+
+def test_held_batches_never_change_while_the_worker_goes_on(layouts: Path) -> None:
+    """More batches than a worker keeps segments, all held: none is overwritten."""
+    options = {"size": 32, "crop": "random-resized", "batch_size": 2, "seed": 4}
+    local = list(build(layouts, "folder", **options))
+    loader = DataLoader(build(layouts, "folder", **options), batch_size=None, num_workers=1)
+    held = [(images, labels, images.clone()) for images, labels in loader]
+    assert len(held) > segments.SEGMENTS_PER_WORKER
+    assert all(torch.equal(images, copy) for images, _, copy in held)
+    assert samples(local) == samples((images, labels) for images, labels, _ in held)
+
+
+def _consume(queue: torch.multiprocessing.Queue, result: torch.multiprocessing.Queue) -> None:
+    """Another process: receive every batch, hold them all, then report their samples."""
+    held = []
+    while (item := queue.get()) is not None:
+        held.append(item)
+    result.put(samples(held))
+
+
+def test_batches_passed_on_to_another_process_stay_intact(layouts: Path) -> None:
+    """The main process forwards each batch (after taking a numpy view of it) and drops it:
+    the worker must not reuse a segment the other process still holds."""
+    options = {"size": 32, "crop": "random-resized", "batch_size": 2, "seed": 5}
+    local = list(build(layouts, "folder", **options))
+    context = torch.multiprocessing.get_context("fork")
+    queue, result = context.Queue(), context.Queue()
+    consumer = context.Process(target=_consume, args=(queue, result))
+    consumer.start()
+    loader = DataLoader(build(layouts, "folder", **options), batch_size=None, num_workers=1)
+    sent = []
+    for images, labels in loader:
+        view = images.numpy()
+        queue.put((images, labels))
+        sent += samples([(torch.from_numpy(view.copy()), labels)])
+    queue.put(None)
+    assert result.get(timeout=120) == sorted(sent) == samples(local)
+    consumer.join(timeout=60)
+    assert consumer.exitcode == 0
 
 
 def samples(batches) -> list[tuple[str, int]]:

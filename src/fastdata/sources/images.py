@@ -9,7 +9,6 @@ decodes and transforms the rows on a thread pool and yields uint8 tensors.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 import warnings
@@ -30,6 +29,7 @@ from fastdata._transforms import ImageTransform, Size, sample_rng
 from fastdata.decode import DEFAULT_MAX_PIXELS, decode_for
 from fastdata.errors import DecodeError, SourceError
 from fastdata.sources._files import as_filesystem, resolve_files
+from fastdata.sources._segments import shared_batch
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.parquet import ParquetStream
 from fastdata.sources.plan import EvenBatches, Piece
@@ -514,8 +514,7 @@ class ImageStream(PlannedStream):
         """
         rows = table.to_pylist()
         channels = 4 if self.keep_alpha else 3
-        batch = _empty_batch((len(rows), *self.transform.output_size, channels))
-        slots = batch.numpy()
+        batch, slots = _empty_batch((len(rows), *self.transform.output_size, channels))
         loaded = self._load_all(rows, list(slots))
         kept = [i for i, (img, _, _) in enumerate(loaded) if img is not None]
         if len(kept) < len(rows):  # skipped images: close the gaps (a copy, rarely taken)
@@ -554,13 +553,14 @@ def _chw(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(image[:, :, None] if image.ndim == 2 else image).permute(2, 0, 1)
 
 
-def _empty_batch(shape: tuple[int, ...]) -> torch.Tensor:
-    """An uninitialised uint8 tensor of ``shape``; inside a DataLoader worker it lives in
-    shared memory, so sending it to the main process moves no bytes."""
+def _empty_batch(shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+    """An uninitialised uint8 tensor of ``shape`` and a numpy array to fill it through.
+    Inside a DataLoader worker it lives in shared memory (a reused segment, see
+    :mod:`fastdata.sources._segments`), so sending it to the main process moves no bytes."""
     if get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.uint8)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape))
-    return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+        batch = torch.empty(shape, dtype=torch.uint8)
+        return batch, batch.numpy()
+    return shared_batch(shape)
 
 
 def _stack(images: list[torch.Tensor]) -> torch.Tensor:

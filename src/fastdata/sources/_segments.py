@@ -1,0 +1,135 @@
+"""Reused shared-memory segments for the batches a DataLoader worker hands over.
+
+torch hands a worker's tensor to the main process as a shared-memory segment (only its file
+descriptor travels), but in a fresh segment per batch, and a fresh segment costs more than
+filling it: reserving one zeroes every page and the first touch faults each one in, about
+8 ms for a 9.6 MB image batch against 0.1 ms for the same bytes in a buffer that is reused.
+A worker here keeps a few segments (memfd), writes each batch through a mapping of its own
+that stays faulted in, and hands a segment out again once no process holds anything of the
+batch it carried before.
+
+What is handed over is an ordinary torch shared-memory tensor (torch's file-descriptor
+storage, ``is_shared()``), so it behaves everywhere as the batch torch's ``default_collate``
+builds in a worker: passed on to another process, the same descriptor travels, and nothing
+is moved or copied.
+
+How a worker knows a segment is free: each hand-over opens the segment anew through
+``/proc/self/fd``, which makes a new *open file description*, and puts an OFD read lock on
+it. Every descriptor torch derives from that one (``dup``, sending it to the main process and
+on, ``fork``) and every mapping of it refer to the same description, and the kernel drops the
+lock only when the last of them is gone, in every process. The worker asks for a write lock
+on its own description of the segment (``F_OFD_GETLK``), which conflicts with the lock of any
+hand-over still alive anywhere.
+
+Where this is unavailable (not Linux, no ``/proc``, or torch's ``file_system`` sharing
+strategy, under which torch would copy the batch into a segment of its own anyway), each batch
+gets a fresh segment, as with torch.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import struct
+import sys
+import weakref
+
+import numpy as np
+import torch
+import torch.multiprocessing
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["SEGMENTS_PER_WORKER", "shared_batch"]
+
+SEGMENTS_PER_WORKER = 8
+"""Segments a worker keeps: the batches in flight (``prefetch_factor``, 2 by default), the
+one being consumed and the ones the consumer still holds, with room to spare. When all are
+busy, a batch gets a fresh segment."""
+
+_SUPPORTED = (
+    sys.platform == "linux"
+    and hasattr(os, "memfd_create")
+    and hasattr(fcntl, "F_OFD_GETLK")
+    and os.path.isdir("/proc/self/fd")
+)
+_FLOCK = "hhqqi4x"  # struct flock: l_type, l_whence, l_start, l_len, l_pid (64-bit Linux)
+
+
+def _lock(fd: int, command: int, kind: int) -> int:
+    """An OFD lock ``command`` of ``kind`` on the first byte of ``fd``; the lock type the
+    kernel answers (for ``F_OFD_GETLK``, ``F_UNLCK`` when nothing conflicts)."""
+    request = struct.pack(_FLOCK, kind, os.SEEK_SET, 0, 1, 0)
+    return struct.unpack(_FLOCK, fcntl.fcntl(fd, command, request))[0]
+
+
+class _Segment:
+    """One memfd of ``nbytes`` bytes, mapped for writing in the worker that owns it."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self.fd = os.memfd_create("fastdata-batch", os.MFD_CLOEXEC)
+        weakref.finalize(self, os.close, self.fd)
+        os.ftruncate(self.fd, nbytes)
+        os.posix_fallocate(self.fd, 0, nbytes)  # out of memory: an error now, not SIGBUS later
+        self.map = mmap.mmap(self.fd, nbytes)
+
+    def busy(self) -> bool:
+        """Whether a hand-over of this segment is still alive in any process."""
+        return _lock(self.fd, fcntl.F_OFD_GETLK, fcntl.F_WRLCK) != fcntl.F_UNLCK
+
+    def lend(self, shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+        """A tensor of ``shape`` over a new locked description of the segment, to hand over,
+        and an array over the worker's own mapping of the same bytes, to write through."""
+        fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            _lock(fd, fcntl.F_OFD_SETLK, fcntl.F_RDLCK)
+            storage = torch.UntypedStorage._new_shared_fd_cpu(fd, self.nbytes)  # dups fd
+        finally:
+            os.close(fd)
+        tensor = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+        return tensor, np.frombuffer(self.map, dtype=np.uint8).reshape(shape)
+
+
+_pool: list[_Segment] = []
+_pool_pid: int | None = None
+
+
+def shared_batch(shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+    """An uninitialised uint8 tensor of ``shape`` in shared memory, for a DataLoader worker
+    to hand over without a copy, and a numpy array over the same bytes to fill it through.
+
+    The tensor lives in a free segment of this process's pool where one fits (see the
+    module docstring), else in a fresh segment.
+    """
+    segment = _free_segment(math.prod(shape))
+    if segment is not None:
+        return segment.lend(shape)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    tensor = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+    return tensor, tensor.numpy()
+
+
+def _free_segment(nbytes: int) -> _Segment | None:
+    """A segment of exactly ``nbytes`` that no hand-over holds: a free one of the pool, else
+    a new one while the pool has room (replacing a free one of another size when full)."""
+    global _pool, _pool_pid
+    if not _SUPPORTED or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return None
+    if _pool_pid != os.getpid():  # a forked child inherits the list, not the right to it
+        _pool, _pool_pid = [], os.getpid()
+    free = [segment for segment in _pool if not segment.busy()]
+    for segment in free:
+        if segment.nbytes == nbytes:
+            return segment
+    if len(_pool) >= SEGMENTS_PER_WORKER:
+        if not free:
+            return None
+        _pool.remove(free[0])
+    segment = _Segment(nbytes)
+    _pool.append(segment)
+    return segment
