@@ -13,9 +13,17 @@
   drawn on the header's size, and the JPEG decoded at the largest reduction that keeps the
   box at least 224 px) + ``ImageTransform.apply``, what ``ImageStream`` does; baseline
   ``full-decode``: the same transform on the fully decoded image. Single-threaded.
+- ``resize-antialias``: resampling alone, the 224 random-resized crops of the decoded
+  ~400x500 photos (boxes from ``sample_rng(0, 0, i)``), one thread. fastdata:
+  ``resize(..., interpolation="antialias")`` (torch's vectorised antialiased bilinear,
+  torchvision's own). Baselines: ``area``, fastdata's default ``"auto"`` (OpenCV's
+  INTER_AREA when shrinking), and ``pil-bilinear``, Pillow's ``crop`` + ``resize(BILINEAR)``,
+  what the torchvision recipe's ``RandomResizedCrop`` runs on PIL images. Sides alternate
+  within each round.
 
-OpenCV's own thread pool is capped at one thread for this module, as a DataLoader worker
-running a decode pool does (``limit_opencv_threads``), so threads do not oversubscribe.
+OpenCV's own thread pool and torch's intra-op threads are capped at one thread for this
+module, as in a DataLoader worker running a decode pool (``limit_opencv_threads``, and torch
+sets its own), so threads do not oversubscribe.
 """
 
 from __future__ import annotations
@@ -37,10 +45,11 @@ from fastdata.decode import (
     decode_image,
     decode_many,
     limit_opencv_threads,
+    resize,
     sample_rng,
 )
 
-from conftest import measure, scaled
+from conftest import measure, measure_interleaved, scaled
 
 CENTER_224 = ImageTransform(size=224, crop="center")
 RRC_224 = ImageTransform(size=224, crop="random-resized", flip=True)
@@ -67,10 +76,13 @@ def photo_jpeg(h: int, w: int, seed: int) -> bytes:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_opencv_thread() -> Iterator[None]:
-    previous = limit_opencv_threads(1)
+def _one_thread_each() -> Iterator[None]:
+    """One thread for OpenCV's pool and torch's intra-op pool, as in a DataLoader worker."""
+    previous, previous_torch = limit_opencv_threads(1), torch.get_num_threads()
+    torch.set_num_threads(1)
     yield
     cv2.setNumThreads(previous)
+    torch.set_num_threads(previous_torch)
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +162,35 @@ def test_decode_reduced_crop_full_decode(benchmark: Any, large_jpegs: list[bytes
 
     out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
     assert out[0].shape == (224, 224, 3)
+
+
+@pytest.mark.benchmark(group="resize-antialias")
+def test_resize_antialias(benchmark: Any, small_jpegs: list[bytes]) -> None:
+    images = [decode_image(b) for b in small_jpegs]
+    pil_images = [Image.fromarray(img) for img in images]
+    boxes = [
+        RRC_224.geometry(img.shape[:2], sample_rng(0, 0, i)).box for i, img in enumerate(images)
+    ]
+
+    def ours(interpolation: str) -> list[np.ndarray]:
+        return [
+            resize(img[top : top + h, left : left + w], (224, 224), interpolation=interpolation)
+            for img, (top, left, h, w) in zip(images, boxes, strict=True)
+        ]
+
+    def pil() -> list[np.ndarray]:
+        return [
+            np.asarray(im.crop((left, top, left + w, top + h)).resize((224, 224), Image.BILINEAR))
+            for im, (top, left, h, w) in zip(pil_images, boxes, strict=True)
+        ]
+
+    got = measure_interleaved(
+        benchmark,
+        lambda: ours("antialias"),
+        {"area": lambda: ours("auto"), "pil-bilinear": pil},
+        items=len(images),
+        rounds=scaled(15, 9),
+    )
+    # The same pixels as the recipe's resampling, to a grey level.
+    pairs = zip(got["fastdata"], got["pil-bilinear"], strict=True)
+    assert max(np.abs(ours.astype(int) - theirs).max() for ours, theirs in pairs) <= 1

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision.transforms.functional as tvf
+import torchvision.transforms.v2.functional as tvf2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageOps
@@ -580,7 +581,7 @@ def test_resize_enlarge_is_bilinear_like_torch() -> None:
 def test_resize_keeps_dtype_and_validates() -> None:
     img = photo(40, 60)
     assert resize(img, 40) is img
-    for name in ("nearest", "linear", "cubic", "area", "lanczos"):
+    for name in ("nearest", "linear", "cubic", "area", "lanczos", "antialias"):
         out = resize(img, 100, interpolation=name)
         assert out.shape == (100, 150, 3)
         assert out.dtype == np.uint8
@@ -588,6 +589,81 @@ def test_resize_keeps_dtype_and_validates() -> None:
         resize(img, 10, interpolation="bicubic")
     with pytest.raises(ValueError, match="positive"):
         resize(img, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    h=st.integers(1, 300),
+    w=st.integers(1, 300),
+    out_h=st.integers(1, 300),
+    out_w=st.integers(1, 300),
+    channels=st.sampled_from([0, 1, 3, 4]),
+    seed=st.integers(0, 2**16),
+)
+def test_resize_antialias_is_exactly_torchvision(
+    h: int, w: int, out_h: int, out_w: int, channels: int, seed: int
+) -> None:
+    """interpolation="antialias" gives torchvision's tensor Resize pixels, bit for bit,
+    shrinking and enlarging, gray (HW) and 1/3/4-channel HWC images."""
+    shape = (h, w) if channels == 0 else (h, w, channels)
+    img = np.random.default_rng(seed).integers(0, 256, shape, np.uint8)
+    out = resize(img, (out_h, out_w), interpolation="antialias")
+    chw = torch.from_numpy(img[:, :, None] if channels == 0 else img).permute(2, 0, 1)
+    expected = tvf2.resize(chw, [out_h, out_w], antialias=True).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(out, expected[:, :, 0] if channels == 0 else expected)
+    assert out.flags.c_contiguous and out.dtype == np.uint8
+
+
+def test_resize_antialias_is_pil_bilinear_within_one_level() -> None:
+    """The recipe's PIL resampling, which area averaging is not (the reason to pick it)."""
+    for img, size in [(photo(300, 400), (224, 224)), (photo(300, 400, seed=1), (96, 128))]:
+        pil = np.asarray(Image.fromarray(img).resize(size[::-1], Image.BILINEAR), dtype=int)
+        assert np.abs(resize(img, size, interpolation="antialias") - pil).max() <= 1
+    noise = np.random.default_rng(0).integers(0, 256, (300, 400, 3), np.uint8)
+    pil = np.asarray(Image.fromarray(noise).resize((224, 224), Image.BILINEAR), dtype=int)
+    assert np.abs(resize(noise, (224, 224), interpolation="antialias") - pil).max() <= 1
+    assert np.abs(resize(noise, (224, 224), interpolation="area") - pil).max() > 10
+
+
+def test_resize_antialias_takes_views_out_and_refuses_other_dtypes() -> None:
+    img = photo(200, 300)
+    expected = resize(img[20:180, 30:250].copy(), (64, 80), interpolation="antialias")
+    for view in (img[20:180, 30:250], img[::-1][20:180, 30:250][::-1]):
+        copy = view.copy()
+        read_only = view.copy()
+        read_only.flags.writeable = False
+        for variant in (view, read_only):
+            got = resize(variant, (64, 80), interpolation="antialias")
+            np.testing.assert_array_equal(got, resize(copy, (64, 80), interpolation="antialias"))
+    np.testing.assert_array_equal(
+        resize(img[20:180, 30:250], (64, 80), interpolation="antialias"), expected
+    )
+    out = np.zeros((64, 80, 3), np.uint8)
+    assert resize(img[20:180, 30:250], (64, 80), interpolation="antialias", out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    floats = resize(img.astype(np.float32), (64, 80), interpolation="antialias")
+    assert floats.dtype == np.float32 and floats.shape == (64, 80, 3)
+    with pytest.raises(ValueError, match="uint16"):
+        resize(img.astype(np.uint16), (64, 80), interpolation="antialias")
+
+
+def test_transform_antialias_is_torchvision_resized_crop_and_flip() -> None:
+    """ImageTransform(interpolation="antialias") reproduces torchvision's RandomResizedCrop +
+    RandomHorizontalFlip on the same box and flip, bit for bit."""
+    img = photo(300, 400)
+    transform = ImageTransform(size=96, crop="random-resized", flip=True, interpolation="antialias")
+    flips = set()
+    for index in range(12):
+        (top, left, h, w), _, flip = geometry = transform.geometry(
+            (300, 400), sample_rng(0, 0, index)
+        )
+        expected = tvf2.resized_crop(
+            torch.from_numpy(img).permute(2, 0, 1), top, left, h, w, [96, 96], antialias=True
+        )
+        expected = (tvf2.horizontal_flip(expected) if flip else expected).permute(1, 2, 0)
+        np.testing.assert_array_equal(transform.apply(img, geometry), expected.numpy())
+        flips.add(flip)
+    assert flips == {False, True}
 
 
 def tv_params(

@@ -4,8 +4,10 @@ JPEGs of a batch go to ``torchvision.io.decode_jpeg`` in one call (on CUDA that 
 batched decoder); the crop, resize and flip then run in torch on the same device, with the
 :class:`~fastdata.decode.ImageTransform`'s geometry, so the boxes and flips are the ones the
 OpenCV path draws for the same ``(seed, epoch, index)``. Resizing is torch's bilinear
-interpolation, antialiased when shrinking (torchvision's tensor ``Resize``), where the
-OpenCV path uses area averaging: the pixels agree closely, not exactly.
+interpolation, antialiased when shrinking (torchvision's tensor ``Resize``). The CPU path
+resamples the same way with ``interpolation="antialias"`` (to within a grey level: there the
+uint8 kernel rounds, here float32); by default it averages areas, which agrees closely, not
+exactly.
 
 What the device decoder refuses (a CMYK JPEG, say) and every other format fall back to
 :func:`fastdata.decode.decode_image` on the CPU and are then copied to the device; only data
@@ -28,10 +30,12 @@ from fastdata.errors import DecodeError
 
 __all__ = ["check_decode_device", "decode_on_device"]
 
-# torchvision's interpolate mode per interpolation name; None: "auto" (bilinear, antialiased
-# when shrinking). Lanczos has no torch equivalent.
+# torchvision's interpolate mode per interpolation name; None: bilinear, antialiased when
+# shrinking (for "auto" too: torch has no area averaging at fractional scales). Lanczos has no
+# torch equivalent.
 _MODES: dict[str, str | None] = {
     "auto": None,
+    "antialias": None,
     "nearest": "nearest",
     "linear": "bilinear",
     "cubic": "bicubic",
@@ -156,12 +160,13 @@ def _transform(
     out = image[:, top : top + h, left : left + w]
     if out_hw != (h, w):
         mode = _MODES[transform.interpolation]
-        shrinking = out_hw[0] <= h and out_hw[1] <= w
         resized = torch.nn.functional.interpolate(
             out[None].float(),
             size=out_hw,
             mode=mode or "bilinear",
-            antialias=mode is None and shrinking,
+            # As torchvision's Resize: antialiased along each axis that shrinks (one may
+            # shrink while the other grows); plain bilinear along one that grows.
+            antialias=mode is None,
             **({} if mode in ("nearest", "area") else {"align_corners": False}),
         )[0]
         out = resized.round_().clamp_(0, 255).to(torch.uint8)

@@ -45,9 +45,17 @@ INTERPOLATIONS: dict[str, int | None] = {
     "cubic": cv2.INTER_CUBIC,
     "area": cv2.INTER_AREA,
     "lanczos": cv2.INTER_LANCZOS4,
+    "antialias": None,
 }
 """Interpolation names accepted by :func:`resize`. ``"auto"`` is INTER_AREA when shrinking
-(area averaging, free of the aliasing plain bilinear shows) and INTER_LINEAR when enlarging."""
+(area averaging, free of the aliasing plain bilinear shows) and INTER_LINEAR when enlarging.
+
+``"antialias"`` is torchvision's own resampling, computed by torch: bilinear, antialiased
+when shrinking, which is what ``Resize`` and ``RandomResizedCrop`` do to tensors (and, within
+a grey level or two, to PIL images), so a pipeline moved from torchvision keeps its pixels.
+It is also the faster way to shrink: torch's kernel for uint8 images is vectorised where
+OpenCV's area averaging at a fractional scale is not (``bench/test_bench_decode.py``,
+``resize-antialias``). uint8 and float32 images only."""
 
 _CROPS = ("center", "random-resized")
 
@@ -151,10 +159,37 @@ def resize(
             return img
         np.copyto(out, img)
         return out
+    if interpolation == "antialias":
+        return _resize_antialias(img, (new_h, new_w), out)
     flag = INTERPOLATIONS[interpolation]
     if flag is None:
         flag = cv2.INTER_AREA if new_h <= h and new_w <= w else cv2.INTER_LINEAR
     return cv2.resize(img, (new_w, new_h), dst=out, interpolation=flag)
+
+
+def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | None) -> np.ndarray:
+    """:func:`resize` with torch's antialiased bilinear (``interpolation="antialias"``)."""
+    import torch  # only this interpolation needs torch: the rest of the stage runs without
+
+    if img.dtype not in (np.uint8, np.float32):
+        raise ValueError(
+            f'interpolation="antialias" takes uint8 or float32 images, not {img.dtype}; '
+            'convert the image or use interpolation="auto"'
+        )
+    if not img.flags.writeable or min(img.strides) < 0:
+        img = img.copy()  # torch refuses negative strides and warns on read-only arrays
+    hwc = torch.from_numpy(img[:, :, None] if img.ndim == 2 else img)
+    # Marked channels-last (a copy only for a cropped view), torch takes its vectorised
+    # uint8 path and answers channels-last too: HWC again, read without a transposing copy.
+    nchw = hwc.permute(2, 0, 1)[None].contiguous(memory_format=torch.channels_last)
+    resized = torch.nn.functional.interpolate(
+        nchw, size=hw, mode="bilinear", antialias=True, align_corners=False
+    )[0].permute(1, 2, 0)
+    result = resized.numpy()[:, :, 0] if img.ndim == 2 else resized.numpy()
+    if out is None:
+        return np.ascontiguousarray(result)
+    np.copyto(out, result)
+    return out
 
 
 def _check_out(out: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:

@@ -193,7 +193,11 @@ class ImageStream(PlannedStream):
         crop: ``"center"`` or ``"random-resized"``; None resizes only. Random crops and
             flips are seeded per sample by ``(seed, epoch, index)``.
         flip: mirror left-right with probability 0.5.
-        transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``.
+        interpolation: ``"auto"`` (area averaging when shrinking, bilinear when enlarging),
+            ``"antialias"`` (torchvision's own resampling, and faster at shrinking), or
+            another name of :data:`fastdata.decode.INTERPOLATIONS`.
+        transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``/
+            ``interpolation``.
         decode_threads: threads decoding in each process (OpenCV releases the GIL).
         decode_device: ``"cuda"`` (or ``"cuda:N"``) decodes JPEGs with nvJPEG
             (``torchvision.io.decode_jpeg``) and crops, resizes and flips on that device;
@@ -219,6 +223,7 @@ class ImageStream(PlannedStream):
         size: Size | None = None,
         crop: Literal["center", "random-resized"] | None = None,
         flip: bool = False,
+        interpolation: str = "auto",
         transform: ImageTransform | None = None,
         decode_threads: int = 1,
         decode_device: str | torch.device | None = None,
@@ -246,13 +251,16 @@ class ImageStream(PlannedStream):
             world_size=world_size,
             read_ahead=read_ahead,
         )
-        if transform is not None and (size is not None or crop is not None or flip):
-            raise ValueError("pass either transform= or size/crop/flip, not both")
+        custom = size is not None or crop is not None or flip or interpolation != "auto"
+        if transform is not None and custom:
+            raise ValueError("pass either transform= or size/crop/flip/interpolation, not both")
         if decode_threads < 1:
             raise ValueError(f"decode_threads={decode_threads}: must be >= 1")
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
-        self.transform = transform or ImageTransform(size=size, crop=crop, flip=flip)
+        self.transform = transform or ImageTransform(
+            size=size, crop=crop, flip=flip, interpolation=interpolation
+        )
         self.decode_threads = decode_threads
         self.decode_device = check_decode_device(decode_device, self.transform)
         self.on_error = on_error
