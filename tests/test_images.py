@@ -197,9 +197,11 @@ def test_random_augmentation_is_per_sample_and_independent_of_workers(layouts: P
     assert run(0, 1) != first
 
 
-def test_thread_pool_decode_equals_single_thread(layouts: Path) -> None:
-    one = build(layouts, "parquet", size=32, crop="random-resized", batch_size=7)
-    many = build(layouts, "parquet", size=32, crop="random-resized", batch_size=7, decode_threads=3)
+@pytest.mark.parametrize("interpolation", ["auto", "antialias"])
+def test_thread_pool_decode_equals_single_thread(layouts: Path, interpolation: str) -> None:
+    options = {"size": 32, "crop": "random-resized", "interpolation": interpolation}
+    one = build(layouts, "parquet", batch_size=7, **options)
+    many = build(layouts, "parquet", batch_size=7, decode_threads=3, **options)
     for (a, la), (b, lb) in zip(one, many, strict=True):
         assert torch.equal(a, b)
         assert torch.equal(la, lb)
