@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -161,6 +162,51 @@ def test_batches_passed_on_to_another_process_stay_intact(layouts: Path) -> None
     assert result.get(timeout=120) == sorted(sent) == samples(local)
     consumer.join(timeout=60)
     assert consumer.exitcode == 0
+
+
+def test_a_file_system_receiver_with_spawned_workers_gets_fresh_segments(
+    layouts: Path,
+) -> None:
+    """Under file_system, re-sharing a received batch moves it and lets go of its segment,
+    yet torch's cache keeps it under that segment's inode: a reused segment would come back
+    as the old batch. Spawned workers do not inherit the strategy; the stream tells them."""
+    options = {"size": 32, "crop": "random-resized", "batch_size": 2, "seed": 6}
+    local = list(build(layouts, "folder", **options))
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        loader = DataLoader(
+            build(layouts, "folder", **options),
+            batch_size=None,
+            num_workers=1,
+            multiprocessing_context="spawn",
+        )
+        held = []
+        for images, labels in loader:
+            images.share_memory_()  # moved: its segment is let go of
+            held.append((images, labels))
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
+    assert len(held) > segments.SEGMENTS_PER_WORKER
+    assert samples(held) == samples(local)
+
+
+def test_a_failing_batch_returns_once_every_decode_thread_is_done(layouts: Path) -> None:
+    """No decode thread may still write into a batch (and its segment) that an error drops."""
+    stream = build(layouts, "folder", size=32, crop="center", decode_threads=3)
+    done = []
+
+    def load(i: int) -> int:
+        if i == 0:
+            raise DecodeError("bad", path="item 0")
+        time.sleep(0.2)
+        done.append(i)
+        return i
+
+    with pytest.raises(DecodeError):
+        stream._map(load, range(6))
+    assert sorted(done) == [1, 2, 3, 4, 5]
+    assert stream._map(lambda i: i * 2, range(5)) == [0, 2, 4, 6, 8]
 
 
 def samples(batches) -> list[tuple[str, int]]:

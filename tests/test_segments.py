@@ -4,6 +4,8 @@ out again only when nothing, in any process, holds the batch it carried."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -116,6 +118,32 @@ def test_no_pool_under_the_file_system_sharing_strategy() -> None:
     finally:
         tmp.set_sharing_strategy(before)
     assert tensor.is_shared() and (tensor == 4).all() and segments._pool == []
+
+
+def test_threads_asking_at_once_never_share_a_segment() -> None:
+    """A free segment is locked before another thread can find it free."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    overwritten = []
+
+    def take(value: int) -> None:
+        held: list[torch.Tensor] = []
+        for _ in range(200):
+            held.append(new(value=value))
+            overwritten.extend(t for t in held if not (t == value).all())
+            if len(held) > 1:  # let one go, so that segments come free
+                held.pop(0)
+
+    try:
+        threads = [threading.Thread(target=take, args=(v,)) for v in range(1, 5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert overwritten == []
+    assert len(segments._pool) <= SEGMENTS_PER_WORKER
 
 
 def test_a_forked_child_starts_its_own_pool() -> None:

@@ -24,6 +24,17 @@ hand-over still alive anywhere.
 Where this is unavailable (not Linux, no ``/proc``, or torch's ``file_system`` sharing
 strategy, under which torch would copy the batch into a segment of its own anyway), each batch
 gets a fresh segment, as with torch.
+
+Reuse also needs the process that receives the batches to share by file descriptor: torch
+there keeps a cache of the storages it received, keyed by the segment's inode, which is the
+same for every reuse of one segment. Under ``file_system``, re-sharing a received batch
+(``share_memory_()``, a ``torch.multiprocessing`` queue) moves it to a new segment and lets go
+of ours, yet the cache still holds the moved storage under our inode, and would hand it out
+again for the next batch sent in our segment. A worker does not see the receiver's strategy
+(spawned workers do not inherit it), so the caller passes ``reuse=False`` when the receiver's
+is ``file_system`` (:class:`~fastdata.ImageStream` records it when it is pickled for
+workers). Switching the receiver to ``file_system`` after its workers have started is not
+detected: set the strategy before iterating, as torch advises.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import mmap
 import os
 import struct
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -97,18 +109,22 @@ class _Segment:
 
 _pool: list[_Segment] = []
 _pool_pid: int | None = None
+_pool_lock = threading.Lock()  # a segment found free is locked before another thread looks
 
 
-def shared_batch(shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+def shared_batch(shape: tuple[int, ...], *, reuse: bool = True) -> tuple[torch.Tensor, np.ndarray]:
     """An uninitialised uint8 tensor of ``shape`` in shared memory, for a DataLoader worker
     to hand over without a copy, and a numpy array over the same bytes to fill it through.
 
-    The tensor lives in a free segment of this process's pool where one fits (see the
-    module docstring), else in a fresh segment.
+    The tensor lives in a free segment of this process's pool where one fits and ``reuse``
+    is true (see the module docstring; false when the receiving process shares by
+    ``file_system``), else in a fresh segment.
     """
-    segment = _free_segment(math.prod(shape))
-    if segment is not None:
-        return segment.lend(shape)
+    if reuse:
+        with _pool_lock:
+            segment = _free_segment(math.prod(shape))
+            if segment is not None:
+                return segment.lend(shape)
     storage = torch.UntypedStorage._new_shared(math.prod(shape))
     tensor = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
     return tensor, tensor.numpy()

@@ -13,7 +13,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
@@ -269,6 +269,9 @@ class ImageStream(PlannedStream):
         self._reader = reader
         self._offsets = np.concatenate([[0], np.cumsum(reader.unit_rows())]).astype(np.int64)
         self._skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
+        # The sharing strategy of the process that pickled this stream for its workers
+        # (None: not pickled, so the worker's own, inherited by fork, is the one).
+        self._receiver_sharing: str | None = None
         self._warned = False
         self.classes: list[str] | None = None
         """Class names of :meth:`from_folder` (index = label), else None."""
@@ -409,10 +412,15 @@ class ImageStream(PlannedStream):
         return int(self._skip_counts.sum())
 
     def _map(self, fn: Callable[..., Any], *args: Sequence[Any]) -> list:
-        """``list(map(fn, *args))`` on the decode threads."""
+        """``list(map(fn, *args))`` on the decode threads. Returns, or raises the first
+        error, only once every call has finished: none still writes into a batch that is
+        being dropped (whose shared-memory segment may then be reused)."""
         if self.decode_threads == 1 or len(args[0]) <= 1:
             return list(map(fn, *args))
-        return list(self._thread_pool("decode", self.decode_threads).map(fn, *args))
+        pool = self._thread_pool("decode", self.decode_threads)
+        futures = [pool.submit(fn, *call) for call in zip(*args, strict=True)]
+        wait(futures)
+        return [future.result() for future in futures]
 
     def _load(
         self, row: dict[str, Any], out: np.ndarray | None = None
@@ -522,7 +530,8 @@ class ImageStream(PlannedStream):
         """
         rows = table.to_pylist()
         channels = 4 if self.keep_alpha else 3
-        batch, slots = _empty_batch((len(rows), *self.transform.output_size, channels))
+        reuse = self._receiver_sharing in (None, "file_descriptor")
+        batch, slots = _empty_batch((len(rows), *self.transform.output_size, channels), reuse)
         loaded = self._load_all(rows, list(slots))
         kept = [i for i, (img, _, _) in enumerate(loaded) if img is not None]
         if len(kept) < len(rows):  # skipped images: close the gaps (a copy, rarely taken)
@@ -549,6 +558,13 @@ class ImageStream(PlannedStream):
             return batch
         return batch, torch.tensor(labels, dtype=torch.int64)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        # Pickled by the process that will receive the batches (spawned workers do not
+        # inherit its sharing strategy, which decides whether segments can be reused).
+        state["_receiver_sharing"] = torch.multiprocessing.get_sharing_strategy()
+        return state
+
     def __repr__(self) -> str:
         return (
             f"ImageStream({type(self._reader).__name__.strip('_')}, samples={self._offsets[-1]}, "
@@ -561,14 +577,15 @@ def _chw(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(image[:, :, None] if image.ndim == 2 else image).permute(2, 0, 1)
 
 
-def _empty_batch(shape: tuple[int, ...]) -> tuple[torch.Tensor, np.ndarray]:
+def _empty_batch(shape: tuple[int, ...], reuse: bool) -> tuple[torch.Tensor, np.ndarray]:
     """An uninitialised uint8 tensor of ``shape`` and a numpy array to fill it through.
-    Inside a DataLoader worker it lives in shared memory (a reused segment, see
-    :mod:`fastdata.sources._segments`), so sending it to the main process moves no bytes."""
+    Inside a DataLoader worker it lives in shared memory (a reused segment where ``reuse``,
+    see :mod:`fastdata.sources._segments`), so sending it to the main process moves no
+    bytes."""
     if get_worker_info() is None:
         batch = torch.empty(shape, dtype=torch.uint8)
         return batch, batch.numpy()
-    return shared_batch(shape)
+    return shared_batch(shape, reuse=reuse)
 
 
 def _stack(images: list[torch.Tensor]) -> torch.Tensor:
