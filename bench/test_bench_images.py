@@ -12,7 +12,7 @@ of percent within minutes, which two separate blocks of rounds would read as a d
   random flip, shuffled. fastdata: ``ImageStream.from_folder(..., batch_size=64,
   interpolation="antialias")`` through ``fastdata.DataLoader(batch_size=None)``, handing
   over uint8 ``(64, 3, 224, 224)`` batches. ``"antialias"`` resamples as the recipe does
-  (torchvision's bilinear with antialiasing; to a grey level what PIL computes), so both
+  (torchvision's bilinear with antialiasing; to a grey level or two what PIL computes), so both
   sides deliver the same pixels for the same crop; baseline ``area-interpolation`` is the
   same fastdata epoch with the default ``"auto"`` (OpenCV's area averaging when shrinking).
   Baseline ``torchvision-pil``: ``torchvision.datasets.ImageFolder`` (PIL decode) with
