@@ -612,6 +612,9 @@ def test_resize_antialias_is_exactly_torchvision(
     expected = tvf2.resize(chw, [out_h, out_w], antialias=True).permute(1, 2, 0).numpy()
     np.testing.assert_array_equal(out, expected[:, :, 0] if channels == 0 else expected)
     assert out.flags.c_contiguous and out.dtype == np.uint8
+    into = np.zeros_like(out)  # written in place (a slot of a batch)
+    assert resize(img, (out_h, out_w), interpolation="antialias", out=into) is into
+    np.testing.assert_array_equal(into, out)
 
 
 def test_resize_antialias_is_pil_bilinear_within_one_level() -> None:

@@ -15,10 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import cv2
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "INTERPOLATIONS",
@@ -178,18 +181,23 @@ def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | No
         )
     if not img.flags.writeable or min(img.strides) < 0:
         img = img.copy()  # torch refuses negative strides and warns on read-only arrays
-    hwc = torch.from_numpy(img[:, :, None] if img.ndim == 2 else img)
     # Marked channels-last (a copy only for a cropped view), torch takes its vectorised
     # uint8 path and answers channels-last too: HWC again, read without a transposing copy.
-    nchw = hwc.permute(2, 0, 1)[None].contiguous(memory_format=torch.channels_last)
+    nchw = _nchw(img).contiguous(memory_format=torch.channels_last)
+    if out is not None:  # written in place: F.interpolate has no out=, its kernel does
+        torch._C._nn._upsample_bilinear2d_aa(nchw, hw, False, None, None, out=_nchw(out))
+        return out
     resized = torch.nn.functional.interpolate(
         nchw, size=hw, mode="bilinear", antialias=True, align_corners=False
     )[0].permute(1, 2, 0)
-    result = resized.numpy()[:, :, 0] if img.ndim == 2 else resized.numpy()
-    if out is None:
-        return np.ascontiguousarray(result)
-    np.copyto(out, result)
-    return out
+    return np.ascontiguousarray(resized.numpy()[:, :, 0] if img.ndim == 2 else resized.numpy())
+
+
+def _nchw(img: np.ndarray) -> torch.Tensor:
+    """A ``(1, C, H, W)`` tensor view of a HWC (or HW) array."""
+    import torch
+
+    return torch.from_numpy(img[:, :, None] if img.ndim == 2 else img).permute(2, 0, 1)[None]
 
 
 def _check_out(out: np.ndarray, shape: tuple[int, ...], dtype: np.dtype) -> None:
@@ -452,14 +460,11 @@ class ImageTransform:
                 "image (geometry() on its size, or reduced() to the size it was decoded at)"
             )
         region = img if (h, w) == img.shape[:2] else img[top : top + h, left : left + w]
-        if not flip:
-            resized = resize(region, out_hw, interpolation=self.interpolation, out=out)
-            return np.ascontiguousarray(resized)
-        resized = resize(region, out_hw, interpolation=self.interpolation)
         if out is None:
-            return hflip(resized)
-        _check_out(out, resized.shape, resized.dtype)
-        return cv2.flip(resized, 1, dst=out)
+            resized = resize(region, out_hw, interpolation=self.interpolation)
+            return hflip(resized) if flip else np.ascontiguousarray(resized)
+        resize(region, out_hw, interpolation=self.interpolation, out=out)
+        return cv2.flip(out, 1, dst=out) if flip else out  # in place, while still in cache
 
 
 def _require_rng(rng: np.random.Generator | None) -> np.random.Generator:
