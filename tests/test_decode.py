@@ -319,6 +319,19 @@ def test_decode_for_reduces_random_resized_crops_of_large_jpegs(tmp_path) -> Non
     assert min(factors) >= 2 and max(factors) >= 4
 
 
+def test_decode_for_without_reduce_is_the_plain_path(tmp_path) -> None:
+    """reduce=False decodes large JPEGs in full: exactly transform(decode_image(data))."""
+    (path,) = make_images(tmp_path, 1, large=1)
+    data = path.read_bytes()
+    full = decode_image(data)
+    for index in range(4):
+        image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index), reduce=False)
+        assert image.shape == full.shape
+        np.testing.assert_array_equal(
+            RRC_224.apply(image, geometry), RRC_224(full, sample_rng(0, 0, index))
+        )
+
+
 @pytest.mark.parametrize("ext", [".jpg", ".png"])
 def test_decode_for_is_the_plain_path_when_nothing_is_reduced(ext: str) -> None:
     data = cv_encode(photo(375, 500, seed=1), ext)
@@ -628,6 +641,31 @@ def test_resize_antialias_is_pil_bilinear_within_one_level() -> None:
     assert np.abs(resize(noise, (224, 224), interpolation="area") - pil).max() > 10
 
 
+@given(
+    h=st.integers(1, 60),
+    w=st.integers(1, 60),
+    out_h=st.integers(1, 60),
+    out_w=st.one_of(st.just(1), st.integers(1, 60)),
+    channels=st.sampled_from([0, 3]),
+    seed=st.integers(0, 2**16),
+)
+def test_resize_antialias_float32_is_pil_bilinear(
+    h: int, w: int, out_h: int, out_w: int, channels: int, seed: int
+) -> None:
+    """float32 images resample as PIL's float mode does (torch's own float kernel does not
+    for outputs one pixel wide), gray or RGB, into ``out`` or a new array alike."""
+    gray = np.random.default_rng(seed).integers(0, 256, (h, w)).astype(np.float32)
+    pil = np.asarray(Image.fromarray(gray, mode="F").resize((out_w, out_h), Image.BILINEAR))
+    img = gray if channels == 0 else np.repeat(gray[:, :, None], channels, axis=2)
+    got = resize(img, (out_h, out_w), interpolation="antialias")
+    into = np.full_like(got, np.nan)
+    assert resize(img, (out_h, out_w), interpolation="antialias", out=into) is into
+    np.testing.assert_array_equal(into, got)
+    for channel in range(channels) if channels else [None]:
+        plane = got if channel is None else got[:, :, channel]
+        np.testing.assert_allclose(plane, pil, atol=0.01)
+
+
 def test_resize_antialias_takes_views_out_and_refuses_other_dtypes() -> None:
     img = photo(200, 300)
     expected = resize(img[20:180, 30:250].copy(), (64, 80), interpolation="antialias")
@@ -646,8 +684,9 @@ def test_resize_antialias_takes_views_out_and_refuses_other_dtypes() -> None:
     np.testing.assert_array_equal(out, expected)
     floats = resize(img.astype(np.float32), (64, 80), interpolation="antialias")
     assert floats.dtype == np.float32 and floats.shape == (64, 80, 3)
-    with pytest.raises(ValueError, match="uint16"):
-        resize(img.astype(np.uint16), (64, 80), interpolation="antialias")
+    for size in [(64, 80), img.shape[:2]]:  # refused even when there is nothing to resize
+        with pytest.raises(ValueError, match="uint16"):
+            resize(img.astype(np.uint16), size, interpolation="antialias")
 
 
 def test_transform_antialias_is_torchvision_resized_crop_and_flip() -> None:

@@ -17,12 +17,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import torchvision
+import torchvision.transforms.v2.functional as tvf2
 from PIL import Image
 
 import fastdata.sources._segments as segments
 import fastdata.sources._stream as stream_module
 from fastdata import DataLoader, DecodeError, SourceError
-from fastdata.decode import ImageTransform
+from fastdata.decode import ImageTransform, decode_image, sample_rng
 from fastdata.sources.images import ImageStream
 from fastdata.synthetic import make_image_parquet, make_images, make_tar_shards
 
@@ -273,6 +274,21 @@ def test_files_with_labels_and_reduced_decode(tmp_path: Path) -> None:
     assert all(img.shape == (3, 224, 224) for img, _ in items)
     with pytest.raises(ValueError, match="2 labels for 3 files"):
         ImageStream.from_files(paths, [1, 2])
+
+
+def test_without_reduced_decode_large_photos_get_torchvisions_pixels(tmp_path: Path) -> None:
+    """reduced_decode=False + interpolation="antialias": torchvision's RandomResizedCrop and
+    flip on the fully decoded photo, bit for bit; the default reduced decode is only close."""
+    paths = make_images(tmp_path, 2, large=2, seed=5)
+    options = {"size": 64, "crop": "random-resized", "flip": True, "interpolation": "antialias"}
+    exact = ImageStream.from_files(paths, reduced_decode=False, seed=1, **options)
+    reduced = ImageStream.from_files(paths, seed=1, **options)
+    for index, (path, image, fast) in enumerate(zip(paths, exact, reduced, strict=True)):
+        original = torch.from_numpy(decode_image(path.read_bytes())).permute(2, 0, 1)
+        box, _, flip = exact.transform.geometry(original.shape[1:], sample_rng(1, 0, index))
+        expected = tvf2.resized_crop(original, *box, [64, 64], antialias=True)
+        assert torch.equal(image, tvf2.horizontal_flip(expected) if flip else expected)
+        assert not torch.equal(fast, image)
 
 
 # --------------------------------------------------------------------------- bad input

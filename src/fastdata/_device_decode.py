@@ -6,8 +6,9 @@ batched decoder); the crop, resize and flip then run in torch on the same device
 OpenCV path draws for the same ``(seed, epoch, index)``. Resizing is torch's bilinear
 interpolation, antialiased when shrinking (torchvision's tensor ``Resize``). The CPU path
 resamples the same way with ``interpolation="antialias"`` (to within a grey level: there the
-uint8 kernel rounds, here float32); by default it averages areas, which agrees closely, not
-exactly.
+uint8 kernel rounds, here float32) as long as it decodes the JPEG in full too, as here (it
+decodes reduced when the crop box is at least twice the output, unless
+``reduced_decode=False``); by default it averages areas, which agrees closely, not exactly.
 
 What the device decoder refuses (a CMYK JPEG, say) and every other format fall back to
 :func:`fastdata.decode.decode_image` on the CPU and are then copied to the device; only data

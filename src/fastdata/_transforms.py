@@ -55,7 +55,9 @@ INTERPOLATIONS: dict[str, int | None] = {
 
 ``"antialias"`` is torchvision's own resampling, computed by torch: bilinear, antialiased
 when shrinking, which is what ``Resize`` and ``RandomResizedCrop`` do to tensors (and, within
-a grey level or two, to PIL images), so a pipeline moved from torchvision keeps its pixels.
+a grey level or two, to PIL images), so a pipeline moved from torchvision keeps its pixels
+for images decoded in full (a JPEG decoded at reduced resolution differs a little more: see
+``reduced_decode`` of :class:`fastdata.ImageStream`).
 It is also the faster way to shrink: torch's kernel for uint8 images is vectorised where
 OpenCV's area averaging at a fractional scale is not (``bench/test_bench_decode.py``,
 ``resize-antialias``). uint8 and float32 images only."""
@@ -153,6 +155,11 @@ def resize(
         raise ValueError(
             f"interpolation={interpolation!r}: expected one of {sorted(INTERPOLATIONS)}"
         )
+    if interpolation == "antialias" and img.dtype not in (np.uint8, np.float32):
+        raise ValueError(
+            f'interpolation="antialias" takes uint8 or float32 images, not {img.dtype}; '
+            'convert the image or use interpolation="auto"'
+        )
     h, w = img.shape[:2]
     new_h, new_w = output_hw((h, w), size)
     if out is not None:
@@ -174,23 +181,21 @@ def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | No
     """:func:`resize` with torch's antialiased bilinear (``interpolation="antialias"``)."""
     import torch  # only this interpolation needs torch: the rest of the stage runs without
 
-    if img.dtype not in (np.uint8, np.float32):
-        raise ValueError(
-            f'interpolation="antialias" takes uint8 or float32 images, not {img.dtype}; '
-            'convert the image or use interpolation="auto"'
-        )
     if not img.flags.writeable or min(img.strides) < 0:
         img = img.copy()  # torch refuses negative strides and warns on read-only arrays
-    # Marked channels-last (a copy only for a cropped view), torch takes its vectorised
-    # uint8 path and answers channels-last too: HWC again, read without a transposing copy.
-    nchw = _nchw(img).contiguous(memory_format=torch.channels_last)
-    if out is not None:  # written in place: F.interpolate has no out=, its kernel does
-        torch._C._nn._upsample_bilinear2d_aa(nchw, hw, False, None, None, out=_nchw(out))
+    if out is None:
+        out = np.empty((*hw, *img.shape[2:]), img.dtype)
+    if hw[1] == 1 and hw[0] not in (1, img.shape[0]) and img.dtype == np.float32:
+        # torch's float32 kernel mis-resamples the height of outputs one pixel wide (not 1x1)
+        # when the channels are contiguous, as one always is; the transposed problem is exact.
+        out.swapaxes(0, 1)[...] = _resize_antialias(img.swapaxes(0, 1), hw[::-1], None)
         return out
-    resized = torch.nn.functional.interpolate(
-        nchw, size=hw, mode="bilinear", antialias=True, align_corners=False
-    )[0].permute(1, 2, 0)
-    return np.ascontiguousarray(resized.numpy()[:, :, 0] if img.ndim == 2 else resized.numpy())
+    # Marked channels-last (a copy only for a cropped view), torch takes its vectorised
+    # uint8 path and, written into the HWC ``out`` seen as channels-last NCHW, answers HWC
+    # without a transposing copy. F.interpolate has no out=, its kernel does.
+    nchw = _nchw(img).contiguous(memory_format=torch.channels_last)
+    torch._C._nn._upsample_bilinear2d_aa(nchw, hw, False, None, None, out=_nchw(out))
+    return out
 
 
 def _nchw(img: np.ndarray) -> torch.Tensor:

@@ -370,6 +370,7 @@ def decode_for(
     exif: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     source: str | None = None,
+    reduce: bool = True,
 ) -> tuple[np.ndarray, Geometry]:
     """Decode one image for ``transform``, at the lowest resolution its geometry allows.
 
@@ -386,6 +387,7 @@ def decode_for(
     to the reduced grid, within half a reduced pixel; about 40 dB PSNR on photos). Should the
     header disagree with OpenCV on the image's size or EXIF orientation, the image is decoded
     in full and the geometry drawn on it, from the same random state, as the plain path does.
+    ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.
 
     Returns:
         The decoded image and the geometry to apply to it.
@@ -394,7 +396,7 @@ def decode_for(
         DecodeError: as :func:`decode_image`.
     """
     options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels, "source": source}
-    header = image_header(data, exif=exif)
+    header = image_header(data, exif=exif) if reduce else None
     if header is None or header.format != "jpeg":
         image = decode_image(data, **options)
         return image, transform.geometry(image.shape[:2], rng)
