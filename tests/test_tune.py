@@ -482,6 +482,18 @@ def test_search_finds_the_fewest_workers_on_a_plateau_in_far_fewer_trials_than_a
     assert "fewest workers" in outcome.reason and "None reached the target" in outcome.reason
 
 
+def test_reason_does_not_deny_a_target_reached_by_a_costlier_trial() -> None:
+    """2 workers: 46/s (busy 92%); 3 workers: 48/s (busy 96%, the target) is within the 5%
+    tolerance, so 2 workers are chosen, and the reason says the target was reached."""
+    rates = {0: 8.0, 1: 30.0, 2: 46.0}
+    outcome = Surface(lambda p: rates.get(p["num_workers"], 48.0)).search(space())
+    chosen = outcome.trials[outcome.chosen]
+    assert chosen.params["num_workers"] == 2 and chosen.busy < 0.95
+    assert any(t.busy >= 0.95 for t in outcome.trials)
+    assert "None reached the target" not in outcome.reason
+    assert "trial(s) reached the target" in outcome.reason
+
+
 def test_search_finds_a_peak_and_stays_within_tolerance_of_it() -> None:
     def peaked(params: dict[str, Any]) -> float:  # best at 11 workers, falling off both sides
         return 100.0 - 4.0 * abs(params["num_workers"] - 11)

@@ -352,11 +352,17 @@ def _reason(run: _Run, chosen: int, stopped: str, tolerance: float) -> str:
         )
     else:
         best = max(fits, key=lambda t: t.throughput)
+        reached = [t for t in fits if t.busy >= target]
         lines.append(
             f"It has the fewest workers, then the least memory, of the trials within "
             f"{tolerance:.0%} of the best throughput ({best.throughput:.1f} batches/s with "
-            f"{describe(best.params)}). None reached the target: the input pipeline, not the "
-            "consumer, sets the pace."
+            f"{describe(best.params)})."
+        )
+        lines.append(
+            f"{len(reached)} trial(s) reached the target, none faster by more than "
+            f"{tolerance:.0%}: the extra workers buy too little to be worth their cost."
+            if reached
+            else "None reached the target: the input pipeline, not the consumer, sets the pace."
         )
     over = len(ok) - len(fits)
     if fits and over:
