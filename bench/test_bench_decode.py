@@ -13,6 +13,12 @@
   drawn on the header's size, and the JPEG decoded at the largest reduction that keeps the
   box at least 224 px) + ``ImageTransform.apply``, what ``ImageStream`` does; baseline
   ``full-decode``: the same transform on the fully decoded image. Single-threaded.
+- ``decode-region``: the ~400x500 photos -> the 224 random-resized crop with flip, boxes from
+  ``sample_rng(0, 0, i)``, one thread. fastdata: ``decode_for`` + ``ImageTransform.apply``,
+  which decodes only the region of each JPEG around its box (``fastdata._jpeg``,
+  libjpeg-turbo); baseline ``whole-image``: the same with ``region=False``, which decodes the
+  whole image as ``cv2.imdecode`` does. The pixels are checked equal. Sides alternate within
+  each round. Fails when the extension was not built (libjpeg-turbo's headers missing).
 - ``resize-antialias``: resampling alone, the 224 random-resized crops of the decoded
   ~400x500 photos (boxes from ``sample_rng(0, 0, i)``), one thread. fastdata:
   ``resize(..., interpolation="antialias")`` (torch's vectorised antialiased bilinear,
@@ -40,6 +46,7 @@ from PIL import Image
 from torchvision import transforms
 
 from fastdata.decode import (
+    REGION_DECODE,
     ImageTransform,
     decode_for,
     decode_image,
@@ -162,6 +169,27 @@ def test_decode_reduced_crop_full_decode(benchmark: Any, large_jpegs: list[bytes
 
     out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
     assert out[0].shape == (224, 224, 3)
+
+
+@pytest.mark.benchmark(group="decode-region")
+def test_decode_region(benchmark: Any, small_jpegs: list[bytes]) -> None:
+    assert REGION_DECODE, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
+
+    def run(region: bool) -> list[np.ndarray]:
+        return [
+            RRC_224.apply(*decode_for(data, RRC_224, sample_rng(0, 0, i), region=region))
+            for i, data in enumerate(small_jpegs)
+        ]
+
+    got = measure_interleaved(
+        benchmark,
+        lambda: run(True),
+        {"whole-image": lambda: run(False)},
+        items=len(small_jpegs),
+        rounds=scaled(15, 9),
+    )
+    for ours, theirs in zip(got["fastdata"], got["whole-image"], strict=True):
+        np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.benchmark(group="resize-antialias")

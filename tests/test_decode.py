@@ -26,8 +26,10 @@ from hypothesis import strategies as st
 from PIL import Image, ImageOps
 from torchvision.transforms import RandomResizedCrop
 
+import fastdata.decode as decode_module
 from fastdata.decode import (
     DEFAULT_MAX_PIXELS,
+    REGION_DECODE,
     Geometry,
     ImageTransform,
     center_crop,
@@ -305,7 +307,7 @@ def test_decode_for_reduces_random_resized_crops_of_large_jpegs(tmp_path) -> Non
     full = decode_image(data)
     factors = []
     for index in range(12):
-        image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index))
+        image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index), region=False)
         expected = RRC_224.geometry(full.shape[:2], sample_rng(0, 0, index))
         k = round(full.shape[0] / image.shape[0])
         assert image.shape[:2] == tuple(math.ceil(n / k) for n in full.shape[:2])
@@ -403,6 +405,154 @@ def test_decode_for_falls_back_when_the_header_and_opencv_disagree() -> None:
         np.testing.assert_array_equal(
             RRC_224.apply(image, geometry), RRC_224(decode_image(data), sample_rng(0, 0, index))
         )
+
+
+# ------------------------------------------------------------------ region decoding
+_jpeg = decode_module._jpeg  # the extension itself (None when it was not built)
+needs_region = pytest.mark.skipif(
+    not REGION_DECODE, reason="fastdata._jpeg was not built (libjpeg-turbo's headers missing)"
+)
+SAMPLINGS = {
+    "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
+    "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
+    "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+    "440": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440,
+    "411": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_411,
+}
+
+
+def jpeg(img: np.ndarray, sampling: str = "420", progressive: bool = False, restart: int = 0):
+    """A JPEG of ``img`` (gray when 2-D) with the given chroma sampling and coding options."""
+    return cv_encode(
+        img,
+        ".jpg",
+        cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
+        SAMPLINGS[sampling],
+        cv2.IMWRITE_JPEG_PROGRESSIVE,
+        int(progressive),
+        cv2.IMWRITE_JPEG_RST_INTERVAL,
+        restart,
+    )
+
+
+def whole_decode_for(data: bytes, transform: ImageTransform, rng: np.random.Generator | None):
+    """decode_for with region decoding switched off: the reference."""
+    return decode_for(data, transform, rng, region=False)
+
+
+@needs_region
+@settings(max_examples=150, deadline=None)
+@given(
+    hw=st.tuples(st.integers(8, 900), st.integers(8, 900)),
+    sampling=st.sampled_from(["gray", *SAMPLINGS]),
+    progressive=st.booleans(),
+    restart=st.sampled_from([0, 3]),
+    transform=st.sampled_from(
+        [
+            ImageTransform(size=224, crop="random-resized", flip=True),
+            ImageTransform(size=48, crop="random-resized", interpolation="antialias"),
+            ImageTransform(size=(40, 60), crop="center"),
+            ImageTransform(size=100),
+        ]
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_region_decode_gives_the_whole_decodes_pixels(
+    hw: tuple[int, int],
+    sampling: str,
+    progressive: bool,
+    restart: int,
+    transform: ImageTransform,
+    seed: int,
+) -> None:
+    """Decoding only the region around a sample's box, at any reduction, any chroma sampling,
+    baseline or progressive, with restart markers or not: the sample is bit for bit the one
+    the whole (possibly reduced) image gives."""
+    img = photo(*hw, seed=seed)
+    data = jpeg(
+        img[:, :, 1] if sampling == "gray" else img,
+        "444" if sampling == "gray" else sampling,
+        progressive,
+        restart,
+    )
+    image, geometry = decode_for(data, transform, sample_rng(seed, 0, 0))
+    whole, whole_geometry = whole_decode_for(data, transform, sample_rng(seed, 0, 0))
+    np.testing.assert_array_equal(
+        transform.apply(image, geometry), transform.apply(whole, whole_geometry)
+    )
+    assert image.shape[0] <= whole.shape[0] and image.shape[1] <= whole.shape[1]
+
+
+@needs_region
+def test_region_decode_decodes_less_of_cropped_images(tmp_path) -> None:
+    """Random-resized crops of ImageNet-sized and of large photos decode a region, which
+    holds the box and at most one iMCU (and the alignment) around it."""
+    paths = make_images(tmp_path, 4, large=2, seed=1)
+    smaller = 0
+    for index, path in enumerate(paths):
+        data = path.read_bytes()
+        image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index))
+        whole, _ = whole_decode_for(data, RRC_224, sample_rng(0, 0, index))
+        top, left, h, w = geometry.box
+        assert top + h <= image.shape[0] and left + w <= image.shape[1]
+        assert image.shape[0] <= h + 32 and image.shape[1] <= w + 48  # 4:2:0: 16 x 16 iMCUs
+        smaller += image.size < whole.size
+    assert smaller >= 3
+
+
+@needs_region
+def test_region_decode_leaves_every_judgement_to_the_whole_decode() -> None:
+    """What the region decoder would not see or cannot do goes the ordinary way: a JPEG
+    truncated below the crop still raises, EXIF rotation, keep_alpha and CMYK are decoded
+    whole, and corrupt data behaves as it does without region decoding."""
+    data = jpeg(photo(400, 600), "420")
+    small_crop = ImageTransform(size=(200, 200), crop="center")  # of 400 x 600: no reduction
+    truncated = data[: len(data) * 3 // 4]  # the bottom rows are missing
+    boxes = [whole_decode_for(data, RRC_224, sample_rng(0, 0, i))[1].box for i in range(100)]
+    index, (top, left, h, w) = next((i, b) for i, b in enumerate(boxes) if b[0] + b[2] < 200)
+    out = np.empty((400, 600, 3), np.uint8)
+    assert _jpeg.decode_rgb_region(truncated, 1, top, left, h, w, out, 400, 600) is not None
+    with pytest.raises(DecodeError, match="truncated"):  # though that region alone decodes
+        decode_for(truncated, RRC_224, sample_rng(0, 0, index))
+    rotated = data[:2] + exif_segment(6) + data[2:]
+    image, _ = decode_for(rotated, small_crop)
+    assert image.shape == (600, 400, 3)
+    image, _ = decode_for(data, small_crop, keep_alpha=True)
+    assert image.shape == (400, 600, 4)
+    cmyk = pil_encode(Image.fromarray(photo(64, 96)).convert("CMYK"), "JPEG")
+    image, _ = decode_for(cmyk, small_crop)
+    assert image.shape == (64, 96, 3)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        corrupt = np.frombuffer(data, np.uint8).copy()
+        corrupt[rng.integers(len(data) // 4, len(data) - 2, 8)] = rng.integers(0, 256, 8)
+        outcomes = []
+        for fn in (decode_for, whole_decode_for):
+            try:
+                outcomes.append(small_crop.apply(*fn(corrupt.tobytes(), small_crop, None)))
+            except DecodeError as exc:
+                outcomes.append(type(exc))
+        if isinstance(outcomes[0], np.ndarray) and isinstance(outcomes[1], np.ndarray):
+            np.testing.assert_array_equal(*outcomes)
+        else:
+            assert outcomes[0] == outcomes[1]
+
+
+@needs_region
+def test_region_decoder_validates_its_arguments() -> None:
+    data = jpeg(photo(64, 64))
+    with pytest.raises(ValueError, match="rows x cols x 3"):
+        _jpeg.decode_rgb_region(data, 1, 0, 0, 8, 8, np.empty((8, 8, 3), np.uint8), 9, 8)
+    with pytest.raises(ValueError, match="denom"):
+        _jpeg.decode_rgb_region(data, 3, 0, 0, 8, 8, np.empty((8, 8, 3), np.uint8), 8, 8)
+    out = np.empty((64, 64, 3), np.uint8)
+    assert _jpeg.decode_rgb_region(data, 1, 60, 0, 8, 8, out, 64, 64) is None  # past the edge
+    assert _jpeg.decode_rgb_region(b"not a jpeg", 1, 0, 0, 8, 8, out, 64, 64) is None
+    assert _jpeg.decode_rgb_region(data, 1, 0, 0, 64, 64, out, 8, 8 * 64) is None  # no room
+    found = _jpeg.decode_rgb_region(data, 1, 20, 20, 8, 8, out, 64, 64)
+    # 4:2:0 has 16 x 16 iMCUs: rows 4-44 (one iMCU around the box), columns 0-44 (one iMCU
+    # to the left is column 4, which the decoder aligns down to 0)
+    assert found == (16, 20, 40, 44)
 
 
 @pytest.mark.parametrize("hw", [(1, 3882), (3882, 1), (2, 4000)])

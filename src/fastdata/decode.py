@@ -11,7 +11,9 @@ source (folders, Parquet columns, tar members) shares one tested path:
   :func:`reduction_factor` makes that choice from the header, which a small parser reads
   (:func:`image_size`) in microseconds without decoding. :func:`decode_for` takes that size
   from each sample's own transform geometry, so a random-resized crop whose box is large
-  enough is decoded reduced too.
+  enough is decoded reduced too; and, with the ``fastdata._jpeg`` extension
+  (:data:`REGION_DECODE`), only the region of the JPEG around the box, with the whole
+  decode's pixels.
 - :func:`decode_many` decodes (and transforms) a batch on a thread pool: OpenCV releases the
   GIL, so threads scale across cores inside one DataLoader worker.
 - Bad data raises :class:`~fastdata.errors.DecodeError` naming the item; never a black image.
@@ -30,6 +32,11 @@ from typing import NamedTuple
 
 import cv2
 import numpy as np
+
+try:  # the C extension, built when libjpeg-turbo's headers were there at install time
+    from fastdata import _jpeg
+except ImportError:  # pragma: no cover - depends on the build
+    _jpeg = None  # type: ignore[assignment]
 
 from fastdata._transforms import (
     INTERPOLATIONS,
@@ -50,6 +57,7 @@ from fastdata.errors import DecodeError
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "INTERPOLATIONS",
+    "REGION_DECODE",
     "Geometry",
     "ImageHeader",
     "ImageTransform",
@@ -91,6 +99,14 @@ _REDUCED_FLAGS = {
 # depth, and, unlike IMREAD_UNCHANGED, still applies the EXIF orientation.
 _KEEP_CHANNELS = cv2.IMREAD_COLOR_BGR | cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
 _TO_RGBA = {1: cv2.COLOR_GRAY2RGBA, 3: cv2.COLOR_BGR2RGBA, 4: cv2.COLOR_BGRA2RGBA}
+
+# The most a region decode adds around a box per side: one iMCU (at most 4 x 8 pixels), and on
+# the left up to one more to reach an iMCU boundary.
+_REGION_MARGIN = 32
+
+REGION_DECODE = _jpeg is not None
+"""Whether :func:`decode_for` can decode just the region of a JPEG around a sample's crop
+(the ``fastdata._jpeg`` extension, built against libjpeg-turbo at install time)."""
 
 # Start-of-frame markers (C4, C8 and CC are DHT, JPG and DAC, not frames).
 _JPEG_SOF = frozenset({*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC})
@@ -371,6 +387,7 @@ def decode_for(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     source: str | None = None,
     reduce: bool = True,
+    region: bool = True,
 ) -> tuple[np.ndarray, Geometry]:
     """Decode one image for ``transform``, at the lowest resolution its geometry allows.
 
@@ -380,6 +397,15 @@ def decode_for(
     output size at that scale along both axes (a random-resized crop of a 12-megapixel photo
     usually does; one of a 500-px image never does), and the box is divided to match.
     Other formats decode in full and get their geometry from the decoded size.
+
+    When the box leaves part of the image out and :data:`REGION_DECODE` is true (and
+    ``region`` is, the default), only the
+    region around the box is decoded (libjpeg-turbo skips the rows above and below it and
+    the iMCU columns beside it; a random-resized crop keeps about half of an image on
+    average): the pixels of the box are exactly those of the whole decode, and the image
+    returned is that region. A JPEG that does not end with its end-of-image marker, one with
+    an EXIF rotation, ``keep_alpha`` and anything libjpeg-turbo warns about are decoded
+    whole, so errors are raised exactly as :func:`decode_image` raises them.
 
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
@@ -405,6 +431,10 @@ def decode_for(
     geometry = transform.geometry(src_hw, rng)
     hint = geometry.smallest_source(src_hw)
     factor = reduction_factor(src_hw, hint)  # the factor decode_image picks from this hint
+    if region_ok := (region and not keep_alpha and (header.orientation == 1 or not exif)):
+        region_ok = max_pixels is None or header.height * header.width <= max_pixels
+    if region_ok and (region := _decode_region(data, header, geometry, factor)) is not None:
+        return region
     image = decode_image(data, size=hint, **options)
     if image.shape[:2] == tuple(-(-n // factor) for n in src_hw):
         return image, geometry.reduced(factor, image.shape[:2])
@@ -414,6 +444,26 @@ def decode_for(
         rng.bit_generator.state = state
     image = image if factor == 1 else decode_image(data, **options)
     return image, transform.geometry(image.shape[:2], rng)
+
+
+def _decode_region(
+    data: ImageData, header: ImageHeader, geometry: Geometry, factor: int
+) -> tuple[np.ndarray, Geometry] | None:
+    """The region of an unrotated JPEG around ``geometry``'s box, decoded at ``1 / factor``,
+    and the geometry in it; None when the whole image is to be decoded instead."""
+    hw = (-(-header.height // factor), -(-header.width // factor))
+    scaled = geometry.reduced(factor, hw)
+    top, left, h, w = scaled.box
+    buf = _as_array(data)
+    if _jpeg is None or (h, w) == hw or buf.size < 4 or bytes(buf[-2:]) != b"\xff\xd9":
+        return None
+    rows, cols = min(hw[0], h + 2 * _REGION_MARGIN), min(hw[1], w + 3 * _REGION_MARGIN)
+    out = np.empty((rows, cols, 3), np.uint8)
+    found = _jpeg.decode_rgb_region(buf, factor, top, left, h, w, out, rows, cols)
+    if found is None:
+        return None
+    row, col, n_rows, n_cols = found
+    return out[:n_rows, :n_cols], Geometry((row, col, h, w), scaled.size, scaled.flip)
 
 
 def decode_many(

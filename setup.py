@@ -1,0 +1,14 @@
+"""Build of the optional C extension ``fastdata._jpeg`` (region-of-interest JPEG decoding).
+
+Everything else is in pyproject.toml. The extension needs libjpeg-turbo's headers and library
+(``libjpeg-turbo8-dev`` / ``libjpeg62-turbo-dev`` / ``libjpeg-turbo-devel``); without them the
+build goes on without it (``optional=True``) and fastdata decodes whole images with OpenCV.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension("fastdata._jpeg", ["src/fastdata/_jpeg.c"], libraries=["jpeg"], optional=True)
+    ]
+)
