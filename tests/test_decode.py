@@ -539,6 +539,24 @@ def test_region_decode_leaves_every_judgement_to_the_whole_decode() -> None:
 
 
 @needs_region
+def test_region_decode_steps_aside_when_libjpeg_and_the_header_disagree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Should libjpeg find another size than the header parser (which draws the box), the
+    image is decoded whole and its box drawn again on the decoded size, as without regions."""
+    data = jpeg(photo(400, 600))
+    header = image_header(data)
+    taller = header._replace(height=header.height + 40)
+    monkeypatch.setattr(decode_module, "image_header", lambda *a, **k: taller)
+    for index in range(6):
+        image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index))
+        assert image.shape == (400, 600, 3)
+        np.testing.assert_array_equal(
+            RRC_224.apply(image, geometry), RRC_224(decode_image(data), sample_rng(0, 0, index))
+        )
+
+
+@needs_region
 def test_region_decoder_validates_its_arguments() -> None:
     data = jpeg(photo(64, 64))
     with pytest.raises(ValueError, match="rows x cols x 3"):
@@ -552,7 +570,7 @@ def test_region_decoder_validates_its_arguments() -> None:
     found = _jpeg.decode_rgb_region(data, 1, 20, 20, 8, 8, out, 64, 64)
     # 4:2:0 has 16 x 16 iMCUs: rows 4-44 (one iMCU around the box), columns 0-44 (one iMCU
     # to the left is column 4, which the decoder aligns down to 0)
-    assert found == (16, 20, 40, 44)
+    assert found == (16, 20, 40, 44, 64, 64)
 
 
 @pytest.mark.parametrize("hw", [(1, 3882), (3882, 1), (2, 4000)])

@@ -38,10 +38,11 @@ static void silent(j_common_ptr cinfo) { (void)cinfo; }
 /* Decode, at 1/denom scale, the rows and (after jpeg_crop_scanline's alignment) the columns
  * of the box (top, left, height, width) plus one iMCU around it into out, whose rows are
  * out_cols pixels apart; at most out_rows x out_cols pixels. Returns 1 on success with
- * found[] = the box's row and column in out and the rows and columns decoded, else 0. */
+ * found[] = the box's row and column in out, the rows and columns decoded, and the scaled
+ * image's height and width, else 0. */
 static int decode_region(const unsigned char *data, size_t size, int denom, int top, int left,
                          int height, int width, unsigned char *out, int out_rows, int out_cols,
-                         int found[4]) {
+                         int found[6]) {
     struct jpeg_decompress_struct cinfo;
     error_manager err;
     JSAMPROW rows[16];
@@ -90,6 +91,8 @@ static int decode_region(const unsigned char *data, size_t size, int denom, int 
         found[1] = left - (int)x0;
         found[2] = y1 - y0;
         found[3] = (int)cols;
+        found[4] = image_h;
+        found[5] = image_w;
         ok = err.pub.num_warnings == 0;
     }
 done:
@@ -101,13 +104,13 @@ PyDoc_STRVAR(decode_rgb_region_doc,
              "decode_rgb_region(data, denom, top, left, height, width, out, rows, cols)\n\n"
              "Decode, at 1/denom scale (1, 2, 4 or 8), the region of a JPEG around the box\n"
              "(top, left, height, width) of the scaled image as RGB into out, a writable\n"
-             "contiguous buffer of rows x cols x 3 bytes. Returns (row, col, rows, cols): the\n"
-             "box's offsets in out and the rows and columns decoded, or None when the image\n"
-             "is to be decoded the ordinary way.");
+             "contiguous buffer of rows x cols x 3 bytes. Returns (row, col, rows, cols,\n"
+             "height, width): the box's offsets in out, the rows and columns decoded and the\n"
+             "scaled image's size, or None when the image is to be decoded the ordinary way.");
 
 static PyObject *decode_rgb_region(PyObject *self, PyObject *args) {
     Py_buffer data, out;
-    int denom, top, left, height, width, rows, cols, ok, found[4] = {0, 0, 0, 0};
+    int denom, top, left, height, width, rows, cols, ok, found[6] = {0, 0, 0, 0, 0, 0};
     (void)self;
 
     if (!PyArg_ParseTuple(args, "y*iiiiiw*ii", &data, &denom, &top, &left, &height, &width, &out,
@@ -128,7 +131,7 @@ static PyObject *decode_rgb_region(PyObject *self, PyObject *args) {
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
     if (!ok) Py_RETURN_NONE;
-    return Py_BuildValue("(iiii)", found[0], found[1], found[2], found[3]);
+    return Py_BuildValue("(iiiiii)", found[0], found[1], found[2], found[3], found[4], found[5]);
 }
 
 static PyMethodDef methods[] = {

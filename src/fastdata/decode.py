@@ -460,9 +460,9 @@ def _decode_region(
     rows, cols = min(hw[0], h + 2 * _REGION_MARGIN), min(hw[1], w + 3 * _REGION_MARGIN)
     out = np.empty((rows, cols, 3), np.uint8)
     found = _jpeg.decode_rgb_region(buf, factor, top, left, h, w, out, rows, cols)
-    if found is None:
+    if found is None or found[4:] != hw:  # libjpeg and the header parser disagree: whole
         return None
-    row, col, n_rows, n_cols = found
+    row, col, n_rows, n_cols = found[:4]
     return out[:n_rows, :n_cols], Geometry((row, col, h, w), scaled.size, scaled.flip)
 
 
