@@ -14,6 +14,7 @@ import random
 import struct
 import zlib
 from dataclasses import asdict
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -556,6 +557,67 @@ def test_region_decode_steps_aside_when_libjpeg_and_the_header_disagree(
         )
 
 
+DATA = Path(__file__).parent / "data"
+RRC_64 = ImageTransform(size=64, crop="random-resized", flip=True)
+
+
+def same_samples(data: bytes, transform: ImageTransform, n: int) -> None:
+    """decode_for's samples with and without region decoding are identical."""
+    for index in range(n):
+        rng = sample_rng(0, 0, index)
+        region = transform.apply(*decode_for(data, transform, rng))
+        whole = transform.apply(*decode_for(data, transform, sample_rng(0, 0, index), region=False))
+        np.testing.assert_array_equal(region, whole)
+
+
+@needs_region
+@pytest.mark.parametrize("name", ["sampling-h4v2.jpg", "sampling-h2v4.jpg"])
+def test_region_decode_is_exact_for_samplings_opencv_cannot_write(name: str) -> None:
+    """Luma sampled 4x2 or 2x4 (files written with libjpeg's own encoder): decoded reduced,
+    the chroma would be upsampled from a differently scaled DCT, which libjpeg-turbo before
+    3.0 gets wrong in a cropped decode; such regions are declined."""
+    same_samples((DATA / name).read_bytes(), ImageTransform(size=32, crop="random-resized"), 40)
+
+
+@needs_region
+@pytest.mark.parametrize("scans", [2, 4, 6, 8])
+def test_region_decode_is_exact_for_incomplete_progressive_jpegs(scans: int) -> None:
+    """A progressive JPEG cut after some scans (with its end marker restored, as a partial
+    download might be): libjpeg smooths the missing coefficients across block edges, which a
+    region's edges would change, so such files are decoded whole."""
+    data = cv_encode(photo(333, 517, seed=9), ".jpg", cv2.IMWRITE_JPEG_PROGRESSIVE, 1)
+    starts = [i for i in range(len(data) - 1) if data[i : i + 2] == b"\xff\xda"]
+    assert len(starts) > scans
+    same_samples(data[: starts[scans]] + b"\xff\xd9", RRC_64, 10)
+
+
+@needs_region
+@pytest.mark.parametrize("where", ["signed-short tag", "after the frame header"])
+def test_region_decode_leaves_any_exif_to_the_whole_decode(where: str) -> None:
+    """OpenCV applies orientations the header parser does not read (a SSHORT tag, an Exif
+    segment after SOF): with any Exif segment the image is decoded whole, rotated as before."""
+    data = jpeg(photo(300, 500))
+    if where == "signed-short tag":
+        data = data[:2] + exif_segment(6, kind=8) + data[2:]
+    else:
+        sof = data.index(b"\xff\xc0")
+        end = sof + 2 + struct.unpack_from(">H", data, sof + 2)[0]
+        data = data[:end] + exif_segment(6) + data[end:]
+    assert image_header(data).orientation == 1 and decode_image(data).shape == (500, 300, 3)
+    same_samples(data, RRC_64, 10)
+
+
+@needs_region
+def test_region_decode_respects_opencvs_pixel_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An image OpenCV would refuse (OPENCV_IO_MAX_IMAGE_PIXELS, read as OpenCV reads it) is
+    not decoded as a region: the whole decode gets to refuse it."""
+    data = jpeg(photo(300, 500))
+    whole = decode_for(data, RRC_64, sample_rng(0, 0, 1), region=False)[0].shape
+    assert decode_for(data, RRC_64, sample_rng(0, 0, 1))[0].shape != whole  # a region
+    monkeypatch.setattr(decode_module, "_OPENCV_LIMITS", (300 * 500 - 1, 1 << 20, 1 << 20))
+    assert decode_for(data, RRC_64, sample_rng(0, 0, 1))[0].shape == whole
+
+
 @needs_region
 def test_region_decoder_validates_its_arguments() -> None:
     data = jpeg(photo(64, 64))
@@ -567,6 +629,8 @@ def test_region_decoder_validates_its_arguments() -> None:
     assert _jpeg.decode_rgb_region(data, 1, 60, 0, 8, 8, out, 64, 64) is None  # past the edge
     assert _jpeg.decode_rgb_region(b"not a jpeg", 1, 0, 0, 8, 8, out, 64, 64) is None
     assert _jpeg.decode_rgb_region(data, 1, 0, 0, 64, 64, out, 8, 8 * 64) is None  # no room
+    big = 2**31 - 1  # left + width overflows 32 bits: refused, not written past out
+    assert _jpeg.decode_rgb_region(data, 1, 0, big, 1, big, out, 64, 64) is None
     found = _jpeg.decode_rgb_region(data, 1, 20, 20, 8, 8, out, 64, 64)
     # 4:2:0 has 16 x 16 iMCUs: rows 4-44 (one iMCU around the box), columns 0-44 (one iMCU
     # to the left is column 4, which the decoder aligns down to 0)

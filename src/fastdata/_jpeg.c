@@ -9,9 +9,13 @@
  * neighbours and differs there.
  *
  * The module never judges data: anything unusual (an error, a warning, a colour space other
- * than gray or YCbCr, a region that does not fit) returns False and the caller decodes the
- * image the ordinary way, which raises or not exactly as it always did. The GIL is released
- * for the whole decode.
+ * than gray or YCbCr, a region that does not fit) returns None and the caller decodes the
+ * image the ordinary way, which raises or not exactly as it always did. So do two cases where
+ * a region would not be the whole decode's pixels: a progressive JPEG whose coefficients are
+ * incomplete (libjpeg smooths the missing ones across block edges, which the region's edges
+ * change), and a reduced decode that still upsamples a component whose DCT is scaled
+ * differently (libjpeg-turbo before 3.0 sizes the cropped upsampling from the wrong width).
+ * The GIL is released for the whole decode.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +38,22 @@ static void on_message(j_common_ptr cinfo, int level) {
 }
 
 static void silent(j_common_ptr cinfo) { (void)cinfo; }
+
+/* Whether a region of this (started) decompression has exactly the whole decode's pixels. */
+static int region_is_exact(j_decompress_ptr cinfo) {
+    int ci, k, unit = cinfo->min_DCT_scaled_size;
+    for (ci = 0; ci < cinfo->num_components; ci++) {
+        jpeg_component_info *comp = &cinfo->comp_info[ci];
+        int size = comp->DCT_scaled_size;
+        if (size != unit && (comp->h_samp_factor * size != cinfo->max_h_samp_factor * unit ||
+                             comp->v_samp_factor * size != cinfo->max_v_samp_factor * unit))
+            return 0; /* scaled DCT and still upsampled */
+        if (cinfo->progressive_mode && cinfo->coef_bits != NULL)
+            for (k = 0; k < DCTSIZE2; k++)
+                if (cinfo->coef_bits[ci][k] != 0) return 0; /* incomplete: block smoothing */
+    }
+    return 1;
+}
 
 /* Decode, at 1/denom scale, the rows and (after jpeg_crop_scanline's alignment) the columns
  * of the box (top, left, height, width) plus one iMCU around it into out, whose rows are
@@ -63,7 +83,13 @@ static int decode_region(const unsigned char *data, size_t size, int denom, int 
     cinfo.out_color_space = JCS_RGB;
     cinfo.scale_num = 1;
     cinfo.scale_denom = (unsigned int)denom;
-    jpeg_start_decompress(&cinfo);
+    jpeg_start_decompress(&cinfo); /* reads every scan of a progressive JPEG */
+    if (!region_is_exact(&cinfo)) goto done;
+    /* The box inside the image, in 64 bits: no sum below can overflow after this. */
+    if (top < 0 || left < 0 || height < 1 || width < 1 ||
+        (long long)top + height > (long long)cinfo.output_height ||
+        (long long)left + width > (long long)cinfo.output_width)
+        goto done;
     {
         int image_w = (int)cinfo.output_width, image_h = (int)cinfo.output_height;
         int mcu_w = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
@@ -74,9 +100,6 @@ static int decode_region(const unsigned char *data, size_t size, int denom, int 
         JDIMENSION x0 = left - mcu_w > 0 ? (JDIMENSION)(left - mcu_w) : 0;
         JDIMENSION cols = (JDIMENSION)x1 - x0;
 
-        if (top < 0 || left < 0 || height < 1 || width < 1 || top + height > image_h ||
-            left + width > image_w)
-            goto done;
         jpeg_crop_scanline(&cinfo, &x0, &cols); /* widens to iMCU boundaries */
         if (y1 - y0 > out_rows || (int)cols > out_cols) goto done;
         if (y0 > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0) != (JDIMENSION)y0) goto done;

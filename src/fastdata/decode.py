@@ -25,6 +25,7 @@ re-exported from here.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -103,6 +104,13 @@ _TO_RGBA = {1: cv2.COLOR_GRAY2RGBA, 3: cv2.COLOR_BGR2RGBA, 4: cv2.COLOR_BGRA2RGB
 # The most a region decode adds around a box per side: one iMCU (at most 4 x 8 pixels), and on
 # the left up to one more to reach an iMCU boundary.
 _REGION_MARGIN = 32
+
+# OpenCV refuses images over these (read from the environment as OpenCV reads them); a region
+# decode must not accept what the whole decode would refuse.
+_OPENCV_LIMITS = tuple(
+    int(os.environ.get(f"OPENCV_IO_MAX_IMAGE_{name}", default))
+    for name, default in (("PIXELS", 1 << 30), ("WIDTH", 1 << 20), ("HEIGHT", 1 << 20))
+)
 
 REGION_DECODE = _jpeg is not None
 """Whether :func:`decode_for` can decode just the region of a JPEG around a sample's crop
@@ -399,13 +407,15 @@ def decode_for(
     Other formats decode in full and get their geometry from the decoded size.
 
     When the box leaves part of the image out and :data:`REGION_DECODE` is true (and
-    ``region`` is, the default), only the
-    region around the box is decoded (libjpeg-turbo skips the rows above and below it and
-    the iMCU columns beside it; a random-resized crop keeps about half of an image on
-    average): the pixels of the box are exactly those of the whole decode, and the image
-    returned is that region. A JPEG that does not end with its end-of-image marker, one with
-    an EXIF rotation, ``keep_alpha`` and anything libjpeg-turbo warns about are decoded
-    whole, so errors are raised exactly as :func:`decode_image` raises them.
+    ``region`` is, the default), only the region around the box is decoded (libjpeg-turbo
+    skips the rows above and below it and the iMCU columns beside it; a random-resized crop
+    keeps about half of an image on average): the pixels of the box are exactly those of the
+    whole decode, and the image returned is that region. Decoded whole instead, so that
+    errors and pixels are exactly :func:`decode_image`'s: a JPEG that does not end with its
+    end-of-image marker, one with an Exif segment (unless ``exif=False``), ``keep_alpha``,
+    CMYK, images over ``max_pixels`` or OpenCV's limits, incomplete progressive JPEGs, rare
+    samplings that a reduced region would upsample differently, and anything libjpeg-turbo
+    warns about.
 
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
@@ -431,10 +441,10 @@ def decode_for(
     geometry = transform.geometry(src_hw, rng)
     hint = geometry.smallest_source(src_hw)
     factor = reduction_factor(src_hw, hint)  # the factor decode_image picks from this hint
-    if region_ok := (region and not keep_alpha and (header.orientation == 1 or not exif)):
-        region_ok = max_pixels is None or header.height * header.width <= max_pixels
-    if region_ok and (region := _decode_region(data, header, geometry, factor)) is not None:
-        return region
+    if region and not keep_alpha and _region_allowed(data, header, exif, max_pixels):
+        found = _decode_region(data, header, geometry, factor)
+        if found is not None:
+            return found
     image = decode_image(data, size=hint, **options)
     if image.shape[:2] == tuple(-(-n // factor) for n in src_hw):
         return image, geometry.reduced(factor, image.shape[:2])
@@ -444,6 +454,23 @@ def decode_for(
         rng.bit_generator.state = state
     image = image if factor == 1 else decode_image(data, **options)
     return image, transform.geometry(image.shape[:2], rng)
+
+
+def _region_allowed(
+    data: ImageData, header: ImageHeader, exif: bool, max_pixels: int | None
+) -> bool:
+    """Whether a region decode of this JPEG would see what the whole decode sees: within
+    ``max_pixels`` and OpenCV's own limits, and, when EXIF orientation applies, without any
+    Exif segment (OpenCV reads orientations in layouts the header parser does not)."""
+    pixels, (max_opencv, max_width, max_height) = header.height * header.width, _OPENCV_LIMITS
+    if max_pixels is not None and pixels > max_pixels:
+        return False
+    if pixels > max_opencv or header.width > max_width or header.height > max_height:
+        return False
+    if exif:
+        raw = data if isinstance(data, bytes) else _as_array(data).tobytes()
+        return b"Exif\0\0" not in raw
+    return True
 
 
 def _decode_region(

@@ -179,7 +179,10 @@ class ImageStream(PlannedStream):
     with ``batch_size=N``, ``(images, labels)`` where ``images`` is a ``(N, C, H, W)`` tensor
     when every output has the same size (a crop or a fixed ``(h, w)``) and a list otherwise.
     Image tensors are channels-last in memory (a ``permute`` of HWC), which is what
-    :class:`fastdata.DeviceNormalize` with ``channels_last=True`` wants.
+    :class:`fastdata.DeviceNormalize` with ``channels_last=True`` wants. Each JPEG is decoded
+    by :func:`fastdata.decode.decode_for`: at the lowest resolution its crop allows (see
+    ``reduced_decode``) and, with the ``fastdata._jpeg`` extension, only the region around
+    the crop, with the whole decode's pixels.
 
     The options are keyword-only and the same for every constructor. ``batch_size``,
     ``shuffle``, ``seed``, ``shuffle_buffer`` (counted in samples, default 2,048),
