@@ -441,8 +441,8 @@ def decode_for(
     geometry = transform.geometry(src_hw, rng)
     hint = geometry.smallest_source(src_hw)
     factor = reduction_factor(src_hw, hint)  # the factor decode_image picks from this hint
-    if region and not keep_alpha and _region_allowed(data, header, exif, max_pixels):
-        found = _decode_region(data, header, geometry, factor)
+    if region and not keep_alpha:
+        found = _decode_region(data, header, geometry, factor, exif, max_pixels)
         if found is not None:
             return found
     image = decode_image(data, size=hint, **options)
@@ -456,33 +456,31 @@ def decode_for(
     return image, transform.geometry(image.shape[:2], rng)
 
 
-def _region_allowed(
-    data: ImageData, header: ImageHeader, exif: bool, max_pixels: int | None
-) -> bool:
-    """Whether a region decode of this JPEG would see what the whole decode sees: within
-    ``max_pixels`` and OpenCV's own limits, and, when EXIF orientation applies, without any
-    Exif segment (OpenCV reads orientations in layouts the header parser does not)."""
-    pixels, (max_opencv, max_width, max_height) = header.height * header.width, _OPENCV_LIMITS
-    if max_pixels is not None and pixels > max_pixels:
-        return False
-    if pixels > max_opencv or header.width > max_width or header.height > max_height:
-        return False
-    if exif:
-        raw = data if isinstance(data, bytes) else _as_array(data).tobytes()
-        return b"Exif\0\0" not in raw
-    return True
-
-
 def _decode_region(
-    data: ImageData, header: ImageHeader, geometry: Geometry, factor: int
+    data: ImageData,
+    header: ImageHeader,
+    geometry: Geometry,
+    factor: int,
+    exif: bool,
+    max_pixels: int | None,
 ) -> tuple[np.ndarray, Geometry] | None:
-    """The region of an unrotated JPEG around ``geometry``'s box, decoded at ``1 / factor``,
-    and the geometry in it; None when the whole image is to be decoded instead."""
+    """The region of a JPEG around ``geometry``'s box, decoded at ``1 / factor``, and the
+    geometry in it; None when the whole image is to be decoded instead: when a region would
+    not see what the whole decode sees (no end-of-image marker, over ``max_pixels`` or
+    OpenCV's own limits, an Exif segment when EXIF orientation applies, since OpenCV reads
+    orientations in layouts the header parser does not) or the extension declines it."""
     hw = (-(-header.height // factor), -(-header.width // factor))
     scaled = geometry.reduced(factor, hw)
     top, left, h, w = scaled.box
     buf = _as_array(data)
     if _jpeg is None or (h, w) == hw or buf.size < 4 or bytes(buf[-2:]) != b"\xff\xd9":
+        return None
+    pixels, (max_opencv, max_width, max_height) = header.height * header.width, _OPENCV_LIMITS
+    if (max_pixels is not None and pixels > max_pixels) or pixels > max_opencv:
+        return None
+    if header.width > max_width or header.height > max_height:
+        return None
+    if exif and b"Exif\0\0" in (data if isinstance(data, bytes) else buf.tobytes()):
         return None
     rows, cols = min(hw[0], h + 2 * _REGION_MARGIN), min(hw[1], w + 3 * _REGION_MARGIN)
     out = np.empty((rows, cols, 3), np.uint8)
