@@ -1,0 +1,193 @@
+"""One place that checks user arguments, so every constructor and CLI says the same thing.
+
+Each check returns the value in canonical form (``int`` for integers, a list for column
+names, ...) or raises: :class:`TypeError` for a value of the wrong kind, :class:`ValueError`
+for one out of range. The message names the argument, shows the value and states what is
+accepted, e.g. ``batch_size='64': expected an integer >= 1 or None, got str``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+__all__ = [
+    "check_bool",
+    "check_choice",
+    "check_device",
+    "check_int",
+    "check_names",
+    "check_number",
+    "check_size",
+    "is_int",
+]
+
+
+def is_int(value: Any) -> bool:
+    """True for integers (Python or numpy), False for bools and everything else."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _range_text(minimum: float | None, maximum: float | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f">= {minimum}"
+    if maximum is not None:
+        return f"<= {maximum}"
+    return ""
+
+
+def check_int(
+    name: str,
+    value: Any,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    none: str | None = None,
+) -> Any:
+    """``value`` as an ``int`` in ``[minimum, maximum]``.
+
+    Args:
+        name: the argument's name, for the message.
+        value: what the user passed.
+        minimum / maximum: inclusive bounds (None: unbounded).
+        none: when set, ``None`` is accepted and this text says what it means
+            (``"None to yield rows"``); otherwise ``None`` is refused.
+    """
+    if value is None and none is not None:
+        return None
+    expected = " ".join(x for x in ("an integer", _range_text(minimum, maximum)) if x)
+    if none is not None:
+        expected += f", or {none}"
+    if not is_int(value):
+        raise TypeError(f"{name}={value!r}: expected {expected}, got {type(value).__name__}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name}={value}: expected {expected}")
+    return value
+
+
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+) -> float:
+    """``value`` as a finite ``float`` in range (``exclusive_minimum``: strictly above)."""
+    bound = _range_text(minimum, maximum)
+    if exclusive_minimum and minimum is not None:
+        bound = bound.replace(">=", ">", 1)
+    expected = " ".join(x for x in ("a number", bound) if x)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={value!r}: expected {expected}, got {type(value).__name__}")
+    number = float(value)
+    below = minimum is not None and (number <= minimum if exclusive_minimum else number < minimum)
+    if number != number or below or (maximum is not None and number > maximum):
+        raise ValueError(f"{name}={value!r}: expected {expected}")
+    return number
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False`` (numpy bools included)."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise TypeError(f"{name}={value!r}: expected True or False, got {type(value).__name__}")
+
+
+def check_choice(name: str, value: T, choices: Iterable[T]) -> T:
+    """``value`` if it is one of ``choices`` (compared with ``==``; listed in the message)."""
+    options = list(choices)
+    if any(value is c or (type(value) is type(c) and value == c) for c in options):
+        return value
+    raise ValueError(f"{name}={value!r}: expected one of {', '.join(map(repr, options))}")
+
+
+def check_names(name: str, value: Any, *, allow_empty: bool = False) -> list[str] | None:
+    """A list of column (or key) names from a sequence of ``str``; None stays None.
+
+    A bare string is refused (``columns="label"`` would otherwise read as five one-letter
+    names), as are duplicates and, unless ``allow_empty``, an empty list.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence | set | frozenset):
+        hint = f"; for one column write {name}=[{value!r}]" if isinstance(value, str) else ""
+        raise TypeError(
+            f"{name}={value!r}: expected a list of names, got {type(value).__name__}{hint}"
+        )
+    names = list(value)
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise TypeError(f"{name}={value!r}: names must be strings, got {bad[0]!r}")
+    if not names and not allow_empty:
+        raise ValueError(f"{name}=[]: expected at least one name, or None for all")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"{name}={value!r}: {', '.join(map(repr, duplicates))} given twice")
+    return names
+
+
+def check_size(name: str, value: Any, *, none: str | None = None) -> Any:
+    """An image size: an ``int`` (shorter side) or an ``(h, w)`` pair of ints, all >= 1."""
+    if value is None and none is not None:
+        return None
+    expected = "an integer >= 1 (the shorter side) or a pair (height, width) of them"
+    if none is not None:
+        expected += f", or {none}"
+    if is_int(value):
+        if value < 1:
+            raise ValueError(f"{name}={value!r}: expected {expected}")
+        return int(value)
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise TypeError(f"{name}={value!r}: expected {expected}, got {type(value).__name__}")
+    if len(value) != 2 or not all(is_int(v) for v in value):
+        raise TypeError(f"{name}={value!r}: expected {expected}")
+    if min(value) < 1:
+        raise ValueError(f"{name}={value!r}: expected {expected}")
+    return (int(value[0]), int(value[1]))
+
+
+def check_device(name: str, value: Any, *, kinds: Sequence[str] | None = None) -> Any:
+    """``value`` as a ``torch.device`` that exists on this machine (None stays None).
+
+    ``kinds`` limits the device types accepted (e.g. ``("cpu", "cuda")``). A CUDA device is
+    refused when CUDA is unavailable or the index is past the last GPU, here, at construction,
+    rather than at the first batch.
+    """
+    if value is None:
+        return None
+    import torch
+
+    expected = "'cpu', 'cuda', 'cuda:N' or a torch.device"
+    if kinds is not None:
+        expected = ", ".join(repr(k) for k in kinds) + " (optionally ':N') or a torch.device"
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{name}={value!r}: not a device; expected {expected}") from None
+    if kinds is not None and device.type not in kinds:
+        raise ValueError(f"{name}={value!r}: expected {expected}")
+    if device.type == "cpu":
+        return device
+    module = getattr(torch, device.type, None)
+    available = module is not None and getattr(module, "is_available", lambda: False)()
+    if not available:
+        raise RuntimeError(
+            f"{name}={value!r}: no {device.type} device is available on this machine "
+            f"(torch.{device.type}.is_available() is False); use 'cpu' or leave it unset"
+        )
+    count = getattr(module, "device_count", lambda: 1)()
+    if device.index is not None and device.index >= count:
+        raise ValueError(
+            f"{name}={value!r}: this machine has {count} {device.type} device(s), "
+            f"indices 0..{count - 1}"
+        )
+    return device
