@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
 import fastdata.sources._stream as stream_module
-from fastdata import DataLoader, ParquetStream, ResumeError, SchemaError, SourceError
+from fastdata import DataLoader, ParquetStream, Ragged, ResumeError, SchemaError, SourceError
 from fastdata.sources._arrow import converter, to_batch
 from fastdata.synthetic import make_parquet
 
@@ -59,11 +59,13 @@ def test_batches_hold_tensors_strings_and_ragged_lists(dataset: Path) -> None:
     assert batch["id"].dtype == torch.int64 and batch["id"].shape == (64,)
     assert batch["label"].dtype == torch.int32
     assert batch["x"].dtype == torch.float32
-    assert isinstance(batch["text"], list) and all(isinstance(t, str) for t in batch["text"])
-    assert len(batch["tokens"]) == 64 and all(t.dtype == torch.int32 for t in batch["tokens"])
+    assert isinstance(batch["text"], Ragged) and batch["text"].kind == "str"
+    assert isinstance(batch["tokens"], Ragged) and len(batch["tokens"]) == 64
+    assert batch["tokens"].dtype == torch.int32
     table = pq.read_table(dataset / "part-00000.parquet").slice(0, 64)
     assert batch["x"].tolist() == pytest.approx(table["x"].to_pylist())
-    assert [t.tolist() for t in batch["tokens"]] == table["tokens"].to_pylist()
+    assert batch["tokens"].tolist() == table["tokens"].to_pylist()
+    assert batch["text"].tolist() == table["text"].to_pylist()
     assert collect(stream) == ALL_IDS
     assert len(stream) == len(list(stream)) == -(-len(ALL_IDS) // 64)
 
@@ -125,7 +127,7 @@ def test_fill_null_and_strings_with_nulls(tmp_path: Path) -> None:
     assert batch["x"].tolist() == pytest.approx(
         [-1 if v is None else v for v in raw["x"].to_pylist()]
     )
-    assert batch["text"] == raw["text"].to_pylist()  # None stays None in lists
+    assert batch["text"].tolist() == raw["text"].to_pylist()  # None stays None
 
 
 # --------------------------------------------------------------------------- sharding

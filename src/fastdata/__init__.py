@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         SourceError,
     )
     from fastdata.loader import DataLoader
+    from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
     from fastdata.sources.parquet import ParquetStream
 
@@ -66,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "SchemaError": "fastdata.errors",
     "SourceError": "fastdata.errors",
     "Padded": "fastdata.collate",
+    "Ragged": "fastdata.ragged",
     "PaddingStats": "fastdata.collate",
     "bucket_by_length": "fastdata.collate",
     "nested_collate": "fastdata.collate",

@@ -3,8 +3,10 @@
 Padding every batch to its longest item wastes most of the compute when lengths are
 long-tailed: one 512-token sample pads 255 short ones. :func:`bucket_by_length` groups
 samples of similar length before they are batched; :func:`padding_stats` says how much a
-batching pads. Both are plain generators / loops over any iterable, torch-free. The public
-names are exported from ``fastdata.collate``.
+batching pads. Both are plain generators / loops over any iterable, torch-free for streams of
+samples; streams of already batched items (a :class:`~fastdata.Ragged` column, ``key=``) are
+regrouped row by row with vectorised torch operations in :mod:`fastdata._bucket_rows`. The
+public names are exported from ``fastdata.collate``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 import numbers
 import operator
 import random
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice, pairwise
@@ -31,22 +34,32 @@ def bucket_by_length(
     stream: Iterable[T],
     /,
     *,
-    length_fn: Callable[[T], int],
+    length_fn: Callable[[T], int] | None = None,
+    key: Any = None,
     batch_size: int,
     boundaries: Sequence[int] | Literal["auto"] | None = None,
     buffer_size: int | None = None,
     seed: int = 0,
     drop_last: bool = False,
 ) -> Iterator[list[T]]:
-    """Group the samples of ``stream`` into batches (lists) of samples of similar length.
+    """Group the samples of ``stream`` into batches of samples of similar length.
 
-    A stage between the samples and the collate function: it yields lists of samples, so
-    collate them with :func:`~fastdata.collate.pad_collate` (as ``collate_fn`` of a
-    ``DataLoader(batch_size=None)``, which then collates each list it receives). Every
-    sample is yielded exactly once, in exactly one batch; every batch has ``batch_size``
-    samples except at most one, the last, which ``drop_last=True`` drops. At most
-    ``buffer_size`` samples are held at once. The order depends only on the stream and
-    ``seed``, never on the global random state.
+    Two kinds of stream:
+
+    * samples, with ``length_fn``: it yields lists of samples, so collate them with
+      :func:`~fastdata.collate.pad_collate` (as ``collate_fn`` of a
+      ``DataLoader(batch_size=None)``, which then collates each list it receives);
+    * already batched items, with ``key``: each item is a batch such as
+      ``ParquetStream(batch_size=N)`` yields (a dict of columns), ``key`` names its
+      :class:`~fastdata.Ragged` column whose row lengths count, and the *rows* of the
+      batches are regrouped into new batches of the same form (every column gathered with
+      one ``take``, no tensor per row), ready for ``pad_collate(batch)``.
+
+    Every sample (row) is yielded exactly once, in exactly one batch; every batch has
+    ``batch_size`` of them except at most one, the last, which ``drop_last=True`` drops. At
+    most ``buffer_size`` samples are held at once (rows: ``buffer_size`` plus one incoming
+    batch). The order depends only on the stream and ``seed``, never on the global random
+    state.
 
     Three ways to group, chosen by ``boundaries``:
 
@@ -66,8 +79,11 @@ def bucket_by_length(
     Args:
         stream: any iterable of samples: a list, a generator, an ``IterableDataset`` (or one
             worker's share of it), or indices into a map-style dataset.
-        length_fn: the length of a sample, a non-negative int (e.g. ``len``).
-        batch_size: samples per batch.
+        length_fn: the length of a sample, a non-negative int (e.g. ``len``); for a stream
+            of samples.
+        key: for a stream of batches, the key path of their Ragged column (``"tokens"``, a
+            tuple for a nested one, ``()`` for items that are a Ragged themselves).
+        batch_size: samples (rows) per batch.
         boundaries: ``None``, ``"auto"`` or a list of increasing positive ints, see above.
         buffer_size: the most samples held at once; at least ``batch_size``. Default
             ``32 * batch_size``. With a list of boundaries the buckets hold at most
@@ -76,18 +92,25 @@ def bucket_by_length(
         drop_last: drop the last batch when it is short.
 
     Returns:
-        An iterator of batches, each a list of samples.
+        An iterator of batches: lists of samples, or batches of rows with ``key``.
 
     Raises:
         ValueError: a bad argument (checked at the call, not at the first batch), or a
             negative length.
-        TypeError: ``length_fn`` returned something other than an int.
+        TypeError: ``length_fn`` returned something other than an int; neither or both of
+            ``length_fn`` and ``key``; an item without a Ragged at ``key``.
 
     Examples:
         >>> batches = bucket_by_length(["aaa", "b", "cc", "dddd"], length_fn=len, batch_size=2)
         >>> sorted(sorted(b, key=len) for b in batches)
         [['aaa', 'dddd'], ['b', 'cc']]
     """
+    if (length_fn is None) == (key is None):
+        raise TypeError(
+            "pass length_fn= for a stream of samples (e.g. length_fn=len), or key= for a "
+            "stream of batches holding a fastdata.Ragged column (e.g. key='tokens'), not "
+            f"{'both' if key is not None else 'neither'}"
+        )
     if (
         isinstance(batch_size, bool)
         or not isinstance(batch_size, numbers.Integral)
@@ -122,11 +145,39 @@ def bucket_by_length(
                 f"buffer_size={buffer_size} cannot hold a partial batch for each of the "
                 f"{len(fixed) + 1} buckets; pass buffer_size>={held} or fewer boundaries"
             )
+    if key is not None:
+        pooled = boundaries is None
+        return _bucket_rows(stream, key, batch_size, pooled, fixed, buffer_size, seed, drop_last)
+    assert length_fn is not None  # checked above
     measured = _measured(stream, length_fn)
     rng = random.Random(seed)
     if boundaries is None:
         return _pooled(measured, batch_size, buffer_size, rng, drop_last)
     return _bucketed(measured, batch_size, fixed, buffer_size, rng, drop_last)
+
+
+def _bucket_rows(
+    stream: Iterable[Any],
+    key: Any,
+    batch_size: int,
+    pooled: bool,
+    boundaries: list[int] | None,
+    buffer_size: int | None,
+    seed: int,
+    drop_last: bool,
+) -> Iterator[Any]:
+    """:func:`bucket_by_length` of the rows of a stream of batches (torch loaded here)."""
+    import numpy as np
+
+    from fastdata import _bucket_rows as rows
+
+    path = key if isinstance(key, tuple) else (key,)
+    batches = rows.measured_batches(stream, path)
+    rng = np.random.default_rng(seed)
+    if pooled:
+        assert buffer_size is not None  # the default is set for pools
+        return rows.pooled_rows(batches, batch_size, buffer_size, rng, drop_last)
+    return rows.bucketed_rows(batches, batch_size, boundaries, buffer_size or 0, rng, drop_last)
 
 
 @dataclass(frozen=True)
@@ -154,10 +205,11 @@ class PaddingStats:
 
 
 def padding_stats(
-    batches: Iterable[Sequence[Any]],
+    batches: Iterable[Any],
     /,
     *,
     length_fn: Callable[[Any], int | Sequence[int]] = len,
+    key: Any = None,
 ) -> PaddingStats:
     """Measure the padding that padding each batch to its largest item would add.
 
@@ -165,9 +217,12 @@ def padding_stats(
     is cheap enough to compare batchings. It consumes ``batches``.
 
     Args:
-        batches: lists of samples.
+        batches: lists of samples; or already batched items holding a
+            :class:`~fastdata.Ragged` at ``key`` (a Ragged itself needs no ``key``), whose
+            rows are measured from the offsets.
         length_fn: a sample's length, or its shape (e.g. ``lambda s: s.shape``) for samples
             padded along several dims; it is padded to the per-dim batch maximum.
+        key: the key path of the Ragged column in already batched items.
 
     Returns:
         The totals; ``padded_fraction`` is the share that is padding.
@@ -181,7 +236,7 @@ def padding_stats(
     """
     n_batches = n_samples = valid = total = 0
     for batch in batches:
-        shapes = [_shape(length_fn(sample)) for sample in batch]
+        shapes = _batch_shapes(batch, key, length_fn, n_batches)
         if not shapes:
             continue
         if any(len(s) != len(shapes[0]) for s in shapes):
@@ -194,6 +249,23 @@ def padding_stats(
         valid += sum(math.prod(s) for s in shapes)
         total += len(shapes) * math.prod(max(dim) for dim in zip(*shapes, strict=True))
     return PaddingStats(n_batches, n_samples, valid, total)
+
+
+def _batch_shapes(
+    batch: Any, key: Any, length_fn: Callable[[Any], Any], index: int
+) -> list[tuple[int, ...]]:
+    """The shape of every sample (row) of one batch."""
+    ragged_module = sys.modules.get("fastdata.ragged")  # no Ragged exists before it loads
+    is_ragged = ragged_module is not None and isinstance(batch, ragged_module.Ragged)
+    if key is None and not is_ragged:
+        return [_shape(length_fn(sample)) for sample in batch]
+    from fastdata._bucket_rows import ragged_at
+
+    ragged = ragged_at(
+        batch, () if key is None else key if isinstance(key, tuple) else (key,), index
+    )
+    inner = tuple(ragged.values.shape[1:])
+    return [(n, *inner) for n in ragged.lengths.tolist()]
 
 
 def _shape(length: int | Sequence[int]) -> tuple[int, ...]:

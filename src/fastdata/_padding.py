@@ -8,9 +8,29 @@ items, where the scatter's per-element mask work costs more). No Python loop ove
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+
+
+class Padded(NamedTuple):
+    """A padded field that has no mapping to hold its lengths and mask as sibling keys.
+
+    Returned for a batch of bare tensors, for a bare :class:`~fastdata.Ragged`, and for
+    tuple, list and namedtuple positions. It is a tuple, so
+    ``values, lengths, mask = pad_collate(batch)`` works.
+
+    Attributes:
+        values: ``(B, *padded_shape)``, the items padded with ``pad_value``.
+        lengths: ``(B,)`` int64 for 1-D items; ``(B, ndim)``, each item's shape, otherwise.
+        mask: bool, same shape as ``values``, True on the items' own elements;
+            None with ``return_mask=False``.
+    """
+
+    values: torch.Tensor
+    lengths: torch.Tensor
+    mask: torch.Tensor | None
+
 
 # Up to this many elements per item on average, padding scatters the concatenated items
 # through the mask (one vectorized copy, no per-item overhead); above it, one slice copy per
@@ -69,12 +89,78 @@ def pad_tensors(
         for i, (t, shape) in enumerate(zip(tensors, shapes, strict=True)):
             index: list[int | slice] = [i]
             for n, p in zip(shape, padded, strict=True):
-                index.append(slice(p - n, p) if left else slice(0, n))
+                index.append(_placed(n, p, left))
             values[tuple(index)] = t
         if return_mask:
             mask = _mask(sizes, padded, full, left)
     lengths = sizes[:, 0] if ndim == 1 else sizes
     return values, lengths, mask if return_mask else None
+
+
+def pad_ragged(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    where: str,
+    *,
+    pad_value: float,
+    multiples: tuple[int | None, ...] | int | None,
+    left: bool,
+    return_mask: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Pad the rows of a :class:`fastdata.Ragged` (``values`` cut at ``offsets``).
+
+    The result equals :func:`pad_tensors` of the rows as separate tensors. The rows are
+    written with one scatter of ``values``: element ``k`` of row ``i`` goes to flat position
+    ``i * L + k`` (plus ``L - length[i]`` on the left), computed for all elements at once
+    from the offsets, so nothing is done per row.
+    """
+    inner = tuple(values.shape[1:])
+    ndim = 1 + len(inner)
+    if isinstance(multiples, tuple) and len(multiples) != ndim:
+        raise ValueError(
+            f"pad_to_multiple_of={multiples!r} has {len(multiples)} entries but the rows of "
+            f"{where or 'the Ragged'} have {ndim} dims; give one entry (or None) per dim"
+        )
+    _check_pad_value(pad_value, values.dtype, where)
+    per_dim = multiples if isinstance(multiples, tuple) else (multiples,) * ndim
+    lengths = offsets.diff()
+    batch, device = lengths.numel(), values.device
+    longest = int(lengths.max()) if batch else 0
+    padded = [_round_up(n, m) for n, m in zip((longest, *inner), per_dim, strict=True)]
+    out = torch.full((batch, *padded), pad_value, dtype=values.dtype, device=device)
+    region = out[
+        (
+            slice(None),
+            slice(None),
+            *(_placed(n, p, left) for n, p in zip(inner, padded[1:], strict=True)),
+        )
+    ]
+    n = values.shape[0]
+    if n:
+        shift = torch.arange(batch, device=device) * padded[0] - offsets[:-1]
+        if left:
+            shift += padded[0] - lengths
+        flat = torch.arange(n, device=device) + torch.repeat_interleave(
+            shift, lengths, output_size=n
+        )
+        region.view(batch * padded[0], *region.shape[2:])[flat] = values
+    sizes = lengths[:, None]
+    if inner:
+        fixed = torch.tensor(inner, dtype=torch.int64, device=device).expand(batch, -1)
+        sizes = torch.cat([sizes, fixed], 1)
+    mask = None
+    if return_mask:
+        shortest = int(lengths.min()) if batch else 0
+        full = [shortest == longest == padded[0]] + [
+            d == p for d, p in zip(inner, padded[1:], strict=True)
+        ]
+        mask = _mask(sizes, padded, full, left)
+    return out, sizes[:, 0] if ndim == 1 else sizes, mask
+
+
+def _placed(n: int, p: int, left: bool) -> slice:
+    """Where ``n`` elements go in a padded dim of ``p``."""
+    return slice(p - n, p) if left else slice(0, n)
 
 
 def _mask(sizes: torch.Tensor, padded: list[int], full: list[bool], left: bool) -> torch.Tensor:

@@ -31,6 +31,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import torch
 from torch import nn
 
+from fastdata.ragged import Ragged
+
 __all__ = ["IMAGENET", "DeviceNormalize", "DevicePrefetcher", "MeanStd", "to_device"]
 
 B = TypeVar("B")
@@ -205,8 +207,9 @@ class DevicePrefetcher(Generic[B]):
     """Iterate ``loader`` and yield each batch on ``device``, image tensors normalized.
 
     Batches may be tensors or nested dicts, lists, tuples and named tuples of them: every
-    tensor moves (images, masks, lengths, labels), everything else passes through unchanged,
-    and the structure and its types are kept.
+    tensor moves (images, masks, lengths, labels), a :class:`~fastdata.Ragged` moves as its
+    two or three tensors, everything else passes through unchanged, and the structure and its
+    types are kept.
 
     On CUDA, host tensors are pinned (unless they already are: ``DataLoader(pin_memory=True)``
     pins in a background thread, which is cheaper) and copied on a side stream ``prefetch``
@@ -408,10 +411,13 @@ def _map(obj: T, fn: Callable[[torch.Tensor, KeyPath], torch.Tensor], path: KeyP
     """``obj`` with each tensor ``t`` found at ``path`` replaced by ``fn(t, path)``.
 
     Walks dicts (any mutable mapping keeps its type; other mappings become dicts), lists,
-    tuples and named tuples depth-first; any other object is returned as it is.
+    tuples and named tuples depth-first, and the tensors of a :class:`~fastdata.Ragged` (at
+    ``(*path, "values")``, ``"offsets"``, ``"valid"``); any other object is returned as it is.
     """
     if isinstance(obj, torch.Tensor):
         return fn(obj, path)  # type: ignore[return-value]
+    if isinstance(obj, Ragged):
+        return obj.map_tensors(lambda t, name: fn(t, (*path, name)))  # type: ignore[return-value]
     if isinstance(obj, Mapping):
         items = {k: _map(v, fn, (*path, k)) for k, v in obj.items()}
         if isinstance(obj, MutableMapping):

@@ -1,4 +1,5 @@
-"""Deterministic synthetic data for demos, tests and benchmarks: images, Parquet, tar shards.
+"""Deterministic synthetic data for demos, tests and benchmarks: images, Parquet, tar shards,
+token corpora.
 
 Nothing is downloaded: every file is a pure function of the arguments (byte-identical for the
 same numpy, OpenCV and pyarrow versions), so tests and benchmarks rebuild their data anywhere,
@@ -35,6 +36,7 @@ __all__ = [
     "make_images",
     "make_parquet",
     "make_tar_shards",
+    "make_tokens",
     "synth_image",
 ]
 
@@ -49,7 +51,7 @@ _CODECS = {
 # mode -> (channels, dtype) of the image synthesized for it.
 _MODES = {"rgb": (3, _U8), "gray": (1, _U8), "rgba": (4, _U8), "gray16": (1, _U16)}
 # Independent random streams per generator, so that adding one never shifts another.
-_IMAGE_STREAM, _PARQUET_STREAM = 1, 2
+_IMAGE_STREAM, _PARQUET_STREAM, _TOKENS_STREAM = 1, 2, 3
 _LARGE_LONG_SIDE = (2000, 2400)  # ``large`` images: room for 1/2..1/8 DCT-domain decoding
 _GRADIENT_RANGES = ((64.0, 192.0), (-96.0, 96.0), (-96.0, 96.0))  # base, slope down, slope right
 _NOISE_SIGMA = 3.0  # in 8-bit levels: photo-like grain that JPEG cannot code for free
@@ -64,6 +66,13 @@ _ROWS_SCHEMA = pa.schema(
         pa.field("x", pa.float32()),
         pa.field("text", pa.string()),
         pa.field("tokens", pa.list_(pa.int32())),
+    ]
+)
+_TOKENS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("tokens", pa.list_(pa.int32())),
+        pa.field("text", pa.string()),
     ]
 )
 _IMAGES_SCHEMA = pa.schema([pa.field(name, kind, nullable=False) for name, kind in _IMAGE_COLUMNS])
@@ -413,6 +422,87 @@ def _lists(lengths: np.ndarray, values: pa.Array, null: np.ndarray) -> pa.ListAr
     offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
     offsets[1:] = np.cumsum(lengths)
     return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(null))
+
+
+def make_tokens(
+    root: str | os.PathLike[str],
+    /,
+    rows: int = _DEFAULT_ROWS,
+    *,
+    files: int = _DEFAULT_FILES,
+    row_group_size: int = 4096,
+    seed: int = 0,
+    median_tokens: int = 256,
+    sigma: float = 1.0,
+    max_tokens: int = 8192,
+    null_fraction: float = 0.0,
+) -> list[Path]:
+    """Write a pre-tokenized text corpus ``tokens-00000.parquet``...: id, tokens, text.
+
+    Columns: ``id`` int64, the global document index ``0..rows-1`` in file order;
+    ``tokens`` list<int32> of ids in [0, 32000) whose lengths are lognormal like documents'
+    (median ``median_tokens``, log standard deviation ``sigma``, so a mean of
+    ``median_tokens * exp(sigma**2 / 2)`` before clipping to [1, ``max_tokens``]); ``text``
+    the same document as a string of one short word per token (token ``t`` spelled as word
+    ``t % 20`` of a fixed list), so ``text.split(" ")`` has as many words as ``tokens`` has
+    ids. A null document (probability ``null_fraction``) is null in both ``tokens`` and
+    ``text``. Rows are split across files as in :func:`make_parquet`; file ``k`` is drawn from
+    its own random stream ``(seed, k)``, so the files are a pure function of the arguments.
+
+    Args:
+        root: the folder to write into; created if missing.
+        rows: total number of documents.
+        files: number of files.
+        row_group_size: rows per row group.
+        seed: non-negative seed.
+        median_tokens: the median document length before clipping, at least 1.
+        sigma: the spread of the log-lengths, >= 0 (0: every document ``median_tokens``).
+        max_tokens: the longest document, at least 1.
+        null_fraction: probability in [0, 1] of a null document.
+
+    Returns:
+        The paths written, in file order.
+
+    Raises:
+        ValueError: an option outside its valid values, or a file whose tokens or text
+            bytes reach 2**31 (more than a list<int32> / string column can offset).
+    """
+    ranges = _file_ranges(rows, files, None)
+    _check_int("row_group_size", row_group_size, 1)
+    _check_int("seed", seed, 0)
+    _check_int("median_tokens", median_tokens, 1)
+    _check_int("max_tokens", max_tokens, 1)
+    if not (isinstance(sigma, numbers.Real) and 0.0 <= sigma < math.inf):
+        raise ValueError(f"sigma={sigma!r}: expected a finite number >= 0")
+    if not 0.0 <= null_fraction <= 1.0:
+        raise ValueError(f"null_fraction={null_fraction!r} is not a probability: expected [0, 1]")
+    root = _make_root(root)
+    paths, width = [], _width(len(ranges), 5)
+    for k, ids in enumerate(ranges):
+        rng = np.random.default_rng([seed, _TOKENS_STREAM, k])
+        null = rng.random(len(ids)) < null_fraction
+        lengths = np.rint(rng.lognormal(math.log(median_tokens), sigma, len(ids)))
+        lengths = np.where(null, 0, np.clip(lengths, 1, max_tokens)).astype(np.int64)
+        total = int(lengths.sum())
+        # each token is a word of <= 5 bytes plus a space
+        if total * 6 >= 2**31:
+            raise ValueError(
+                f"file {k} would hold {total} tokens, too many for the int32 offsets of its "
+                f"text column: use more files or shorter documents"
+            )
+        token_ids = rng.integers(0, _TOKEN_VOCAB, total, dtype=np.int32)
+        words = pa.array(_WORDS).take(pa.array(token_ids % len(_WORDS)))
+        table = pa.Table.from_arrays(
+            [
+                pa.array(np.arange(ids.start, ids.stop, dtype=np.int64)),
+                _lists(lengths, pa.array(token_ids), null),
+                pc.binary_join(_lists(lengths, words, null), " "),
+            ],
+            schema=_TOKENS_SCHEMA,
+        )
+        path = root / f"tokens-{k:0{width}d}.parquet"
+        paths.append(_write_parquet(table, path, row_group_size))
+    return paths
 
 
 def make_image_parquet(

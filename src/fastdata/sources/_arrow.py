@@ -1,17 +1,26 @@
 """Arrow columns to torch: zero-copy where Arrow allows, one conversion per column per batch.
 
-The choices, per Arrow type:
+The choices, per Arrow type, in a batch (``to_batch``) and in a row (``iter_rows``):
 
-- integer / floating / boolean / temporal: a torch tensor (temporal as int64 ticks);
-  zero-copy from the Arrow buffer when the column is a single chunk without nulls;
-- fixed-size list of numbers: a 2-D tensor ``(rows, size)``;
-- variable-length list of numbers: a list of 1-D tensors (views of one values tensor), the
-  form :func:`fastdata.pad_collate` and :func:`fastdata.nested_collate` take;
-- string / binary: a list of ``str`` / ``bytes`` (None for nulls);
-- anything else (structs, maps, nested lists): Python objects via ``to_pylist``.
+| Arrow type | batch of N rows | row |
+|---|---|---|
+| integer, floating, boolean, temporal | 1-D tensor (temporal: int64 ticks) | numpy scalar |
+| fixed-size list of numbers | 2-D tensor ``(N, size)`` | 1-D tensor |
+| (large) list of numbers | ``Ragged`` (values + offsets) | 1-D tensor; None if null |
+| (large) string / binary | ``Ragged`` of UTF-8 / raw bytes | ``str`` / ``bytes`` / None |
+| anything else (structs, maps, nested lists) | list of Python objects | Python object |
+
+(``Ragged`` is :class:`fastdata.Ragged`.)
+
+Numbers are zero-copy from the Arrow buffer when the column is a single chunk without nulls
+(booleans and temporals are converted). A Ragged's values are zero-copy from the Arrow
+values (or data) buffer, cut to the rows of the batch; its offsets are rebased to start at 0
+(one small int64 tensor per batch, also when the batch is a slice of a row group). Null
+list / string rows are empty rows, False in the Ragged's ``valid``.
 
 Nulls in a column that becomes a tensor raise a :class:`fastdata.SourceError` naming the
 column; pass ``fill_null={"col": value}`` or filter them out (``pc.field("col").is_valid()``).
+So do nulls *inside* a list of numbers (``[1, null, 3]``), which no tensor can hold.
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
 import torch
+
+from fastdata.errors import SourceError
+from fastdata.ragged import Ragged, RaggedKind
 
 Converter = Callable[[pa.Array], Any]
 
@@ -59,10 +71,45 @@ def _to_tensor(array: pa.Array) -> torch.Tensor:
     return _tensor(_numpy(array))
 
 
-def _list_to_tensors(array: pa.Array) -> list[torch.Tensor]:
-    offsets = array.offsets.to_numpy()
-    values = _tensor(_numpy(array.flatten()))
-    return list(values.split(np.diff(offsets).tolist()))
+def _ragged(array: pa.Array, kind: RaggedKind, column: str) -> Ragged:
+    """A list, string or binary array (sliced or not) as a Ragged, values zero-copy."""
+    large = pat.is_large_list(array.type) or pat.is_large_string(array.type)
+    large = large or pat.is_large_binary(array.type)
+    bounds = np.frombuffer(
+        array.buffers()[1],
+        np.int64 if large else np.int32,
+        len(array) + 1,
+        array.offset * (8 if large else 4),
+    )
+    first, last = int(bounds[0]), int(bounds[-1])
+    if kind == "list":
+        child = array.values.slice(first, last - first)
+        if child.null_count:
+            raise SourceError(
+                f"{child.null_count} null(s) inside the lists of column {column!r}: a tensor "
+                f"cannot hold them; drop or fill them when writing the data",
+                column=column,
+            )
+        values = _numpy(child)
+    else:
+        data = array.buffers()[2]
+        values = (
+            np.frombuffer(data, np.uint8, last - first, first)
+            if last > first
+            else np.empty(0, np.uint8)
+        )
+    offsets = torch.from_numpy(bounds.astype(np.int64))
+    offsets -= first
+    valid = None
+    if array.null_count:
+        keep = array.is_valid().to_numpy(zero_copy_only=False)
+        lengths = np.diff(bounds)
+        if lengths[~keep].any():  # Arrow allows null rows over values: drop those values
+            values = values[np.repeat(keep, lengths)]
+        offsets = torch.zeros(len(array) + 1, dtype=torch.int64)
+        torch.cumsum(torch.from_numpy(np.where(keep, lengths, 0)), 0, out=offsets[1:])
+        valid = torch.from_numpy(keep)
+    return Ragged._unchecked(_tensor(values), offsets, valid, kind)
 
 
 def _fixed_list_to_tensor(array: pa.Array) -> torch.Tensor:
@@ -74,15 +121,28 @@ def _is_numeric(t: pa.DataType) -> bool:
     return pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t) or pat.is_temporal(t)
 
 
+def _ragged_kind(t: pa.DataType) -> RaggedKind | None:
+    """The Ragged kind a column of type ``t`` becomes, or None if it is no Ragged."""
+    if (pat.is_list(t) or pat.is_large_list(t)) and _is_numeric(t.value_type):
+        return "list"
+    if pat.is_string(t) or pat.is_large_string(t):
+        return "str"
+    if pat.is_binary(t) or pat.is_large_binary(t):
+        return "bytes"
+    return None
+
+
 def converter(field: pa.Field) -> tuple[Converter, bool]:
-    """The batch converter for a column, and whether it makes tensors (so nulls are errors)."""
+    """The batch converter for a column, and whether it makes tensors (so nulls are errors;
+    a Ragged keeps its nulls in ``valid``)."""
     t = field.type
     if _is_numeric(t):
         return _to_tensor, True
     if pat.is_fixed_size_list(t) and _is_numeric(t.value_type):
         return _fixed_list_to_tensor, True
-    if (pat.is_list(t) or pat.is_large_list(t)) and _is_numeric(t.value_type):
-        return _list_to_tensors, True
+    kind = _ragged_kind(t)
+    if kind is not None:
+        return (lambda a: _ragged(a, kind, field.name)), False
     return (lambda a: a.to_pylist()), False
 
 
@@ -90,15 +150,17 @@ def row_values(field: pa.Field, array: pa.Array) -> list[Any] | np.ndarray:
     """Per-row values of a column, for streams that yield single rows.
 
     Numbers become numpy scalars (``default_collate`` stacks them keeping the dtype), lists of
-    numbers 1-D tensors, everything else Python objects.
+    numbers 1-D tensors (views of one buffer; None for a null row), everything else Python
+    objects (``str`` / ``bytes`` for strings and binary).
     """
     t = field.type
     if _is_numeric(t):
         return _numpy(array)
     if pat.is_fixed_size_list(t) and _is_numeric(t.value_type):
         return list(_fixed_list_to_tensor(array))
-    conv, _ = converter(field)
-    return conv(array)
+    if _ragged_kind(t) == "list":
+        return list(_ragged(array, "list", field.name))
+    return array.to_pylist()
 
 
 def _array(column: pa.ChunkedArray) -> pa.Array:
@@ -117,5 +179,5 @@ def iter_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
 
 
 def to_batch(table: pa.Table, converters: dict[str, Converter]) -> dict[str, Any]:
-    """A table as one batch: ``{column: tensor | list}``."""
+    """A table as one batch: ``{column: tensor | Ragged | list}``."""
     return {name: converters[name](_array(table.column(name))) for name in table.column_names}

@@ -1,0 +1,203 @@
+"""Length bucketing of the rows of already batched items (dicts of columns holding a Ragged).
+
+:func:`fastdata.bucket_by_length` with ``key=`` lands here. The rows of the incoming batches
+are regrouped into new batches of rows of similar length, with the same rules as for a stream
+of samples (see :mod:`fastdata._bucket`), but every step is one vectorised operation per
+column: lengths come from the Ragged's offsets, rows are gathered with one ``take`` per column
+and batches joined with one concatenation per column. No tensor per row is made.
+
+A batch is a :class:`~fastdata.Ragged`, or a mapping / tuple of columns: tensors (rows along
+the first dim), Ragged, numpy arrays, or lists of Python objects, all with the same number of
+rows.
+"""
+
+from __future__ import annotations
+
+import collections.abc as cabc
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastdata.ragged import Ragged
+
+KeyPath = tuple[Any, ...]
+
+
+def ragged_at(batch: Any, path: KeyPath, index: int | None = None) -> Ragged:
+    """The Ragged at ``path`` in ``batch`` (``index``: the stream item, for messages)."""
+    value = batch
+    for key in path:
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            value = None
+            break
+    if not isinstance(value, Ragged):
+        item = "" if index is None else f" (stream item {index})"
+        raise TypeError(
+            f"key={path[0] if len(path) == 1 else path!r}: the batch{item} holds "
+            f"{type(value).__name__} there, not a fastdata.Ragged; name the variable-length "
+            "column of batches such as ParquetStream(batch_size=N) yields, e.g. key='tokens'"
+        )
+    return value
+
+
+def take(batch: Any, index: torch.Tensor) -> Any:
+    """The rows ``index`` (int64, CPU) of every column of ``batch``, in that order."""
+    if isinstance(batch, Ragged):
+        return batch.take(index.to(batch.device))
+    if isinstance(batch, torch.Tensor):
+        return batch[index.to(batch.device)]
+    if isinstance(batch, np.ndarray):
+        return batch[index.numpy()]
+    if isinstance(batch, cabc.Mapping):
+        return type(batch)({k: take(v, index) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple):
+        values = [take(v, index) for v in batch]
+        return type(batch)(*values) if hasattr(batch, "_fields") else tuple(values)
+    if isinstance(batch, list):
+        return [batch[i] for i in index.tolist()]
+    raise TypeError(f"cannot select rows of a {type(batch).__name__} column")
+
+
+def concat(parts: Sequence[Any]) -> Any:
+    """The rows of ``parts`` (batches of one structure) one after the other."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    if isinstance(first, Ragged):
+        return Ragged.cat(parts)
+    if isinstance(first, torch.Tensor):
+        return torch.cat(list(parts))
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts)
+    if isinstance(first, cabc.Mapping):
+        return type(first)({k: concat([p[k] for p in parts]) for k in first})  # type: ignore[call-arg]
+    if isinstance(first, tuple):
+        values = [concat(column) for column in zip(*parts, strict=True)]
+        return type(first)(*values) if hasattr(first, "_fields") else tuple(values)
+    if isinstance(first, list):
+        return [row for p in parts for row in p]
+    raise TypeError(f"cannot concatenate {type(first).__name__} columns")
+
+
+class _Rows:
+    """Rows waiting to be batched: batches and their lengths, joined only when cut."""
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.lengths: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, batch: Any, lengths: np.ndarray) -> None:
+        if len(lengths):
+            self.parts.append(batch)
+            self.lengths.append(lengths)
+            self.count += len(lengths)
+
+    def join(self) -> tuple[Any, np.ndarray]:
+        batch, lengths = concat(self.parts), np.concatenate(self.lengths)
+        self.parts, self.lengths, self.count = [], [], 0
+        return batch, lengths
+
+
+def measured_batches(stream: Iterable[Any], path: KeyPath) -> Iterator[tuple[Any, np.ndarray]]:
+    """Each batch of ``stream`` with the lengths of its rows (from the Ragged at ``path``)."""
+    for i, batch in enumerate(stream):
+        yield batch, ragged_at(batch, path, i).lengths.cpu().numpy()
+
+
+def pooled_rows(
+    batches: Iterator[tuple[Any, np.ndarray]],
+    batch_size: int,
+    buffer_size: int,
+    rng: np.random.Generator,
+    drop_last: bool,
+) -> Iterator[Any]:
+    """Pools of at least ``buffer_size`` rows, each sorted by length and cut into batches."""
+    pool = _Rows()
+    for batch, lengths in batches:
+        pool.add(batch, lengths)
+        if pool.count >= buffer_size:
+            yield from _cut(pool, batch_size, rng, final=False, drop_last=drop_last)
+    yield from _cut(pool, batch_size, rng, final=True, drop_last=drop_last)
+
+
+def bucketed_rows(
+    batches: Iterator[tuple[Any, np.ndarray]],
+    batch_size: int,
+    boundaries: list[int] | None,
+    buffer_size: int,
+    rng: np.random.Generator,
+    drop_last: bool,
+) -> Iterator[Any]:
+    """Rows by length bucket; a bucket is yielded as soon as it holds ``batch_size`` rows."""
+    if boundaries is None:  # "auto": quantiles of the first buffer's lengths
+        head: list[tuple[Any, np.ndarray]] = []
+        for item in batches:
+            head.append(item)
+            if sum(len(lengths) for _, lengths in head) >= buffer_size:
+                break
+        boundaries = _quantiles(
+            np.concatenate([lengths for _, lengths in head]) if head else np.empty(0, np.int64),
+            buffer_size // batch_size,
+        )
+        batches = _chain(head, batches)
+    edges = np.asarray(boundaries, dtype=np.int64)
+    buckets = [_Rows() for _ in range(len(boundaries) + 1)]
+    for batch, lengths in batches:
+        ids = np.searchsorted(edges, lengths, side="right")
+        for b in np.unique(ids).tolist():
+            rows = np.flatnonzero(ids == b)
+            bucket = buckets[b]
+            bucket.add(take(batch, torch.from_numpy(rows)), lengths[rows])
+            if bucket.count >= batch_size:
+                joined, joined_lengths = bucket.join()
+                for start in range(0, len(joined_lengths) - batch_size + 1, batch_size):
+                    yield take(joined, torch.arange(start, start + batch_size))
+                rest = len(joined_lengths) - len(joined_lengths) % batch_size
+                tail = torch.arange(rest, len(joined_lengths))
+                bucket.add(take(joined, tail), joined_lengths[rest:])
+    rest = _Rows()
+    for bucket in buckets:
+        for part, lengths in zip(bucket.parts, bucket.lengths, strict=True):
+            rest.add(part, lengths)
+    yield from _cut(rest, batch_size, rng, final=True, drop_last=drop_last)
+
+
+def _quantiles(lengths: np.ndarray, n: int) -> list[int]:
+    """Bucket boundaries at the ``n``-quantiles of ``lengths`` (as for samples)."""
+    ordered = np.sort(lengths)
+    if not len(ordered):
+        return []
+    return sorted({int(ordered[k * len(ordered) // n]) for k in range(1, n)})
+
+
+def _chain(head: list[Any], rest: Iterator[Any]) -> Iterator[Any]:
+    yield from head
+    yield from rest
+
+
+def _cut(
+    pool: _Rows, batch_size: int, rng: np.random.Generator, *, final: bool, drop_last: bool
+) -> Iterator[Any]:
+    """Sort ``pool`` by length (ties in a seeded random order), cut it into batches and yield
+    them in a seeded random order. The rows that fill no batch stay in ``pool``, unless
+    ``final``: then they form the last (short) batch, or are dropped."""
+    if not pool.count:
+        return
+    batch, lengths = pool.join()
+    order = rng.permutation(len(lengths))
+    order = order[np.argsort(lengths[order], kind="stable")]
+    full = len(order) - len(order) % batch_size
+    chunks = [order[i : i + batch_size] for i in range(0, full, batch_size)]
+    for k in rng.permutation(len(chunks)).tolist():
+        yield take(batch, torch.from_numpy(chunks[k]))
+    rest = order[full:]
+    if len(rest) and not (final and drop_last):
+        if final:
+            yield take(batch, torch.from_numpy(rest))
+        else:
+            pool.add(take(batch, torch.from_numpy(rest)), lengths[rest])
