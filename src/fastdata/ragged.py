@@ -211,7 +211,7 @@ class Ragged:
             start, stop, step = index.indices(len(self))
             if step == 1:
                 return self._slice(start, max(start, stop))
-            return self.take(torch.arange(start, stop, step))
+            return self.take(torch.tensor(range(start, stop, step), dtype=torch.int64))
         if isinstance(index, (int, np.integer)):
             i = int(index)
             if not -len(self) <= i < len(self):
@@ -376,21 +376,22 @@ class Ragged:
     def __repr__(self) -> str:
         n = len(self)
         inner = "".join(f" x {d}" for d in self.values.shape[1:])
-        parts = [f"{n} rows", f"{self.kind} of {str(self.dtype).removeprefix('torch.')}{inner}"]
+        what = f"{self.dtype}".removeprefix("torch.") + inner if self.kind == "list" else self.kind
+        parts = [f"{n} rows of {what}"]
         if n:
             lengths = self.lengths
             parts.append(f"lengths {int(lengths.min())}..{int(lengths.max())}")
-        parts.append(f"{self.values.shape[0]} values")
+        parts.append(f"{self.values.shape[0]} {'values' if self.kind == 'list' else 'bytes'}")
         if self.valid is not None:
             parts.append(f"{int((~self.valid).sum())} null")
         if self.device.type != "cpu":
             parts.append(f"device={self.device}")
-        head = self[: min(n, _ROW_PREVIEW)].tolist()
         preview = reprlib.Repr()
         preview.maxlist, preview.maxstring = 8, 40
-        shown = ", ".join(preview.repr(row) for row in head)
-        more = ", ..." if n > _ROW_PREVIEW else ""
-        return f"Ragged({', '.join(parts)}: [{shown}{more}])"
+        shown = [preview.repr(row) for row in self[:_ROW_PREVIEW].tolist()]
+        if n > _ROW_PREVIEW:
+            shown.append("...")
+        return f"Ragged({', '.join(parts)}: [{', '.join(shown)}])"
 
 
 def _offsets(lengths: torch.Tensor) -> torch.Tensor:
