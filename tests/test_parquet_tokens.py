@@ -149,6 +149,33 @@ def test_dataloader_workers_deliver_every_token_once(
     assert seen == Counter(list(rows))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sharing", ["file_descriptor", "file_system"])
+def test_batches_held_by_the_consumer_are_never_overwritten(
+    corpus: tuple[Path, dict[int, Any]], sharing: str
+) -> None:
+    """Workers copy each Ragged into a shared-memory segment that they reuse once the
+    consumer lets go of it: batches still held must keep their tokens (and under the
+    file_system strategy nothing is reused at all)."""
+    root, rows = corpus
+    previous = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(sharing)
+    try:
+        stream = ParquetStream(root, columns=["id", "tokens"], batch_size=100, shuffle=True)
+        held = list(DataLoader(stream, batch_size=None, num_workers=2))  # all alive at once
+        dropped = 0
+        for batch in DataLoader(stream, batch_size=None, num_workers=2):
+            dropped += len(batch["id"])  # each let go at once: its segment can be reused
+            assert batch["tokens"].tolist() == [rows[i] for i in batch["id"].tolist()]
+    finally:
+        torch.multiprocessing.set_sharing_strategy(previous)
+    assert dropped == len(rows)
+    assert sorted(i for b in held for i in b["id"].tolist()) == sorted(rows)
+    for batch in held:
+        assert batch["tokens"].values.is_shared()
+        assert batch["tokens"].tolist() == [rows[i] for i in batch["id"].tolist()]
+
+
 RESUME_SCRIPT = """
 import json, sys
 from fastdata import DataLoader, ParquetStream

@@ -33,9 +33,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
 import torch
+from torch.utils.data import get_worker_info
 
 from fastdata.errors import SourceError
 from fastdata.ragged import Ragged, RaggedKind
+from fastdata.sources._segments import shared_batch
 
 Converter = Callable[[pa.Array], Any]
 
@@ -178,6 +180,42 @@ def iter_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values, strict=True))
 
 
-def to_batch(table: pa.Table, converters: dict[str, Converter]) -> dict[str, Any]:
-    """A table as one batch: ``{column: tensor | Ragged | list}``."""
-    return {name: converters[name](_array(table.column(name))) for name in table.column_names}
+def to_batch(
+    table: pa.Table, converters: dict[str, Converter], *, reuse: bool = True
+) -> dict[str, Any]:
+    """A table as one batch: ``{column: tensor | Ragged | list}``.
+
+    In a DataLoader worker, each Ragged is copied from the Arrow buffers straight into one
+    shared-memory segment (values, offsets and validity back to back), which is then handed
+    to the main process without another copy, and reused for a later batch once nothing
+    holds this one (see :mod:`fastdata.sources._segments`; ``reuse=False`` where the main
+    process shares by ``file_system``). A fresh segment per batch would cost about as much
+    CPU as decoding the column: every page of it is zeroed and faulted in.
+    """
+    batch = {name: converters[name](_array(table.column(name))) for name in table.column_names}
+    if get_worker_info() is None:
+        return batch
+    return {k: _shared(v, reuse) if isinstance(v, Ragged) else v for k, v in batch.items()}
+
+
+def _shared(ragged: Ragged, reuse: bool) -> Ragged:
+    """``ragged`` copied into one shared-memory segment.
+
+    Segments come in powers of two (at least 64 KiB), so batches of different sizes still
+    find a free segment of their size class; at most half of one is unused.
+    """
+    parts = [t for t in (ragged.values, ragged.offsets, ragged.valid) if t is not None]
+    starts, end = [], 0
+    for t in parts:
+        end = -(-end // 8) * 8  # aligned for int64 views
+        starts.append(end)
+        end += t.numel() * t.element_size()
+    segment, writable = shared_batch((1 << max(16, (end - 1).bit_length()),), reuse=reuse)
+    moved = []
+    for t, start in zip(parts, starts, strict=True):
+        stop = start + t.numel() * t.element_size()
+        # written through the worker's own mapping, which stays faulted in across reuses
+        writable[start:stop].view(t.numpy().dtype).reshape(t.shape)[...] = t.numpy()
+        moved.append(segment[start:stop].view(t.dtype).view(t.shape))
+    valid = moved[2] if len(moved) == 3 else None
+    return Ragged._unchecked(moved[0], moved[1], valid, ragged.kind)

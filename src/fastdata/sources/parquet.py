@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+import torch
 
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow import Converter, converter, iter_rows, to_batch
@@ -61,6 +62,8 @@ class ParquetStream(PlannedStream):
         SourceError: a missing file, an empty glob, a file that is not Parquet.
         SchemaError: unknown columns, or files whose types differ.
     """
+
+    _receiver_sharing: str | None = None  # the sharing strategy of whoever unpickles it
 
     def __init__(
         self,
@@ -256,7 +259,8 @@ class ParquetStream(PlannedStream):
         return {field.name: converter(field)[1] for field in self.schema}
 
     def _make_batch(self, table: pa.Table) -> dict[str, Any]:
-        return to_batch(table, self._converters)
+        reuse = self._receiver_sharing in (None, "file_descriptor")  # see ImageStream
+        return to_batch(table, self._converters, reuse=reuse)
 
     def _make_rows(self, table: pa.Table) -> Iterator[dict[str, Any]]:
         return iter_rows(table)
@@ -264,6 +268,7 @@ class ParquetStream(PlannedStream):
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_open"] = {}  # file handles stay in the process that opened them
+        state["_receiver_sharing"] = torch.multiprocessing.get_sharing_strategy()
         for cached in ("_footers", "_converters", "_tensor_columns"):
             state.pop(cached, None)
         return state

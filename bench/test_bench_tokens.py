@@ -1,0 +1,132 @@
+"""Token and text columns through ParquetStream + DataLoader against raw pyarrow (issue 19).
+
+The corpus is ``synthetic.make_tokens``: documents with lognormal lengths (median 256
+tokens, log-sd 1.0, so a mean of ~420 before clipping to 8,192), 4 files, row groups of
+4,096 rows; the measured length statistics are written into each record's ``extra_info``.
+Every group times fastdata and the baseline alternately, round by round
+(``measure_interleaved``), on the same files in the same run:
+
+- ``baseline:pyarrow``: one process, ``pyarrow.dataset(...).to_batches(batch_size=1024)``,
+  each batch's column turned into torch values + offsets (zero-copy), the raw limit of a
+  scan that yields the same two buffers;
+- ``parquet-tokens``: the ``tokens`` column (list<int32>) through
+  ``fastdata.DataLoader(ParquetStream(batch_size=1024), batch_size=None, num_workers=2)``,
+  a new loader (new workers) per epoch as in training; each batch arrives as a
+  ``fastdata.Ragged``;
+- ``parquet-tokens-identity``: the same with ``collate_fn=lambda b: b``, which skips
+  torch's ``default_convert`` of every item;
+- ``parquet-tokens-inline``: ``num_workers=0``;
+- ``parquet-text`` / ``parquet-text-inline``: the ``text`` column (string) likewise.
+
+Items are rows (documents); ``extra_info`` also has tokens (or text bytes) per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from fastdata import DataLoader, ParquetStream
+from fastdata.synthetic import make_tokens
+
+from conftest import measure_interleaved, scaled
+
+ROWS = scaled(60_000, 400_000)
+BATCH = 1024
+ROUNDS = scaled(9, 15)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("bench-tokens")
+    make_tokens(root, ROWS, files=4, row_group_size=4096)
+    table = pq.read_table(root, columns=["tokens", "text"])
+    lengths = pc.list_value_length(table["tokens"]).to_numpy()
+    text_bytes = pc.binary_length(table["text"]).to_numpy()
+    facts = {
+        "rows": ROWS,
+        "tokens": int(lengths.sum()),
+        "tokens_mean": round(float(lengths.mean()), 1),
+        "tokens_median": float(np.median(lengths)),
+        "tokens_max": int(lengths.max()),
+        "text_bytes": int(text_bytes.sum()),
+        "batch_size": BATCH,
+        "row_group_size": 4096,
+    }
+    return root, facts
+
+
+def pyarrow_scan(root: Path, column: str) -> tuple[int, int]:
+    """Rows and elements, each batch's column as torch values + offsets, one process."""
+    rows = elements = 0
+    for rb in ds.dataset(root, format="parquet").to_batches(columns=[column], batch_size=BATCH):
+        array = rb.column(0)
+        if column == "tokens":
+            offsets = torch.from_numpy(array.offsets.to_numpy())
+            values = torch.from_numpy(array.flatten().to_numpy())
+        else:
+            bounds = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
+            offsets = torch.from_numpy(bounds)
+            data = np.frombuffer(array.buffers()[2], np.uint8)[bounds[0] : bounds[-1]]
+            values = torch.from_numpy(data)
+        rows += len(offsets) - 1
+        elements += values.numel()
+    return rows, elements
+
+
+def fastdata_scan(
+    root: Path, column: str, num_workers: int, collate_fn: Callable[[Any], Any] | None = None
+) -> tuple[int, int]:
+    stream = ParquetStream(root, columns=[column], batch_size=BATCH)
+    extra = {} if collate_fn is None else {"collate_fn": collate_fn}
+    loader = DataLoader(stream, batch_size=None, num_workers=num_workers, **extra)
+    rows = elements = 0
+    for batch in loader:
+        ragged = batch[column]
+        rows += len(ragged)
+        elements += ragged.values.numel()
+    return rows, elements
+
+
+def identity(batch: Any) -> Any:
+    return batch
+
+
+SCENARIOS = {
+    "parquet-tokens": ("tokens", 2, None),
+    "parquet-tokens-identity": ("tokens", 2, identity),
+    "parquet-tokens-inline": ("tokens", 0, None),
+    "parquet-text": ("text", 2, None),
+    "parquet-text-inline": ("text", 0, None),
+}
+
+
+@pytest.mark.parametrize("group", list(SCENARIOS))
+def test_tokens(benchmark: Any, corpus: tuple[Path, dict[str, Any]], group: str) -> None:
+    root, facts = corpus
+    column, num_workers, collate_fn = SCENARIOS[group]
+    benchmark.group = group
+    results = measure_interleaved(
+        benchmark,
+        lambda: fastdata_scan(root, column, num_workers, collate_fn),
+        {"pyarrow": lambda: pyarrow_scan(root, column)},
+        items=ROWS,
+        rounds=ROUNDS,
+        unit="rows",
+    )
+    assert results["fastdata"] == results["pyarrow"]  # the same rows and elements
+    elements = facts["tokens"] if column == "tokens" else facts["text_bytes"]
+    assert results["fastdata"] == (ROWS, elements)
+    info = benchmark.extra_info
+    info.update(facts)
+    unit = "tokens" if column == "tokens" else "text_bytes"
+    info[f"fastdata_{unit}_per_s"] = round(elements / info["median_s"])
+    info[f"pyarrow_{unit}_per_s"] = round(elements / info["paired"]["baseline:pyarrow"])
