@@ -18,6 +18,11 @@ mask; ``baseline:row-copy`` is the per-image slice copy a careful user writes.
 ``collate-nested-1d``: ``nested_collate`` against ``torch.nested.nested_tensor(layout=jagged)``
 on the token batches.
 
+``collate-pad-ragged``: the same token batches as one ``fastdata.Ragged`` each (as
+``ParquetStream(batch_size=N)`` yields them), padded with a mask by ``pad_collate(ragged)``
+(one scatter from values + offsets), against ``pad_sequence`` + mask of the rows as
+separate tensors and ``pad_collate`` of those rows, timed alternately.
+
 ``bucket-padding``: the samples of an epoch are batched (32 a batch), padded, and fed to a
 stand-in model step whose cost grows with the padded size as a real model's does (a 64-dim
 embedding lookup and a masked mean). Items are the *valid* tokens, so tokens/s rises as
@@ -38,9 +43,10 @@ import numpy as np
 import pytest
 import torch
 
+from fastdata import Ragged
 from fastdata.collate import bucket_by_length, nested_collate, pad_collate, padding_stats
 
-from conftest import measure, scaled
+from conftest import measure, measure_interleaved, scaled
 
 BATCH = 256
 
@@ -180,6 +186,23 @@ def test_nested_1d(benchmark: Any, token_batches: list[list[torch.Tensor]], role
     )
     for out, batch in zip(outs, token_batches, strict=True):
         assert [len(t) for t in out.unbind()] == [len(t) for t in batch]
+
+
+@pytest.mark.benchmark(group="collate-pad-ragged")
+def test_pad_ragged(benchmark: Any, token_batches: list[list[torch.Tensor]]) -> None:
+    raggeds = [Ragged.from_rows(batch) for batch in token_batches]
+    items = sum(map(len, token_batches))
+    outs = measure_interleaved(
+        benchmark,
+        lambda: collate_all(pad_collate, raggeds),
+        {
+            "pad_sequence": lambda: collate_all(pad_sequence_pad, token_batches),
+            "rows-pad_collate": lambda: collate_all(pad_collate, token_batches),
+        },
+        items=items,
+    )
+    for out, batch in zip(outs["fastdata"], token_batches, strict=True):
+        check_padded(out, batch)
 
 
 @pytest.fixture(scope="module")

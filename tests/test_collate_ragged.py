@@ -47,9 +47,13 @@ PATHS = pytest.mark.parametrize("scatter_max", [0, 10**9], ids=["copy", "scatter
 
 @PATHS
 @settings(max_examples=150, deadline=None)
-@given(case=raggeds(), left=st.booleans(), data=st.data())
+@given(case=raggeds(), left=st.booleans(), return_mask=st.booleans(), data=st.data())
 def test_padding_a_ragged_equals_padding_its_rows(
-    scatter_max: int, case: tuple[Ragged, list[torch.Tensor]], left: bool, data: Any
+    scatter_max: int,
+    case: tuple[Ragged, list[torch.Tensor]],
+    left: bool,
+    return_mask: bool,
+    data: Any,
 ) -> None:
     ragged, rows = case
     ndim = rows[0].ndim
@@ -64,6 +68,7 @@ def test_padding_a_ragged_equals_padding_its_rows(
         "padding_side": "left" if left else "right",
         "pad_to_multiple_of": multiple,
         "pad_value": 1 if ragged.dtype == torch.bool else 7,
+        "return_mask": return_mask,
     }
     with mock.patch.object(_padding, "_SCATTER_MAX_MEAN_NUMEL", scatter_max):
         want = pad_collate(rows, keys=[()], **options)

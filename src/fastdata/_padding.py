@@ -109,10 +109,10 @@ def pad_ragged(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Pad the rows of a :class:`fastdata.Ragged` (``values`` cut at ``offsets``).
 
-    The result equals :func:`pad_tensors` of the rows as separate tensors. The rows are
-    written with one scatter of ``values``: element ``k`` of row ``i`` goes to flat position
-    ``i * L + k`` (plus ``L - length[i]`` on the left), computed for all elements at once
-    from the offsets, so nothing is done per row.
+    The result equals :func:`pad_tensors` of the rows as separate tensors, written by one
+    scatter of ``values``, with nothing done per row: through the mask when it is returned
+    anyway, else through flat positions computed from the offsets (element ``k`` of row
+    ``i`` goes to ``i * L + k``, plus ``L - length[i]`` on the left).
     """
     inner = tuple(values.shape[1:])
     ndim = 1 + len(inner)
@@ -125,36 +125,29 @@ def pad_ragged(
     per_dim = multiples if isinstance(multiples, tuple) else (multiples,) * ndim
     lengths = offsets.diff()
     batch, device = lengths.numel(), values.device
-    longest = int(lengths.max()) if batch else 0
+    longest, shortest = (int(lengths.max()), int(lengths.min())) if batch else (0, 0)
     padded = [_round_up(n, m) for n, m in zip((longest, *inner), per_dim, strict=True)]
     out = torch.full((batch, *padded), pad_value, dtype=values.dtype, device=device)
-    region = out[
-        (
-            slice(None),
-            slice(None),
-            *(_placed(n, p, left) for n, p in zip(inner, padded[1:], strict=True)),
-        )
-    ]
-    n = values.shape[0]
-    if n:
-        shift = torch.arange(batch, device=device) * padded[0] - offsets[:-1]
-        if left:
-            shift += padded[0] - lengths
-        flat = torch.arange(n, device=device) + torch.repeat_interleave(
-            shift, lengths, output_size=n
-        )
-        region.view(batch * padded[0], *region.shape[2:])[flat] = values
     sizes = lengths[:, None]
     if inner:
         fixed = torch.tensor(inner, dtype=torch.int64, device=device).expand(batch, -1)
         sizes = torch.cat([sizes, fixed], 1)
     mask = None
     if return_mask:
-        shortest = int(lengths.min()) if batch else 0
-        full = [shortest == longest == padded[0]] + [
-            d == p for d, p in zip(inner, padded[1:], strict=True)
-        ]
+        full = [shortest == longest == padded[0]]
+        full += [d == p for d, p in zip(inner, padded[1:], strict=True)]
         mask = _mask(sizes, padded, full, left)
+        out.masked_scatter_(mask, values)
+    elif values.shape[0]:
+        n = values.shape[0]
+        shift = torch.arange(batch, device=device) * padded[0] - offsets[:-1]
+        if left:
+            shift += padded[0] - lengths
+        flat = torch.arange(n, device=device)
+        flat += torch.repeat_interleave(shift, lengths, output_size=n)
+        placed = (_placed(d, p, left) for d, p in zip(inner, padded[1:], strict=True))
+        region = out[(slice(None), slice(None), *placed)]
+        region.view(batch * padded[0], *region.shape[2:])[flat] = values
     return out, sizes[:, 0] if ndim == 1 else sizes, mask
 
 
