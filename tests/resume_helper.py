@@ -9,6 +9,8 @@ fresh dataset each call (as a new process would).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -67,3 +69,16 @@ def check_resume(
         assert head + tail == full, f"resume after {k} batches changed the order"
         resumed.dataset.set_epoch(epoch + 1)
         assert run(resumed, key) == next_epoch, f"the epoch after a resume at {k} differs"
+
+
+def run_script(script: str, *args: object) -> Any:
+    """Run ``python -c script args...`` in a new process and return the JSON it prints (how
+    tests resume from a saved state where nothing of this process survives)."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return json.loads(out.stdout)

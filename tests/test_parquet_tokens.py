@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -28,6 +26,8 @@ from hypothesis import strategies as st
 import fastdata.sources._stream as stream_module
 from fastdata import DataLoader, ParquetStream, Ragged, nested_collate, pad_collate
 from fastdata.synthetic import make_tokens
+
+from resume_helper import run_script
 
 SCHEMA = pa.schema([("id", pa.int64()), ("tokens", pa.list_(pa.int32())), ("text", pa.string())])
 
@@ -205,14 +205,8 @@ def test_resume_in_a_new_process_continues_token_for_token(
     head = [[b["id"].tolist(), b["tokens"].tolist()] for b in head]
     state_path = tmp_path / "state.json"
     state_path.write_text(json.dumps(first.state_dict()))
-    out = subprocess.run(
-        [sys.executable, "-c", RESUME_SCRIPT, str(root), str(state_path), str(num_workers)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    assert head + json.loads(out.stdout) == full
+    tail = run_script(RESUME_SCRIPT, root, state_path, num_workers)
+    assert head + tail == full
     assert sorted(i for ids, _ in full for i in ids) == sorted(rows)
     assert all(tokens == [rows[i] for i in ids] for ids, tokens in full)
 

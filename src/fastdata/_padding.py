@@ -8,6 +8,7 @@ items, where the scatter's per-element mask work costs more). No Python loop ove
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -39,15 +40,43 @@ class Padded(NamedTuple):
 _SCATTER_MAX_MEAN_NUMEL = 2048
 
 
+@dataclass(frozen=True)
+class PadSpec:
+    """The padding arguments of one :func:`fastdata.pad_collate` call.
+
+    Attributes:
+        pad_value: written into the padding; must fit the dtype.
+        multiples: from :func:`check_multiples`.
+        left: pad at the start of every dim instead of the end.
+        return_mask: return the mask (else None).
+    """
+
+    pad_value: float
+    multiples: tuple[int | None, ...] | int | None
+    left: bool
+    return_mask: bool
+
+    def layout(
+        self, smallest: Sequence[int], largest: Sequence[int], dtype: torch.dtype, where: str
+    ) -> tuple[list[int], list[bool]]:
+        """The padded size of each dim, and whether every item fills that dim (the mask
+        needs no comparison along it), for items whose sizes span ``smallest..largest``.
+        Raises for multiples of another rank and a ``pad_value`` the dtype cannot hold."""
+        multiples, ndim = self.multiples, len(largest)
+        if isinstance(multiples, tuple) and len(multiples) != ndim:
+            raise ValueError(
+                f"pad_to_multiple_of={multiples!r} has {len(multiples)} entries but the items "
+                f"of batch[*]{where} have {ndim} dims; give one entry (or None) per dim"
+            )
+        _check_pad_value(self.pad_value, dtype, where)
+        per_dim = multiples if isinstance(multiples, tuple) else (multiples,) * ndim
+        padded = [_round_up(n, m) for n, m in zip(largest, per_dim, strict=True)]
+        full = [s == n == p for s, n, p in zip(smallest, largest, padded, strict=True)]
+        return padded, full
+
+
 def pad_tensors(
-    tensors: list[torch.Tensor],
-    shapes: list[torch.Size],
-    where: str,
-    *,
-    pad_value: float,
-    multiples: tuple[int | None, ...] | int | None,
-    left: bool,
-    return_mask: bool,
+    tensors: list[torch.Tensor], shapes: list[torch.Size], where: str, spec: PadSpec
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Pad items of one rank, dtype and device into one ``(B, *padded)`` tensor.
 
@@ -55,57 +84,37 @@ def pad_tensors(
         tensors: the items.
         shapes: their shapes.
         where: the field's key path suffix (``['tokens']``), for messages.
-        pad_value: written into the padding; must fit the dtype.
-        multiples: from :func:`check_multiples`.
-        left: pad at the start of every dim instead of the end.
-        return_mask: return the mask (else None).
+        spec: how to pad.
 
     Returns:
         ``(values, lengths, mask)`` as :class:`fastdata.collate.Padded` documents them.
     """
     first = tensors[0]
     ndim, device = first.ndim, first.device
-    if isinstance(multiples, tuple) and len(multiples) != ndim:
-        raise ValueError(
-            f"pad_to_multiple_of={multiples!r} has {len(multiples)} entries but "
-            f"batch[0]{where} has {ndim} dims; give one entry (or None) per dim"
-        )
-    _check_pad_value(pad_value, first.dtype, where)
     sizes = torch.tensor(shapes, dtype=torch.int64)  # (B, ndim), on the CPU for the maths
-    per_dim = multiples if isinstance(multiples, tuple) else (multiples,) * ndim
-    largest = sizes.amax(0).tolist()
-    padded = [_round_up(n, m) for n, m in zip(largest, per_dim, strict=True)]
-    # dims that every item fills: the mask needs no comparison along them
-    full = [s == n == p for s, n, p in zip(sizes.amin(0).tolist(), largest, padded, strict=True)]
-    values = torch.full((len(tensors), *padded), pad_value, dtype=first.dtype, device=device)
+    padded, full = spec.layout(sizes.amin(0).tolist(), sizes.amax(0).tolist(), first.dtype, where)
+    values = torch.full((len(tensors), *padded), spec.pad_value, dtype=first.dtype, device=device)
     scatter = int(sizes.prod(1).sum()) <= _SCATTER_MAX_MEAN_NUMEL * len(tensors)
     sizes = sizes.to(device)
     mask = None
     if scatter:
-        mask = _mask(sizes, padded, full, left)
+        mask = _mask(sizes, padded, full, spec.left)
         flat = torch.cat(tensors if ndim == 1 else [t.reshape(-1) for t in tensors])
         values.masked_scatter_(mask, flat)
     else:
         for i, (t, shape) in enumerate(zip(tensors, shapes, strict=True)):
             index: list[int | slice] = [i]
             for n, p in zip(shape, padded, strict=True):
-                index.append(_placed(n, p, left))
+                index.append(_placed(n, p, spec.left))
             values[tuple(index)] = t
-        if return_mask:
-            mask = _mask(sizes, padded, full, left)
+        if spec.return_mask:
+            mask = _mask(sizes, padded, full, spec.left)
     lengths = sizes[:, 0] if ndim == 1 else sizes
-    return values, lengths, mask if return_mask else None
+    return values, lengths, mask if spec.return_mask else None
 
 
 def pad_ragged(
-    values: torch.Tensor,
-    offsets: torch.Tensor,
-    where: str,
-    *,
-    pad_value: float,
-    multiples: tuple[int | None, ...] | int | None,
-    left: bool,
-    return_mask: bool,
+    values: torch.Tensor, offsets: torch.Tensor, where: str, spec: PadSpec
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Pad the rows of a :class:`fastdata.Ragged` (``values`` cut at ``offsets``).
 
@@ -115,40 +124,30 @@ def pad_ragged(
     ``i`` goes to ``i * L + k``, plus ``L - length[i]`` on the left).
     """
     inner = tuple(values.shape[1:])
-    ndim = 1 + len(inner)
-    if isinstance(multiples, tuple) and len(multiples) != ndim:
-        raise ValueError(
-            f"pad_to_multiple_of={multiples!r} has {len(multiples)} entries but the rows of "
-            f"{where or 'the Ragged'} have {ndim} dims; give one entry (or None) per dim"
-        )
-    _check_pad_value(pad_value, values.dtype, where)
-    per_dim = multiples if isinstance(multiples, tuple) else (multiples,) * ndim
     lengths = offsets.diff()
     batch, device = lengths.numel(), values.device
     longest, shortest = (int(lengths.max()), int(lengths.min())) if batch else (0, 0)
-    padded = [_round_up(n, m) for n, m in zip((longest, *inner), per_dim, strict=True)]
-    out = torch.full((batch, *padded), pad_value, dtype=values.dtype, device=device)
+    padded, full = spec.layout((shortest, *inner), (longest, *inner), values.dtype, where)
+    out = torch.full((batch, *padded), spec.pad_value, dtype=values.dtype, device=device)
     sizes = lengths[:, None]
     if inner:
         fixed = torch.tensor(inner, dtype=torch.int64, device=device).expand(batch, -1)
         sizes = torch.cat([sizes, fixed], 1)
     mask = None
-    if return_mask:
-        full = [shortest == longest == padded[0]]
-        full += [d == p for d, p in zip(inner, padded[1:], strict=True)]
-        mask = _mask(sizes, padded, full, left)
+    if spec.return_mask:
+        mask = _mask(sizes, padded, full, spec.left)
         out.masked_scatter_(mask, values)
     elif values.shape[0]:
         n = values.shape[0]
         shift = torch.arange(batch, device=device) * padded[0] - offsets[:-1]
-        if left:
+        if spec.left:
             shift += padded[0] - lengths
         flat = torch.arange(n, device=device)
         flat += torch.repeat_interleave(shift, lengths, output_size=n)
-        placed = (_placed(d, p, left) for d, p in zip(inner, padded[1:], strict=True))
+        placed = (_placed(d, p, spec.left) for d, p in zip(inner, padded[1:], strict=True))
         region = out[(slice(None), slice(None), *placed)]
         region.view(batch * padded[0], *region.shape[2:])[flat] = values
-    return out, sizes[:, 0] if ndim == 1 else sizes, mask
+    return out, sizes[:, 0] if not inner else sizes, mask
 
 
 def _placed(n: int, p: int, left: bool) -> slice:

@@ -33,7 +33,7 @@ import torch
 
 from fastdata._bucket import PaddingStats, bucket_by_length, padding_stats
 from fastdata._collate_walk import Walk, collate_batch, key_paths, nest, nest_ragged
-from fastdata._padding import Padded, check_multiples, pad_ragged, pad_tensors
+from fastdata._padding import Padded, PadSpec, check_multiples, pad_ragged, pad_tensors
 from fastdata.ragged import Ragged
 
 __all__ = [
@@ -126,19 +126,15 @@ def pad_collate(
     """
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side={padding_side!r}: expected 'right' or 'left'")
-    multiples = check_multiples(pad_to_multiple_of)
-    options = {
-        "pad_value": pad_value,
-        "multiples": multiples,
-        "left": padding_side == "left",
-        "return_mask": return_mask,
-    }
+    spec = PadSpec(
+        pad_value, check_multiples(pad_to_multiple_of), padding_side == "left", return_mask
+    )
 
     def leaf(tensors: list[torch.Tensor], shapes: list[torch.Size], where: str) -> Padded:
-        return Padded(*pad_tensors(tensors, shapes, where, **options))
+        return Padded(*pad_tensors(tensors, shapes, where, spec))
 
     def ragged_leaf(ragged: Ragged, where: str) -> Padded:
-        return Padded(*pad_ragged(ragged.values, ragged.offsets, where, **options))
+        return Padded(*pad_ragged(ragged.values, ragged.offsets, where, spec))
 
     suffixes = ("_lengths", "_mask") if return_mask else ("_lengths",)
     walk = Walk(leaf, ragged_leaf, key_paths(keys), suffixes, "pad_collate")

@@ -127,28 +127,14 @@ class Ragged:
             valid = valid.to(values.device, torch.bool)
             if bool((~valid & (offsets[1:] != offsets[:-1])).any()):
                 raise ValueError("null rows (valid False) must be empty: equal offsets")
-        self._set(values, offsets, valid, kind)
-
-    def _set(
-        self,
-        values: torch.Tensor,
-        offsets: torch.Tensor,
-        valid: torch.Tensor | None,
-        kind: RaggedKind,
-    ) -> None:
         self.values, self.offsets, self.valid, self.kind = values, offsets, valid, kind
 
     @classmethod
-    def _unchecked(
-        cls,
-        values: torch.Tensor,
-        offsets: torch.Tensor,
-        valid: torch.Tensor | None = None,
-        kind: RaggedKind = "list",
-    ) -> Ragged:
-        """A Ragged from parts already known to be consistent (no reads, no device sync)."""
+    def _unchecked(cls, *parts: Any) -> Ragged:
+        """A Ragged of ``(values, offsets, valid, kind)`` already known to be consistent
+        (no reads, no device sync)."""
         out = cls.__new__(cls)
-        out._set(values, offsets, valid, kind)
+        out.values, out.offsets, out.valid, out.kind = parts
         return out
 
     @classmethod
