@@ -12,6 +12,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Any, ClassVar
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from hypothesis import given, settings
@@ -20,7 +21,8 @@ from torch.multiprocessing import reductions
 from torch.utils.data import DataLoader, IterableDataset
 
 import fastdata as fd
-from fastdata import Ragged
+from fastdata import Ragged, SourceError
+from fastdata.sources._arrow import converter, row_values, to_batch
 
 ROWS = st.lists(st.one_of(st.none(), st.lists(st.integers(-(2**31), 2**31 - 1), max_size=6)))
 TEXTS = st.lists(st.one_of(st.none(), st.text(max_size=5)))
@@ -257,3 +259,66 @@ def test_numpy_index_and_empty() -> None:
     with pytest.raises(ValueError, match="at least one row"):
         empty.to_nested()
     assert empty.to_padded().values.shape == (0, 0)
+
+
+# --------------------------------------------------------------------------- from Arrow
+ARROW_CASES = {
+    "list<int32>": (
+        pa.list_(pa.int32()),
+        ROWS.map(lambda r: [x and [v % 2**31 for v in x] for x in r]),
+    ),
+    "large_list<int64>": (pa.large_list(pa.int64()), ROWS),
+    "list<float32>": (
+        pa.list_(pa.float32()),
+        st.lists(st.one_of(st.none(), st.lists(st.floats(-1, 1, width=32), max_size=4))),
+    ),
+    "string": (pa.string(), TEXTS),
+    "large_string": (pa.large_string(), TEXTS),
+    "binary": (pa.binary(), BLOBS),
+}
+
+
+@pytest.mark.parametrize("case", list(ARROW_CASES))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_arrow_columns_become_ragged_zero_copy(case: str, data: Any) -> None:
+    arrow_type, rows_strategy = ARROW_CASES[case]
+    rows = data.draw(rows_strategy)
+    array = pa.array(rows, arrow_type)
+    start = data.draw(st.integers(0, len(rows)))
+    stop = data.draw(st.integers(start, len(rows)))
+    sliced = array.slice(start, stop - start)  # batches are slices: offsets do not start at 0
+    ragged = to_batch(pa.table({"c": sliced}), {"c": converter(pa.field("c", arrow_type))[0]})["c"]
+    assert isinstance(ragged, Ragged)
+    assert ragged.tolist() == sliced.to_pylist()
+    assert ragged.offsets[0] == 0 and ragged.offsets.dtype == torch.int64
+    assert (ragged.valid is None) == (sliced.null_count == 0)
+    if ragged.values.numel():  # zero-copy: the values are Arrow's own buffer
+        data_buffer = sliced.buffers()[
+            3
+            if arrow_type
+            in (pa.list_(pa.int32()), pa.large_list(pa.int64()), pa.list_(pa.float32()))
+            else 2
+        ]
+        assert (
+            data_buffer.address <= ragged.values.data_ptr() < data_buffer.address + data_buffer.size
+        )
+    rows_out = row_values(pa.field("c", arrow_type), sliced)  # row mode: one value per row
+    if ragged.kind == "list":
+        assert [None if r is None else r.tolist() for r in rows_out] == sliced.to_pylist()
+    else:
+        assert rows_out == sliced.to_pylist()
+
+
+def test_null_rows_over_values_and_nulls_inside_lists() -> None:
+    # Arrow allows a null row to span values; they are dropped, not handed out
+    offsets = pa.array([0, 2, 4, 5], pa.int32())
+    array = pa.ListArray.from_arrays(
+        offsets, pa.array([1, 2, 3, 4, 5], pa.int32()), mask=pa.array([False, True, False])
+    )
+    ragged = converter(pa.field("t", array.type))[0](array)
+    assert ragged.tolist() == [[1, 2], None, [5]] and ragged.values.tolist() == [1, 2, 5]
+    inner = pa.array([[1, None]], pa.list_(pa.int32()))
+    with pytest.raises(SourceError, match="inside the lists of column 't'") as info:
+        converter(pa.field("t", inner.type))[0](inner)
+    assert info.value.column == "t"
