@@ -5,14 +5,17 @@ tensors, it costs Python work per row everywhere it goes: pickling between DataL
 and the main process (a record per tensor), pinning, moving to the GPU, padding. Kept as Arrow
 keeps it, it is two buffers: every row's values back to back, and ``B + 1`` offsets where each
 row starts and ends. :class:`Ragged` is that pair (plus a validity mask when some rows are
-null), so a batch crosses the worker boundary as two or three shared-memory segments, pins
-and moves as two or three tensors, and pads with one vectorised scatter.
+null), so a batch crosses the worker boundary as two or three shared-memory segments (one,
+from a ParquetStream worker), pins and moves as two or three tensors, and pads with one
+vectorised scatter.
 
-Why not a jagged ``torch.nested`` tensor, which also holds values + offsets? It pickles as
-two segments too, but it has no nulls and no strings, cannot be sliced along the batch or
-compared with ``torch.equal``, has no ``tolist()``, needs int64 offsets and ``max_seqlen`` to
-pad to the longest row, and its operator coverage changes between torch releases. A
-``Ragged`` converts to one without copying (:meth:`Ragged.to_nested`) where a model wants it.
+Why not a jagged ``torch.nested`` tensor, which also holds values + offsets? It crosses a
+worker as those two buffers too (plus, in torch 2.14, a tiny segment each for its cached
+shortest and longest row), but it has no nulls and no strings, cannot be sliced along the
+batch or compared with ``torch.equal``, has no ``tolist()``, needs int64 offsets and
+``max_seqlen`` to pad to the longest row, and its operator coverage changes between torch
+releases. A ``Ragged`` converts to one without copying (:meth:`Ragged.to_nested`) where a
+model wants it.
 """
 
 from __future__ import annotations
@@ -312,7 +315,9 @@ class Ragged:
         return self.map_tensors(lambda t, _: t.pin_memory())
 
     def is_pinned(self) -> bool:
-        return self.values.is_pinned() and self.offsets.is_pinned()
+        """Whether every tensor of it is in page-locked memory."""
+        tensors = (self.values, self.offsets, self.valid)
+        return all(t.is_pinned() for t in tensors if t is not None)
 
     # ----------------------------------------------------------------- conversions
     def to_nested(self) -> torch.Tensor:
