@@ -22,7 +22,6 @@ seeds ``random``, ``numpy`` and torch itself per worker from the loader's seed.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import inspect
 import math
@@ -43,6 +42,7 @@ from fastdata._resume import (
     index_sampler_skipping,
 )
 from fastdata._stats import StageTimes, TimedCollate, WaitClock
+from fastdata._torch_compat import drain_sampler, num_yielded, worker_iterator
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
 from fastdata.sources._state import require_int, require_mapping, short, validate
@@ -250,6 +250,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             now = clock()  # the consumer's step is not waiting
         progress.wall = wall_before + clock() - start
 
+    def _get_iterator(self) -> Any:
+        return worker_iterator(self)
+
     @property
     def _index_sampler(self) -> Any:
         base = super()._index_sampler
@@ -286,7 +289,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if self._fd_wrapped:
             return self._fd_base + self._fd_progress.consumed
         iterator = self._fd_iterator
-        return self._fd_base + (0 if iterator is None else iterator._num_yielded)
+        return self._fd_base + (0 if iterator is None else num_yielded(iterator))
 
     def state_dict(self) -> dict[str, Any]:
         """The position of iteration as plain JSON-able data.
@@ -326,7 +329,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             # The epoch is over: the next one starts from the generators as they are once
             # the sampler has run to its end (its last draws happen when it is asked past the
             # last batch), as an uninterrupted run's next epoch would.
-            collections.deque(getattr(iterator, "_sampler_iter", None) or (), maxlen=0)
+            drain_sampler(iterator)
             sampler, items = SamplerState.capture(self), 0
         return {
             "version": STATE_VERSION,
