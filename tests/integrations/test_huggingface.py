@@ -135,7 +135,7 @@ def test_hub_layout_through_an_fsspec_filesystem(
     strict=True,
     raises=fd.SourceError,
     reason="sources/_files.py globs by comparing the filesystem's listed paths with the "
-    "pattern as given: an fsspec filesystem with root_marker '/' (memory, and the local one) "
+    "pattern as given: an fsspec filesystem with root_marker '/' (memory, file) "
     "lists '/datasets/...' for the pattern 'datasets/.../*.parquet' (or 'memory://datasets/"
     "...'), which the filesystem's own glob() matches, and ParquetStream says 'glob matched "
     "no files'; the same path without a glob, or with a leading '/', works.",
