@@ -202,19 +202,22 @@ def index_sampler_skipping(loader: Any, base: Any, items: int) -> Any:
 
 
 class _Skipping:
-    """A sampler without its first ``n`` indices. Lazy: the sampler draws its order on the
-    first ``next()``, after the loader's own draw of the worker base seed, exactly as in the
-    interrupted run."""
+    """A sampler without its first ``n`` indices on its first pass (the resumed epoch), whole
+    on later ones (persistent workers reuse the iterator, and with it this sampler). Lazy:
+    the sampler draws its order on the first ``next()``, after the loader's own draw of the
+    worker base seed, exactly as in the interrupted run."""
 
     def __init__(self, base: Any, n: int) -> None:
         self.base = base
-        self.n = n
+        self.n = n  # skipped by the next pass
+        self.current = n  # skipped by the pass under way (for len)
 
     def __iter__(self) -> Iterator[Any]:
-        return itertools.islice(iter(self.base), self.n, None)
+        self.current, self.n = self.n, 0
+        return itertools.islice(iter(self.base), self.current, None)
 
     def __len__(self) -> int:
-        return max(len(self.base) - self.n, 0)
+        return max(len(self.base) - self.current, 0)
 
 
 def epoch_items(loader: Any) -> int:

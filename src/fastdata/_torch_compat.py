@@ -10,17 +10,20 @@ Checked against torch 2.5 - 2.14 (the supported range; CI runs the newest).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+import weakref
 from typing import Any
 
 import torch.utils.data.dataloader as _dataloader
 
 __all__ = [
     "CHECKED_TORCH",
+    "IteratorRecord",
+    "SingleIterator",
     "WorkerIterator",
     "drain_sampler",
     "num_yielded",
@@ -35,6 +38,56 @@ CHECKED_TORCH = "2.14.1"
 def num_yielded(iterator: Any) -> int:
     """Batches torch's DataLoader iterator has handed out (``_num_yielded``)."""
     return int(iterator._num_yielded)
+
+
+class IteratorRecord:
+    """What the loader needs to know of its current iterator without keeping it alive (an
+    iterator kept alive keeps its worker processes): its length, and the batches it handed out
+    (live while it exists, final once it is gone)."""
+
+    __slots__ = ("batches", "length", "ref")
+    length: float
+
+    def __init__(self, iterator: Any) -> None:
+        self.ref = weakref.ref(iterator)
+        self.length = length(iterator)
+        self.batches = 0
+
+    @property
+    def iterator(self) -> Any:
+        return self.ref()
+
+    def handed_out(self) -> int:
+        iterator = self.ref()
+        return self.batches if iterator is None else num_yielded(iterator)
+
+
+def length(iterator: Any) -> float:
+    """Batches the iterator yields in all (infinite for an iterable dataset: torch's index
+    sampler there has no length)."""
+    try:
+        return len(iterator)
+    except TypeError:
+        return math.inf
+
+
+def _close(iterator: Any) -> None:
+    """When an iterator goes: note its count, and if it handed out the whole epoch, let its
+    sampler make its last draws, as a run that reached the end would have."""
+    record = getattr(iterator, "_fd_record", None)
+    if record is not None:
+        record.batches = num_yielded(iterator)
+        if record.batches >= record.length:
+            drain_sampler(iterator)
+
+
+class SingleIterator(_dataloader._SingleProcessDataLoaderIter):
+    """torch's single-process iterator, reporting to its :class:`IteratorRecord` when it goes."""
+
+    _fd_record: IteratorRecord | None = None
+
+    def __del__(self) -> None:
+        _close(self)
 
 
 def drain_sampler(iterator: Any) -> None:
@@ -126,6 +179,12 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
                         os.kill(worker.pid, signal.SIGKILL)
             return
 
+    _fd_record: IteratorRecord | None = None
+
+    def __del__(self) -> None:
+        _close(self)
+        super().__del__()
+
     def _shutdown_workers(self) -> None:
         if getattr(self, "_fd_watchdog", None) is not None:
             self._fd_done.set()
@@ -142,10 +201,14 @@ def _ended(exitcode: int) -> str:
     return f"exited with code {exitcode}"
 
 
-def worker_iterator(loader: Any) -> Iterator[Any]:
-    """The iterator torch's ``DataLoader._get_iterator`` would make, with
-    :class:`WorkerIterator` in place of torch's multi-process one."""
+def worker_iterator(loader: Any) -> tuple[Any, IteratorRecord]:
+    """The iterator torch's ``DataLoader._get_iterator`` would make (as
+    :class:`SingleIterator` / :class:`WorkerIterator`), and its record."""
+    iterator: Any
     if loader.num_workers == 0:
-        return _dataloader._SingleProcessDataLoaderIter(loader)
-    loader.check_worker_number_rationality()
-    return WorkerIterator(loader)
+        iterator = SingleIterator(loader)
+    else:
+        loader.check_worker_number_rationality()
+        iterator = WorkerIterator(loader)
+    iterator._fd_record = IteratorRecord(iterator)
+    return iterator, iterator._fd_record

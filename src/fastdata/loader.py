@@ -42,7 +42,7 @@ from fastdata._resume import (
     index_sampler_skipping,
 )
 from fastdata._stats import StageTimes, TimedCollate, WaitClock
-from fastdata._torch_compat import drain_sampler, num_yielded, worker_iterator
+from fastdata._torch_compat import IteratorRecord, drain_sampler, length, worker_iterator
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
 from fastdata.sources._state import require_int, require_mapping, short, validate
@@ -135,7 +135,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         stats: record per-stage times for :meth:`stats`.
     """
 
-    _fd_iterator: Any = None
+    _fd_record: IteratorRecord | None = None  # the current iterator, without holding it
     _fd_wrapped = False
     _fd_base = 0  # batches of this epoch consumed before the current iterator started
     _fd_resume_base = 0
@@ -199,7 +199,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 iterator = super().__iter__()
             finally:
                 self._fd_starting = False
-        self._fd_iterator = iterator
+        self._fd_record = getattr(iterator, "_fd_record", None)
+        if self._fd_record is not None:  # persistent workers: the same iterator, reset
+            self._fd_record.length = length(iterator)
         self._fd_base, self._fd_resume_base = self._fd_resume_base, 0
         self._fd_items_base, self._fd_resume_items = self._fd_resume_items, 0
         self._fd_skip = None  # the skip applied to this iterator only
@@ -251,7 +253,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         progress.wall = wall_before + clock() - start
 
     def _get_iterator(self) -> Any:
-        return worker_iterator(self)
+        iterator, _ = worker_iterator(self)
+        return iterator
 
     @property
     def _index_sampler(self) -> Any:
@@ -288,8 +291,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             return self._fd_resume_base
         if self._fd_wrapped:
             return self._fd_base + self._fd_progress.consumed
-        iterator = self._fd_iterator
-        return self._fd_base + (0 if iterator is None else num_yielded(iterator))
+        record = self._fd_record
+        return self._fd_base + (0 if record is None else record.handed_out())
 
     def state_dict(self) -> dict[str, Any]:
         """The position of iteration as plain JSON-able data.
@@ -320,16 +323,18 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if isinstance(sampler, ResumeError):
             raise sampler
         batch_size, drop_last = batch_settings(self)
-        iterator = self._fd_iterator
+        record = self._fd_record
         now = consumed - self._fd_base  # batches of the current iterator
         items = self._fd_items_base + now * (batch_size or 1)
         if self._fd_loaded:  # loaded, not iterated yet: the generators hold the saved state
             sampler, items = SamplerState.capture(self), self._fd_resume_items
-        elif iterator is not None and now >= len(iterator):
+        elif record is not None and now >= record.length:
             # The epoch is over: the next one starts from the generators as they are once
             # the sampler has run to its end (its last draws happen when it is asked past the
-            # last batch), as an uninterrupted run's next epoch would.
-            drain_sampler(iterator)
+            # last batch), as an uninterrupted run's next epoch would. (A finished iterator
+            # that is gone drained its sampler when it went.)
+            if record.iterator is not None:
+                drain_sampler(record.iterator)
             sampler, items = SamplerState.capture(self), 0
         return {
             "version": STATE_VERSION,
@@ -356,7 +361,12 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             batches = [math.ceil(c / rows) for c in items]
         consumed = min(consumed, sum(batches))
         done, turn = round_robin_consumed(batches, consumed)
-        return consumed, [min(d * rows, c) for d, c in zip(done, items, strict=True)], turn
+        # A reader whose batches were all handed out is done, including the rows drop_last
+        # dropped after its last full batch.
+        per_reader = [
+            c if d == b else d * rows for d, b, c in zip(done, batches, items, strict=True)
+        ]
+        return consumed, per_reader, turn
 
     def _stream_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
         readers = self._readers()

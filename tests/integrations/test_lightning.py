@@ -181,16 +181,6 @@ def test_state_holds_every_rank_and_refuses_another_world(data: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="fastdata.DataLoader keeps a reference to its last iterator (_fd_iterator, for "
-    "state_dict), so an iteration abandoned mid-epoch keeps its worker processes until the "
-    "loader itself is freed; torch's loader stops them when the iterator is dropped. Under "
-    "Lightning the loader sits in the Trainer's reference cycles: the workers live on after "
-    "fit() stops mid-epoch (max_steps, early stopping, an exception), and the garbage "
-    "collector that finally frees them blocks 5 s per worker (torch's join timeout: the "
-    "queues were finalized first, so the workers never get their stop signal).",
-)
 def test_an_abandoned_iteration_stops_its_workers(data: str) -> None:
     loader = fd.DataLoader(
         fd.ParquetStream(data, columns=["id"], batch_size=BATCH), batch_size=None, num_workers=2
