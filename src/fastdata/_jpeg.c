@@ -164,7 +164,8 @@ done:
 }
 
 PyDoc_STRVAR(decode_rgb_doc,
-             "decode_rgb(data, denom, top, left, height, width, out, rows, cols)\n\n"
+             "decode_rgb($module, data, denom, top, left, height, width, out, rows, cols, /)\n"
+             "--\n\n"
              "Decode, at 1/denom scale (1, 2, 4 or 8), the region of a JPEG around the box\n"
              "(top, left, height, width) of the scaled image as RGB into out, a writable\n"
              "contiguous buffer of rows x cols x 3 bytes; a box covering the image decodes it\n"
@@ -203,7 +204,7 @@ static PyObject *decode_rgb(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(check_doc,
-             "check(data)\n\n"
+             "check($module, data, /)\n--\n\n"
              "Read a whole JPEG (any colour space) as a decode does, without keeping pixels:\n"
              "True when libjpeg reads it to its end-of-image marker without a warning, a str\n"
              "(the warning) when the data is corrupt, False when libjpeg cannot read it.");

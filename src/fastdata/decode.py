@@ -202,6 +202,8 @@ def decode_image(
         img = _to_uint8(_imdecode(buf, flags | cv2.IMREAD_COLOR_RGB, header, source), source)
     if header is None:  # a header no parser read: the decoded size is checked instead
         _check_pixels(*img.shape[:2], max_pixels, "decodes to", source)
+        if bytes(buf[:3]) == b"\xff\xd8\xff":  # a JPEG to OpenCV, whose header libjpeg skips
+            _libjpeg.verify(buf, source)  # bytes about, with a warning
     return img
 
 

@@ -137,3 +137,66 @@ def jpeg(img: np.ndarray, sampling: str = "420", progressive: bool = False, rest
 
 
 JPEG = FORMATS["jpeg"][0]
+
+
+def segment_end(data: bytes, marker: bytes) -> tuple[int, int]:
+    """Start and end of the first segment with ``marker`` (two bytes, with its length)."""
+    start = data.index(marker)
+    return start, start + 2 + struct.unpack_from(">H", data, start + 2)[0]
+
+
+def corrupt_jpegs(data: bytes, seed: int) -> dict[str, bytes]:
+    """Damaged versions of a JPEG, named by what was done: the ways files break in the wild
+    (bits flipped and bytes overwritten in the scan, cut downloads, lost markers, stray bytes)
+    and two harmless changes (bytes after the end-of-image marker, no Huffman tables, for
+    which libjpeg has the standard ones)."""
+    rng = np.random.default_rng(seed)
+    scan = segment_end(data, b"\xff\xda")[1]
+    end = len(data) - 2  # the end-of-image marker
+
+    def changed(position: int, new: bytes) -> bytes:
+        return data[:position] + new + data[position + len(new) :]
+
+    cases = {}
+    for i in range(6):
+        position = int(rng.integers(scan, end))
+        cases[f"bit-flip-{i}"] = changed(position, bytes([data[position] ^ 1 << i]))
+    for i in range(3):
+        position = int(rng.integers(scan, end - 8))
+        cases[f"bytes-overwritten-{i}"] = changed(position, rng.bytes(8))
+    middle = (scan + end) // 2
+    cases["marker-in-scan"] = data[:middle] + b"\xff\xd3" + data[middle:]
+    cases["cut-in-scan"] = data[: int(rng.integers(scan + 10, end - 10))]
+    cases["cut-in-header"] = data[: scan - 4]
+    cases["no-end-marker"] = data[:end]
+    cases["bytes-before-end-marker"] = data[:end] + b"\x00" * 64 + data[end:]
+    for name, marker in (("frame", b"\xff\xc0"), ("quantisation", b"\xff\xdb")):
+        if marker in data[:scan]:
+            start, stop = segment_end(data, marker)
+            cases[f"no-{name}-header"] = data[:start] + data[stop:]
+    cases["no-start-marker"] = data[2:]
+    cases["bytes-after-end-marker"] = data + b"\0trailing bytes"
+    start, stop = segment_end(data, b"\xff\xc4")
+    cases["no-huffman-tables"] = (
+        data[:start] + data[stop:] if data.count(b"\xff\xc4") == 1 else data
+    )
+    return cases
+
+
+HARMLESS = ("bytes-after-end-marker", "no-huffman-tables")
+"""The cases of :func:`corrupt_jpegs` that are whole, valid images."""
+
+
+CLEAN = {
+    "baseline": jpeg(photo(120, 160, seed=1)),
+    "restarts": jpeg(photo(120, 160, seed=2), "422", restart=2),
+    "progressive": jpeg(photo(120, 160, seed=3), "444", progressive=True),
+    "gray": jpeg(photo(96, 72, seed=4)[:, :, 0]),
+}
+"""Clean JPEGs of the kinds the corrupt corpus damages."""
+CORPUS = {
+    f"{kind}/{case}": damaged
+    for seed, (kind, data) in enumerate(CLEAN.items())
+    for case, damaged in corrupt_jpegs(data, seed).items()
+}
+"""``"kind/case"`` -> the damaged file: :func:`corrupt_jpegs` of each clean JPEG."""
