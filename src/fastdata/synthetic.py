@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from fastdata._validate import check_choice
+
 __all__ = [
     "encode_image",
     "make_image_bytes",
@@ -54,6 +56,15 @@ _LARGE_LONG_SIDE = (2000, 2400)  # ``large`` images: room for 1/2..1/8 DCT-domai
 _GRADIENT_RANGES = ((64.0, 192.0), (-96.0, 96.0), (-96.0, 96.0))  # base, slope down, slope right
 _NOISE_SIGMA = 3.0  # in 8-bit levels: photo-like grain that JPEG cannot code for free
 _NOISE_TILE = 256  # noise is drawn once per image on a tile and repeated: 20x cheaper
+# texture="photo": detail in octaves of value noise (cells of 1 to 32 px, coarser ones
+# stronger, the middle ones clipped into sharp-edged blobs like foliage or gravel), its
+# strength varying across the image and from image to image, over the smooth composition.
+# Tuned so that JPEGs at quality 90 hold about 0.55 bytes per pixel, as ImageNet's do.
+_TEXTURES = ("photo", "smooth")
+_LUMA_CELLS, _LUMA_SLOPE, _EDGE_CELLS, _EDGE_GAIN = (1, 2, 4, 8, 16, 32), 0.2, (4, 8), 4.0
+_CHROMA_CELLS, _CHROMA_SLOPE = (2, 4, 8), 0.3
+_LUMA_LEVELS, _CHROMA_LEVELS = 50.0, 16.0  # standard deviations, in 8-bit levels
+_STRENGTH = (0.6, 1.4)  # per image: some photos are busy, some are mostly sky
 _DEFAULT_ROWS, _DEFAULT_FILES = 10_000, 4
 _TOKEN_VOCAB, _TOKEN_MEDIAN = 32_000, 24  # token ids in [0, vocab); lognormal length median
 _IMAGE_COLUMNS = (("id", pa.int64()), ("image", pa.binary()), ("label", pa.int32()))
@@ -77,12 +88,17 @@ def synth_image(
     *,
     channels: int = 3,
     dtype: npt.DTypeLike = np.uint8,
+    texture: str = "photo",
 ) -> np.ndarray:
-    """A photo-like image: smooth gradients, 3 to 8 filled shapes and mild gaussian noise.
+    """A photo-like image: smooth gradients and 3 to 8 filled shapes, textured.
 
-    Pure noise would make codecs slower and files bigger than real photos do, a flat image
-    faster and smaller; this compresses like a photo (a 400x400 JPEG at quality 90 is tens of
-    KB), so decode benchmarks on it mean something.
+    Decoding cost follows the entropy of the data: a smooth image decodes several times
+    faster than a photo of its size, and would flatter every decoder in a benchmark. With
+    ``texture="photo"`` (the default) the image carries detail at every scale, as photos of
+    foliage, fur or gravel do, so that a JPEG of it at quality 90 holds about 0.55 bytes per
+    pixel, as ImageNet's JPEGs do (about 110 KB at 470x390); ``"smooth"`` adds only mild
+    gaussian grain instead (about 0.15 bytes per pixel: small files, fast to write and to
+    decode, for tests that need speed rather than realism).
 
     Args:
         rng: the only source of randomness; the same generator state gives the same image.
@@ -90,6 +106,7 @@ def synth_image(
         width: columns, at least 1.
         channels: 1 (gray), 3 (RGB) or 4 (RGBA).
         dtype: ``np.uint8`` or ``np.uint16`` (full 16-bit range, for 16-bit PNG).
+        texture: ``"photo"`` or ``"smooth"``.
 
     Returns:
         An array of shape ``(height, width, channels)`` in RGB(A) order.
@@ -104,6 +121,7 @@ def synth_image(
     out = np.dtype(dtype)
     if out not in (np.uint8, np.uint16):
         raise ValueError(f"dtype={out} is not supported: expected uint8 or uint16")
+    check_choice("texture", texture, _TEXTURES)
     ys = np.linspace(-0.5, 0.5, height, dtype=np.float32)[:, None, None]
     xs = np.linspace(-0.5, 0.5, width, dtype=np.float32)[None, :, None]
     base, slope_y, slope_x = (
@@ -112,6 +130,19 @@ def synth_image(
     image = (base + ys * slope_y) + xs * slope_x  # float32 (height, width, channels), 8-bit scale
     for _ in range(int(rng.integers(3, 9))):
         _draw_shape(image, rng)
+    if texture == "photo":
+        _add_detail(image, rng)
+    else:
+        _add_grain(image, rng)
+    if out == np.uint16:
+        image *= 257  # 255 * 257 = 65535: use the whole 16-bit range
+    np.clip(image, 0, np.iinfo(out).max, out=image)
+    return image.astype(out)
+
+
+def _add_grain(image: np.ndarray, rng: np.random.Generator) -> None:
+    """Add mild gaussian grain (``texture="smooth"``), drawn on one tile and repeated."""
+    height, width, channels = image.shape
     tile = rng.standard_normal(
         (min(height, _NOISE_TILE), min(width, _NOISE_TILE), channels), dtype=np.float32
     )
@@ -120,10 +151,56 @@ def synth_image(
         for x in range(0, width, _NOISE_TILE):
             block = image[y : y + _NOISE_TILE, x : x + _NOISE_TILE]
             block += tile[: block.shape[0], : block.shape[1]]
-    if out == np.uint16:
-        image *= 257  # 255 * 257 = 65535: use the whole 16-bit range
-    np.clip(image, 0, np.iinfo(out).max, out=image)
-    return image.astype(out)
+
+
+def _add_detail(image: np.ndarray, rng: np.random.Generator) -> None:
+    """Add photo-like detail (``texture="photo"``): one luminance texture over every channel,
+    and a weaker, coarser texture per colour channel."""
+    height, width, channels = image.shape
+    strength = rng.uniform(*_STRENGTH)
+    luma = _octaves(rng, height, width, 1, _LUMA_CELLS, _LUMA_SLOPE)
+    activity = cv2.resize(_noise(rng, 4, 4, 1), (width, height), interpolation=cv2.INTER_CUBIC)
+    np.clip(activity * (2 / 255), 0.15, 2.0, out=activity)  # busy here, smooth there
+    luma *= activity * (strength * _LUMA_LEVELS / max(float(luma.std()), 1e-6))
+    image += luma[:, :, None]
+    if channels >= 3:
+        chroma = _octaves(rng, height, width, 3, _CHROMA_CELLS, _CHROMA_SLOPE)
+        chroma *= strength * _CHROMA_LEVELS / max(float(chroma.std()), 1e-6)
+        image[:, :, :3] += chroma
+
+
+def _octaves(
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    channels: int,
+    cells: Sequence[int],
+    slope: float,
+) -> np.ndarray:
+    """Value noise summed over ``cells`` (grid spacings in pixels), each octave weighted by
+    ``cell ** slope``; the octaves of :data:`_EDGE_CELLS` are clipped into sharp-edged blobs.
+    Float32 ``(height, width)``, or ``(height, width, channels)`` for several channels."""
+    total = np.zeros((height, width, channels) if channels > 1 else (height, width), np.float32)
+    for cell in cells:
+        rows, cols = -(-height // cell) + 1, -(-width // cell) + 1
+        grid = _noise(rng, rows, cols, channels)
+        grid -= 127.5
+        if cell > 1:
+            grid = cv2.resize(grid, (cols * cell, rows * cell), interpolation=cv2.INTER_LINEAR)
+        grid = grid[:height, :width]
+        if channels == 1 and cell in _EDGE_CELLS:
+            grid = np.clip(grid * _EDGE_GAIN, -127.5, 127.5)
+        cv2.scaleAdd(grid, float(cell**slope), total, dst=total)
+    return total
+
+
+def _noise(rng: np.random.Generator, rows: int, cols: int, channels: int) -> np.ndarray:
+    """Uniform noise in [0, 255] as float32, from random bytes (several times cheaper than
+    gaussian draws)."""
+    shape = (rows, cols, channels) if channels > 1 else (rows, cols)
+    return (
+        np.frombuffer(rng.bytes(rows * cols * channels), np.uint8).reshape(shape).astype(np.float32)
+    )
 
 
 def _draw_shape(image: np.ndarray, rng: np.random.Generator) -> None:
@@ -196,6 +273,7 @@ class _ImageSpec:
     large: int
     min_short: int
     max_short: int
+    texture: str
 
     def validated(self, n: int) -> _ImageSpec:
         """``self`` once every option (and the image count ``n``) is valid; else ValueError."""
@@ -208,6 +286,7 @@ class _ImageSpec:
         _check_int("min_short", self.min_short, 16)
         _check_int("max_short", self.max_short, self.min_short)
         _check_int("quality", self.quality, 1, 100)
+        check_choice("texture", self.texture, _TEXTURES)
         _, valid_channels, valid_dtypes = _codec(self.fmt)
         valid = [m for m, (c, d) in _MODES.items() if c in valid_channels and d in valid_dtypes]
         if self.mode not in valid:
@@ -229,7 +308,9 @@ class _ImageSpec:
             long = min(int(short * ratio), 4 * short // 3)
         height, width = (long, short) if rng.random() < 0.5 else (short, long)
         channels, dtype = _MODES[self.mode]
-        pixels = synth_image(rng, height, width, channels=channels, dtype=dtype)
+        pixels = synth_image(
+            rng, height, width, channels=channels, dtype=dtype, texture=self.texture
+        )
         return encode_image(pixels, fmt=self.fmt, quality=self.quality), i % self.classes
 
 
@@ -245,6 +326,7 @@ def make_image_bytes(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[tuple[bytes, int]]:
     """``n`` encoded images with their labels, in memory: the content of every image layout.
 
@@ -261,6 +343,9 @@ def make_image_bytes(
         min_short: smallest short side of the other images (at least 16).
         max_short: largest short side; short sides are uniform in [min_short, max_short], the
             aspect ratio uniform in 3:4..4:3 with a random orientation, like ImageNet.
+        texture: ``"photo"`` (the default: about 0.55 bytes per pixel as JPEG at quality 90,
+            ImageNet's entropy, so that decoding costs what it costs on photos) or
+            ``"smooth"`` (about 0.15: small, fast files for tests); see :func:`synth_image`.
 
     Returns:
         ``[(encoded image, label), ...]`` in index order.
@@ -268,7 +353,9 @@ def make_image_bytes(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     return [spec.sample(i) for i in range(n)]
 
 
@@ -285,6 +372,7 @@ def make_images(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[Path]:
     """Write an ImageFolder tree ``root/class_XX/img_XXXXX.jpg`` of :func:`make_image_bytes`.
 
@@ -295,7 +383,7 @@ def make_images(
     other files under ``root`` are left alone.
 
     The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
-    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`; ``fmt`` also
+    ``min_short``, ``max_short`` and ``texture`` are as in :func:`make_image_bytes`; ``fmt`` also
     sets the file extension.
 
     Args:
@@ -308,7 +396,9 @@ def make_images(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     root = _make_root(root)
     class_width, index_width = _width(classes, 2), _width(n, 5)
     paths = []
@@ -430,6 +520,7 @@ def make_image_parquet(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[Path]:
     """Write :func:`make_image_bytes` as Parquet ``part-00000.parquet``...: id, image, label.
 
@@ -438,7 +529,7 @@ def make_image_parquet(
     possible, as in :func:`make_parquet` (so with ``n < files`` the last files are empty).
 
     The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
-    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`.
+    ``min_short``, ``max_short`` and ``texture`` are as in :func:`make_image_bytes`.
 
     Args:
         root: the folder to write into; created if missing.
@@ -452,7 +543,9 @@ def make_image_parquet(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     ranges = _file_ranges(n, files, None)
     _check_int("row_group_size", row_group_size, 1)
     root = _make_root(root)
@@ -483,6 +576,7 @@ def make_tar_shards(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[Path]:
     """Write :func:`make_image_bytes` as WebDataset tar shards ``shard-00000.tar``...
 
@@ -493,7 +587,7 @@ def make_tar_shards(
     user/group names, mode 0o644.
 
     The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
-    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`.
+    ``min_short``, ``max_short`` and ``texture`` are as in :func:`make_image_bytes`.
 
     Args:
         root: the folder to write into; created if missing.
@@ -506,7 +600,9 @@ def make_tar_shards(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     _check_int("shards", shards, 1)
     ranges = _file_ranges(n, shards, None)
     root = _make_root(root)
