@@ -59,12 +59,16 @@ _NOISE_TILE = 256  # noise is drawn once per image on a tile and repeated: 20x c
 # texture="photo": detail in octaves of value noise (cells of 1 to 32 px, coarser ones
 # stronger, the middle ones clipped into sharp-edged blobs like foliage or gravel), its
 # strength varying across the image and from image to image, over the smooth composition.
-# Tuned so that JPEGs at quality 90 hold about 0.55 bytes per pixel, as ImageNet's do.
+# Tuned so that JPEGs at quality 90 hold about 0.55 bytes per pixel, as ImageNet's do. The
+# cells grow with the image past a shorter side of _DETAIL_SIDE px: a larger photo of the same
+# kind of scene has its detail spread over more pixels (a 12-megapixel camera JPEG holds far
+# fewer bytes per pixel than an ImageNet one).
 _TEXTURES = ("photo", "smooth")
 _LUMA_CELLS, _LUMA_SLOPE, _EDGE_CELLS, _EDGE_GAIN = (1, 2, 4, 8, 16, 32), 0.2, (4, 8), 4.0
 _CHROMA_CELLS, _CHROMA_SLOPE = (2, 4, 8), 0.3
 _LUMA_LEVELS, _CHROMA_LEVELS = 50.0, 16.0  # standard deviations, in 8-bit levels
 _STRENGTH = (0.6, 1.4)  # per image: some photos are busy, some are mostly sky
+_DETAIL_SIDE = 500
 _DEFAULT_ROWS, _DEFAULT_FILES = 10_000, 4
 _TOKEN_VOCAB, _TOKEN_MEDIAN = 32_000, 24  # token ids in [0, vocab); lognormal length median
 _IMAGE_COLUMNS = (("id", pa.int64()), ("image", pa.binary()), ("label", pa.int32()))
@@ -158,13 +162,14 @@ def _add_detail(image: np.ndarray, rng: np.random.Generator) -> None:
     and a weaker, coarser texture per colour channel."""
     height, width, channels = image.shape
     strength = rng.uniform(*_STRENGTH)
-    luma = _octaves(rng, height, width, 1, _LUMA_CELLS, _LUMA_SLOPE)
+    scale = max(1, round(min(height, width) / _DETAIL_SIDE))
+    luma = _octaves(rng, height, width, 1, _LUMA_CELLS, _LUMA_SLOPE, scale)
     activity = cv2.resize(_noise(rng, 4, 4, 1), (width, height), interpolation=cv2.INTER_CUBIC)
     np.clip(activity * (2 / 255), 0.15, 2.0, out=activity)  # busy here, smooth there
     luma *= activity * (strength * _LUMA_LEVELS / max(float(luma.std()), 1e-6))
     image += luma[:, :, None]
     if channels >= 3:
-        chroma = _octaves(rng, height, width, 3, _CHROMA_CELLS, _CHROMA_SLOPE)
+        chroma = _octaves(rng, height, width, 3, _CHROMA_CELLS, _CHROMA_SLOPE, scale)
         chroma *= strength * _CHROMA_LEVELS / max(float(chroma.std()), 1e-6)
         image[:, :, :3] += chroma
 
@@ -176,17 +181,19 @@ def _octaves(
     channels: int,
     cells: Sequence[int],
     slope: float,
+    scale: int,
 ) -> np.ndarray:
-    """Value noise summed over ``cells`` (grid spacings in pixels), each octave weighted by
-    ``cell ** slope``; the octaves of :data:`_EDGE_CELLS` are clipped into sharp-edged blobs.
-    Float32 ``(height, width)``, or ``(height, width, channels)`` for several channels."""
+    """Value noise summed over ``cells`` (grid spacings, times ``scale`` pixels), each octave
+    weighted by ``cell ** slope``; the luminance octaves of :data:`_EDGE_CELLS` are clipped
+    into sharp-edged blobs. Float32 ``(height, width)``, or ``(height, width, channels)``."""
     total = np.zeros((height, width, channels) if channels > 1 else (height, width), np.float32)
     for cell in cells:
-        rows, cols = -(-height // cell) + 1, -(-width // cell) + 1
+        step = cell * scale
+        rows, cols = -(-height // step) + 1, -(-width // step) + 1
         grid = _noise(rng, rows, cols, channels)
         grid -= 127.5
-        if cell > 1:
-            grid = cv2.resize(grid, (cols * cell, rows * cell), interpolation=cv2.INTER_LINEAR)
+        if step > 1:
+            grid = cv2.resize(grid, (cols * step, rows * step), interpolation=cv2.INTER_LINEAR)
         grid = grid[:height, :width]
         if channels == 1 and cell in _EDGE_CELLS:
             grid = np.clip(grid * _EDGE_GAIN, -127.5, 127.5)
