@@ -46,7 +46,7 @@ sets its own), so threads do not oversubscribe.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cv2
@@ -132,35 +132,33 @@ def test_decode_jpeg_pil(benchmark: Any, small_jpegs: list[bytes]) -> None:
     benchmark.extra_info["data"] = describe_images(small_jpegs)
 
 
-@pytest.mark.benchmark(group="decode-checked")
-def test_decode_checked(benchmark: Any, small_jpegs: list[bytes]) -> None:
+def against_imdecode(benchmark: Any, jpegs: list[bytes], fn: Callable[[bytes], Any]) -> list:
+    """Time ``fn`` over ``jpegs`` against ``cv2.imdecode`` of the same bytes, alternately
+    (one thread); returns the results of ``fn`` and of ``cv2.imdecode``."""
     assert JPEG_EXTENSION, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
-    arrays = [np.frombuffer(data, np.uint8) for data in small_jpegs]
+    arrays = [np.frombuffer(data, np.uint8) for data in jpegs]
     got = measure_interleaved(
         benchmark,
-        lambda: [decode_image(data) for data in small_jpegs],
+        lambda: [fn(data) for data in jpegs],
         {"opencv-imdecode": lambda: [cv2.imdecode(a, cv2.IMREAD_COLOR_RGB) for a in arrays]},
-        items=len(small_jpegs),
+        items=len(jpegs),
         rounds=scaled(15, 9),
     )
-    for ours, theirs in zip(got["fastdata"], got["opencv-imdecode"], strict=True):
-        np.testing.assert_array_equal(ours, theirs)  # the same pixels, checked
-    benchmark.extra_info["data"] = describe_images(small_jpegs)
+    benchmark.extra_info["data"] = describe_images(jpegs)
+    return [got["fastdata"], got["opencv-imdecode"]]
+
+
+@pytest.mark.benchmark(group="decode-checked")
+def test_decode_checked(benchmark: Any, small_jpegs: list[bytes]) -> None:
+    ours, theirs = against_imdecode(benchmark, small_jpegs, decode_image)
+    for image, expected in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(image, expected)  # the same pixels, checked
 
 
 @pytest.mark.benchmark(group="jpeg-check")
 def test_jpeg_check(benchmark: Any, small_jpegs: list[bytes]) -> None:
-    assert JPEG_EXTENSION, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
-    arrays = [np.frombuffer(data, np.uint8) for data in small_jpegs]
-    got = measure_interleaved(
-        benchmark,
-        lambda: [_libjpeg.check(data) for data in small_jpegs],
-        {"opencv-imdecode": lambda: [cv2.imdecode(a, cv2.IMREAD_COLOR_RGB) for a in arrays]},
-        items=len(small_jpegs),
-        rounds=scaled(15, 9),
-    )
-    assert all(verdict is True for verdict in got["fastdata"])
-    benchmark.extra_info["data"] = describe_images(small_jpegs)
+    verdicts, _ = against_imdecode(benchmark, small_jpegs, _libjpeg.check)
+    assert all(verdict is True for verdict in verdicts)
 
 
 @pytest.mark.benchmark(group="decode-reduced")

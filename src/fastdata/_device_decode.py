@@ -169,7 +169,8 @@ def _orient(image: torch.Tensor, header: ImageHeader) -> torch.Tensor:
 def _transform(
     image: torch.Tensor, transform: ImageTransform, rng: np.random.Generator | None
 ) -> torch.Tensor:
-    (top, left, h, w), out_hw, flip = transform.geometry(tuple(image.shape[1:]), rng)
+    hw = (int(image.shape[1]), int(image.shape[2]))
+    (top, left, h, w), out_hw, flip = transform.geometry(hw, rng)
     out = image[:, top : top + h, left : left + w]
     if out_hw != (h, w):
         mode = _MODES[transform.interpolation]

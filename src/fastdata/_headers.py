@@ -230,8 +230,8 @@ def _pnm(buf: memoryview) -> Found:
     if kind not in b"123456Ff" or len(kind) != 1:
         return None
     width = _PNM_NUMBER.match(head, 2)
-    height = width and _PNM_NUMBER.match(head, width.end())
-    if not height:
+    height = None if width is None else _PNM_NUMBER.match(head, width.end())
+    if width is None or height is None:
         return None
     return "pfm" if kind in b"Ff" else "pnm", int(height.group(1)), int(width.group(1))
 

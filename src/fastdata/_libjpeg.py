@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 
 import cv2
@@ -49,7 +50,7 @@ _OPENCV_LIMITS = tuple(
     for name, default in (("PIXELS", 1 << 30), ("WIDTH", 1 << 20), ("HEIGHT", 1 << 20))
 )
 
-_ORIENT = {
+_ORIENT: dict[int, Callable[[np.ndarray], np.ndarray]] = {
     2: lambda img: cv2.flip(img, 1),
     3: lambda img: cv2.rotate(img, cv2.ROTATE_180),
     4: lambda img: cv2.flip(img, 0),
@@ -73,6 +74,8 @@ def agrees_with_opencv(module: ModuleType) -> bool:
             for factor, box in ((1, None), (2, None), (1, (16, 24, 8, 8))):
                 flags = cv2.IMREAD_COLOR_RGB | REDUCED_FLAGS[factor]
                 expected = cv2.imdecode(data, flags)
+                if expected is None:
+                    return False
                 hw = expected.shape[:2]
                 top, left, h, w = box or (0, 0, *hw)
                 out = np.zeros_like(expected)
@@ -93,7 +96,7 @@ try:  # the C extension, built when libjpeg-turbo's headers were there at instal
 except ImportError:  # pragma: no cover - depends on the build
     _jpeg = None  # type: ignore[assignment]
 
-if _jpeg is not None and not agrees_with_opencv(_jpeg):  # pragma: no cover - depends on the build
+if _jpeg is not None and not agrees_with_opencv(_jpeg):  # pragma: no cover - the build decides
     warnings.warn(
         f"fastdata._jpeg (libjpeg-turbo {_jpeg.LIBJPEG_TURBO_VERSION_NUMBER}) decodes "
         "differently from OpenCV's libjpeg-turbo: JPEGs are decoded by OpenCV alone, without "
@@ -102,7 +105,7 @@ if _jpeg is not None and not agrees_with_opencv(_jpeg):  # pragma: no cover - de
         RuntimeWarning,
         stacklevel=2,
     )
-    _jpeg = None
+    _jpeg = None  # type: ignore[assignment]
 
 EXTENSION = _jpeg is not None  # documented as fastdata.decode.JPEG_EXTENSION
 

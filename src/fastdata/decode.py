@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import cv2
 import numpy as np
@@ -201,7 +202,8 @@ def decode_image(
             flags |= cv2.IMREAD_ANYDEPTH  # read 16-bit PNGs as 16-bit, then scale properly
         img = _to_uint8(_imdecode(buf, flags | cv2.IMREAD_COLOR_RGB, header, source), source)
     if header is None:  # a header no parser read: the decoded size is checked instead
-        _check_pixels(*img.shape[:2], max_pixels, "decodes to", source)
+        height, width = img.shape[:2]
+        _check_pixels(height, width, max_pixels, "decodes to", source)
         if bytes(buf[:3]) == b"\xff\xd8\xff":  # a JPEG to OpenCV, whose header libjpeg skips
             _libjpeg.verify(buf, source)  # bytes about, with a warning
     return img
@@ -314,7 +316,12 @@ def decode_for(
     Raises:
         DecodeError: as :func:`decode_image`.
     """
-    options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels, "source": source}
+    options: dict[str, Any] = {
+        "keep_alpha": keep_alpha,
+        "exif": exif,
+        "max_pixels": max_pixels,
+        "source": source,
+    }
     header = image_header(data, exif=exif) if reduce else None
     if header is None or header.format != "jpeg":
         image = decode_image(data, **options)
@@ -337,7 +344,7 @@ def decode_for(
         return image, scaled
     # The header and the decoder disagree on the size (an unusual file): draw the same
     # randoms again on the image as the decoder sees it, in full.
-    if rng is not None:
+    if rng is not None and state is not None:
         rng.bit_generator.state = state
     image = image if factor == 1 else decode_image(data, **options)
     return image, transform.geometry(image.shape[:2], rng)
@@ -394,7 +401,7 @@ def decode_many(
     for name, seq in (("sources", sources), ("rngs", rngs)):
         if seq is not None and len(seq) != n:
             raise ValueError(f"{name} has {len(seq)} entries for {n} items: give one per item")
-    options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels}
+    options: dict[str, Any] = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels}
 
     def one(i: int) -> np.ndarray:
         source = sources[i] if sources is not None else f"item {i}"

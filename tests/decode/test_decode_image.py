@@ -23,7 +23,6 @@ from decode_helpers import (
 from PIL import Image
 
 from fastdata.decode import (
-    DEFAULT_MAX_PIXELS,
     decode_image,
     image_header,
     image_size,
@@ -122,21 +121,6 @@ def test_bad_data_raises_decode_error_naming_the_source(data: bytes, reason: str
     assert "shard-0001.tar/cat_42.jpg" in str(info.value)
     clone = pickle.loads(pickle.dumps(info.value))  # crosses DataLoader worker boundaries
     assert str(clone) == str(info.value)
-
-
-def test_over_opencv_pixel_limit_is_a_decode_error() -> None:
-    with pytest.raises(DecodeError, match="OpenCV's size limit") as info:
-        decode_image(fake_png_header(100_000, 100_000), max_pixels=None, source="big.png")
-    assert info.value.path == "big.png"
-    assert isinstance(info.value.__cause__, cv2.error)
-
-
-def test_max_pixels_is_checked_before_decoding() -> None:
-    data = cv_encode(photo(100, 100), ".png")
-    with pytest.raises(DecodeError, match="10,000 pixels"):
-        decode_image(data, max_pixels=9_999)
-    assert decode_image(data, max_pixels=10_000).shape == (100, 100, 3)
-    assert DEFAULT_MAX_PIXELS > 100_000_000
 
 
 def test_float_images_with_alpha_are_refused() -> None:
