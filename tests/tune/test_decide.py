@@ -1,0 +1,146 @@
+"""Tests of fastdata.tune.decide: the decision rule on made-up measurements (no timing).
+
+A trial's interval is ``throughput / (1 +- rel_ci)``, so each case below sets throughputs and
+relative half-widths that make the intervals overlap or stand apart, and checks the choice
+and the words of the reason.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fastdata.tune import Trial
+from fastdata.tune.decide import Decision, decide, explain, overlap
+
+from fakes import settings
+
+
+def trial(workers: int, rate: float, ci: float = 0.03, **kwargs: object) -> Trial:
+    prefetch = kwargs.pop("prefetch", 2)
+    pin = kwargs.pop("pin", False)
+    return Trial(
+        params=settings(workers, prefetch, pin),  # type: ignore[arg-type]
+        throughput=rate,
+        rel_ci=ci,
+        busy=kwargs.pop("busy", 0.5),  # type: ignore[arg-type]
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def choose(trials: list[Trial], **options: object) -> Decision:
+    options = {"target": 0.95, "tolerance": 0.0, **options}
+    return decide(trials, **options)  # type: ignore[arg-type]
+
+
+def reason(trials: list[Trial], **options: object) -> str:
+    options = {"target": 0.95, "tolerance": 0.0, **options}
+    return " ".join(explain(choose(trials, **options), trials, **options))  # type: ignore[arg-type]
+
+
+def test_the_interval_is_the_throughput_over_one_plus_and_minus_the_relative_ci() -> None:
+    assert trial(2, 20.0, 0.25).interval == (16.0, pytest.approx(80 / 3))
+    assert trial(2, 20.0, math.inf).interval == (20.0, 20.0)  # no interval: the point
+    assert trial(2, 20.0, 1.5).interval == (8.0, math.inf)
+    assert overlap(trial(1, 10.0, 0.1), trial(2, 11.5, 0.1))  # 9.1-11.1 and 10.5-12.8
+    assert not overlap(trial(1, 10.0, 0.05), trial(2, 11.5, 0.05))  # 9.5-10.5, 11.0-12.1
+
+
+def test_overlapping_best_trials_choose_the_fewest_workers_and_say_it_is_noise() -> None:
+    trials = [trial(0, 8.0), trial(1, 15.0), trial(2, 19.5, 0.05), trial(3, 20.3, 0.05)]
+    decision = choose(trials)
+    assert decision.chosen == 2  # 2 workers: 18.6-20.5 overlaps 3 workers' 19.3-21.4
+    assert decision.fastest == 3 and decision.tied == (2,)
+    text = reason(trials)
+    assert "2 trials cannot be told apart from the fastest (num_workers=3" in text
+    assert "95% intervals overlap, so the differences between them are noise" in text
+    assert "(95% CI 18.6-20.5)" in text
+
+
+def test_separated_trials_choose_the_faster_even_with_more_workers() -> None:
+    trials = [trial(0, 8.0), trial(1, 15.0), trial(2, 18.0, 0.02), trial(3, 20.3, 0.02)]
+    decision = choose(trials)
+    assert decision.chosen == 3 and decision.tied == ()  # 17.6-18.4 below 19.9-20.7
+    assert "It is the fastest, and no other trial's 95% interval overlaps" in reason(trials)
+
+
+def test_among_the_indistinguishable_the_smallest_prefetch_then_pin_memory_off() -> None:
+    trials = [
+        trial(2, 20.0, 0.05, prefetch=4),
+        trial(2, 20.5, 0.05, prefetch=8),
+        trial(2, 19.8, 0.05, prefetch=3, pin=True),
+        trial(2, 19.9, 0.05, prefetch=3),
+        trial(2, 12.0, 0.05, prefetch=1),  # separated: slower beyond the noise
+    ]
+    assert choose(trials).chosen == 3  # prefetch 3 (not 1: separated), pinning off
+    assert choose(trials[:3]).chosen == 2  # prefetch 3 with pinning beats prefetch 4
+
+
+def test_the_tolerance_and_the_target_widen_what_counts_as_good() -> None:
+    trials = [trial(1, 18.0, 0.01), trial(2, 18.8, 0.01)]  # separated, 4% apart
+    assert choose(trials).chosen == 1
+    assert choose(trials, tolerance=0.05).chosen == 0
+    reached = [trial(1, 18.0, 0.01, busy=0.96), trial(2, 30.0, 0.01, busy=0.99)]
+    assert choose(reached).chosen == 0 and choose(reached).reached == (0, 1)
+
+
+def test_more_workers_than_cores_only_when_faster_beyond_the_intervals() -> None:
+    within = [trial(0, 5.0), trial(1, 9.0), trial(2, 17.0, 0.05)]  # 2 cores: 16.2-17.9
+    noisy = [*within, trial(4, 18.5, 0.05)]  # 17.6-19.5: overlaps, so not justified
+    decision = choose(noisy, tolerance=0.05, cores=2)
+    assert decision.chosen == 2 and decision.held_back == (3,)
+    assert "1 trial(s) with more workers than the 2 core(s) measured faster, but not beyond" in (
+        reason(noisy, tolerance=0.05, cores=2)
+    )
+    # Without the core rule they tie too (2 workers: the cheaper of two overlapping).
+    assert choose(noisy, tolerance=0.05).chosen == 2
+    io_bound = [*within, trial(4, 24.0, 0.05), trial(6, 31.0, 0.05)]  # 22.9-25.3, 29.5-32.6
+    decision = choose(io_bound, tolerance=0.05, cores=2)
+    assert decision.chosen == 4 and decision.within_cores == 2
+    text = reason(io_bound, tolerance=0.05, cores=2)
+    assert "It uses more workers than the 2 usable core(s): it measured 31.0 batches/s" in text
+    assert "against 17.0 batches/s (95% CI 16.2-17.9) for the fastest trial with at most 2" in text
+
+
+def test_a_space_without_trials_within_the_cores_says_so() -> None:
+    trials = [trial(8, 10.0), trial(16, 10.1)]
+    decision = choose(trials, cores=2)
+    assert decision.chosen == 0 and decision.within_cores is None
+    assert "because no trial with at most that many was measured" in reason(trials, cores=2)
+
+
+def test_memory_failures_and_an_empty_choice() -> None:
+    trials = [
+        trial(0, 8.0, peak_rss=100),
+        trial(2, 20.0, peak_rss=300),
+        Trial(params={}, error="x"),
+    ]
+    assert choose(trials, max_memory=200).chosen == 0
+    assert choose(trials, max_memory=50) == Decision(chosen=0, fastest=None)
+    assert "No trial stayed within max_memory" in reason(trials, max_memory=50)
+    with pytest.raises(ValueError, match="no completed trial"):
+        choose([Trial(params={}, error="x")])
+
+
+rates = st.floats(1.0, 100.0)
+widths = st.floats(0.0, 0.5)
+
+
+@given(st.lists(st.tuples(st.integers(0, 8), st.sampled_from([1, 2, 4]), rates, widths),
+                min_size=1, max_size=12))  # fmt: skip
+def test_the_choice_is_never_beaten_beyond_the_noise_by_a_cheaper_setting(
+    specs: list[tuple[int, int, float, float]],
+) -> None:
+    trials = [trial(w, r, c, prefetch=p) for w, p, r, c in specs]
+    decision = choose(trials, cores=8)
+    pick, fastest = trials[decision.chosen], trials[decision.fastest]  # type: ignore[index]
+    assert overlap(pick, fastest)  # the choice is as good as the fastest, by the intervals
+    for other in trials:  # and nothing cheaper is
+        cheaper = (other.params["num_workers"], other.params["prefetch_factor"] or 0) < (
+            pick.params["num_workers"],
+            pick.params["prefetch_factor"] or 0,
+        )
+        assert not (cheaper and overlap(other, fastest))
