@@ -56,6 +56,9 @@ def test_overlapping_best_trials_choose_the_fewest_workers_and_say_it_is_noise()
     assert decision.fastest == 3 and decision.tied == (2,)
     text = reason(trials)
     assert "2 trials cannot be told apart from the fastest (num_workers=3" in text
+    assert "It measured fastest, and 1 other trial(s) cannot be told apart" in reason(
+        [*trials[:2], trial(2, 20.3, 0.05), trial(3, 19.5, 0.05)]
+    )
     assert "95% intervals overlap, so the differences between them are noise" in text
     assert "(95% CI 18.6-20.5)" in text
 

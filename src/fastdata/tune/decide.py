@@ -143,10 +143,16 @@ def explain(
         return lines
     fastest = trials[decision.fastest]
     cheapest = "the cheapest (fewest workers, then smallest prefetch_factor, then pin_memory off)"
-    if decision.tied:
+    if decision.tied and decision.chosen == decision.fastest:
+        lines.append(
+            f"It measured fastest, and {len(decision.tied)} other trial(s) cannot be told apart "
+            "from it (their 95% intervals overlap: the differences are noise); it is also "
+            f"{cheapest} of them."
+        )
+    elif decision.tied:
         lines.append(
             f"{len(decision.tied) + 1} trials cannot be told apart from the fastest "
-            f"({describe(fastest.params)}, {_rate_ci(fastest)}): their 95% intervals overlap, "
+            f"({describe(fastest.params)}: {_rate_ci(fastest)}): their 95% intervals overlap, "
             f"so the differences between them are noise. This is {cheapest} of the trials "
             f"that match the fastest or reach the target."
         )
@@ -155,15 +161,16 @@ def explain(
     else:
         lines.append(
             f"It is {cheapest} of the trials that reach the target or come within "
-            f"{tolerance:.0%} of the fastest ({describe(fastest.params)}, {_rate_ci(fastest)})."
+            f"{tolerance:.0%} of the fastest ({describe(fastest.params)}: {_rate_ci(fastest)})."
         )
     if decision.within_cores is not None:
         base = trials[decision.within_cores]
         lines.append(
             f"It uses more workers than the {cores} usable core(s): it measured {_rate_ci(pick)}"
             f" against {_rate_ci(base)} for the fastest trial with at most {cores} workers "
-            f"({describe(base.params)}), faster beyond both intervals: the pipeline waits on "
-            "something other than the CPU (I/O), so extra workers help."
+            f"({describe(base.params)}): faster beyond both intervals, so the extra workers "
+            "pay for themselves here (a pipeline that waits, e.g. on I/O, can use more workers "
+            "than cores)."
         )
     elif cores is not None and pick.params["num_workers"] > cores:
         lines.append(
