@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastdata.tune import Trial
-from fastdata.tune.decide import Decision, decide, explain, overlap
+from fastdata.tune.decide import Decision, decide, explain, interval, overlap
 
 from fakes import settings
 
@@ -140,10 +140,24 @@ def test_the_choice_is_never_beaten_beyond_the_noise_by_a_cheaper_setting(
     trials = [trial(w, r, c, prefetch=p) for w, p, r, c in specs]
     decision = choose(trials, cores=8)
     pick, fastest = trials[decision.chosen], trials[decision.fastest]  # type: ignore[index]
-    assert overlap(pick, fastest)  # the choice is as good as the fastest, by the intervals
+    noise = decision.noise  # settings drawn twice are repeats: their spread widens intervals
+    assert overlap(pick, fastest, noise)  # the choice is as good as the fastest
     for other in trials:  # and nothing cheaper is
         cheaper = (other.params["num_workers"], other.params["prefetch_factor"] or 0) < (
             pick.params["num_workers"],
             pick.params["prefetch_factor"] or 0,
         )
-        assert not (cheaper and overlap(other, fastest))
+        assert not (cheaper and overlap(other, fastest, noise))
+
+
+def test_repeated_settings_measure_the_drift_and_widen_every_interval() -> None:
+    first = [trial(1, 20.0, 0.02), trial(2, 25.0, 0.02)]  # 2 workers: lucky, it seems
+    assert choose(first).chosen == 1 and choose(first).noise == 0
+    again = [*first, trial(1, 20.5, 0.02), trial(2, 21.0, 0.02)]  # the repeats disagree
+    decision = choose(again)
+    # deviations from each setting's mean: 20/20.25, 20.5/20.25, 25/23, 21/23; 2 df
+    devs = [-0.25 / 20.25, 0.25 / 20.25, 2 / 23, -2 / 23]
+    assert decision.noise == pytest.approx(1.959964 * math.sqrt(sum(d * d for d in devs) / 2))
+    assert decision.chosen == 0  # now 1 worker cannot be told apart from 2
+    assert "every interval is widened by +-" in reason(again)
+    assert interval(again[0], decision.noise)[0] < again[0].interval[0]

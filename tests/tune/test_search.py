@@ -232,3 +232,24 @@ def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evi
     outcome = cpu_bound.search(space(16), cores=2)
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "not worth the oversubscription" in outcome.reason
+
+
+def test_leftover_budget_repeats_the_deciding_trials_and_their_drift_decides() -> None:
+    """2 workers measure 25/s once (a quiet moment), then 21/s: the plateau is really ~20-21.
+    Trials take 1 s of a 100 s budget, so the search confirms its choice, sees the drift, and
+    chooses 1 worker, which it cannot tell apart from 2 any more."""
+    seen: dict[int, int] = {}
+
+    def drifting(p: dict[str, Any]) -> float:
+        w = p["num_workers"]
+        seen[w] = seen.get(w, 0) + 1
+        if w == 2:
+            return 25.0 if seen[w] == 1 else 21.0
+        return {0: 8.0, 1: 20.0}.get(w, 19.0)
+
+    surface = Surface(drifting, cost_s=1.0, ci=0.02)
+    outcome = surface.search(space(4, prefetch=1), tolerance=0.0)
+    repeated = [p["num_workers"] for p in surface.calls[-2:]]
+    assert repeated == [1, 2]  # the rival, then the choice so far
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 1
+    assert "every interval is widened" in outcome.reason

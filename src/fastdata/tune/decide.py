@@ -2,7 +2,10 @@
 
 Every trial has a 95% confidence interval of its throughput (:attr:`Trial.interval`). Two
 trials whose intervals overlap cannot be told apart by these measurements: preferring the
-one whose point estimate happens to be higher would let noise choose. So:
+one whose point estimate happens to be higher would let noise choose. A trial's own interval
+misses one kind of noise: the machine changing between trials (other jobs starting or
+stopping). When some settings were measured more than once, the spread of their repeats
+estimates it (:func:`drift`), and every interval is widened by it. Then:
 
 1. Candidates: the trials that completed within ``max_memory`` (if none did, the one that
    used the least memory is chosen, and the reason says so).
@@ -22,6 +25,7 @@ Pure functions of the trials, so the rule is tested on made-up measurements.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +33,9 @@ from typing import Any
 from fastdata.tune.measure import Trial
 from fastdata.tune.report import describe, format_size
 
-__all__ = ["Decision", "cost", "decide", "equivalent", "explain", "overlap"]
+__all__ = ["Decision", "cost", "decide", "drift", "equivalent", "explain", "interval", "overlap"]
+
+_Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class Decision:
             more (the measurement that justified going past the cores), else None.
         held_back: trials with more workers than cores, faster than ``within_cores`` by
             their point estimate but not beyond the intervals, left out by rule 2.
+        noise: the relative half-width added to every interval for the drift between
+            trials (0 without repeated settings).
     """
 
     chosen: int
@@ -53,17 +61,51 @@ class Decision:
     reached: tuple[int, ...] = ()
     within_cores: int | None = None
     held_back: tuple[int, ...] = ()
+    noise: float = 0.0
 
 
-def overlap(a: Trial, b: Trial) -> bool:
+def interval(trial: Trial, noise: float = 0.0) -> tuple[float, float]:
+    """``trial.interval`` widened by a relative half-width ``noise`` (added in quadrature)."""
+    if noise == 0:
+        return trial.interval
+    within = 0.0 if math.isinf(trial.rel_ci) else trial.rel_ci
+    rel = math.hypot(within, noise)
+    high = trial.throughput / (1 - rel) if rel < 1 else math.inf
+    return (trial.throughput / (1 + rel), high)
+
+
+def overlap(a: Trial, b: Trial, noise: float = 0.0) -> bool:
     """Whether the throughput intervals of ``a`` and ``b`` overlap (cannot be told apart)."""
-    (a_low, a_high), (b_low, b_high) = a.interval, b.interval
+    (a_low, a_high), (b_low, b_high) = interval(a, noise), interval(b, noise)
     return a_low <= b_high and b_low <= a_high
 
 
-def equivalent(trial: Trial, fastest: Trial, tolerance: float) -> bool:
+def equivalent(trial: Trial, fastest: Trial, tolerance: float, noise: float = 0.0) -> bool:
     """Whether ``trial`` is as good as ``fastest``: intervals overlap or within ``tolerance``."""
-    return overlap(trial, fastest) or trial.throughput >= (1 - tolerance) * fastest.throughput
+    return (
+        overlap(trial, fastest, noise) or trial.throughput >= (1 - tolerance) * fastest.throughput
+    )
+
+
+def drift(trials: Sequence[Trial]) -> float:
+    """The relative 95% half-width of the noise between trials, from repeated settings.
+
+    For every setting measured more than once, the deviations of its throughputs from their
+    mean, relative to it, pooled into one standard deviation (``sum of squares / sum of
+    (repeats - 1)``), times 1.96. 0 when no setting was repeated. A rough estimate from a
+    few repeats, but of the noise that the trials' own intervals cannot see.
+    """
+    groups: dict[tuple[Any, ...], list[float]] = {}
+    for t in trials:
+        if t.ok and t.throughput > 0:
+            groups.setdefault(cost(t.params), []).append(t.throughput)
+    squares, df = 0.0, 0
+    for rates in groups.values():
+        if len(rates) > 1:
+            mean = sum(rates) / len(rates)
+            squares += sum(((r - mean) / mean) ** 2 for r in rates)
+            df += len(rates) - 1
+    return _Z95 * math.sqrt(squares / df) if df else 0.0
 
 
 def cost(params: dict[str, Any]) -> tuple[int, int, bool]:
@@ -78,8 +120,10 @@ def decide(
     tolerance: float,
     max_memory: int | None = None,
     cores: int | None = None,
+    noise: float | None = None,
 ) -> Decision:
-    """Apply the rule of the module docstring to ``trials`` (``cores`` None: no core rule).
+    """Apply the rule of the module docstring to ``trials`` (``cores`` None: no core rule;
+    ``noise`` None: :func:`drift` of the trials).
 
     Raises:
         ValueError: no trial completed.
@@ -91,6 +135,8 @@ def decide(
     if not fits:
         return Decision(chosen=min(ok, key=lambda i: trials[i].peak_rss), fastest=None)
 
+    noise = drift(trials) if noise is None else noise
+
     def rate(i: int) -> float:
         return trials[i].throughput
 
@@ -99,24 +145,25 @@ def decide(
         inside = [i for i in fits if trials[i].params["num_workers"] <= cores]
         if inside:
             within = max(inside, key=rate)
-            top = trials[within].interval[1]
+            top = interval(trials[within], noise)[1]
             beyond = [i for i in fits if trials[i].params["num_workers"] > cores]
-            justified = [i for i in beyond if trials[i].interval[0] > top]
+            justified = [i for i in beyond if interval(trials[i], noise)[0] > top]
             held_back = tuple(i for i in beyond if i not in justified and rate(i) > rate(within))
             pool = inside + justified
     fastest = max(pool, key=rate)
     best = trials[fastest]
     reached = tuple(i for i in pool if trials[i].busy >= target)
-    good = [i for i in pool if i in reached or equivalent(trials[i], best, tolerance)]
+    good = [i for i in pool if i in reached or equivalent(trials[i], best, tolerance, noise)]
     chosen = min(good, key=lambda i: (cost(trials[i].params), i))
     over = cores is not None and trials[chosen].params["num_workers"] > cores
     return Decision(
         chosen=chosen,
         fastest=fastest,
-        tied=tuple(i for i in pool if i != fastest and overlap(trials[i], best)),
+        tied=tuple(i for i in pool if i != fastest and overlap(trials[i], best, noise)),
         reached=reached,
         within_cores=within if over else None,
         held_back=held_back,
+        noise=noise,
     )
 
 
@@ -131,6 +178,10 @@ def explain(
 ) -> list[str]:
     """Why ``decision.chosen`` was chosen, as sentences (the search adds how it ended)."""
     pick = trials[decision.chosen]
+
+    def _rate_ci(trial: Trial) -> str:
+        return _rate_interval(trial, decision.noise)
+
     lines = [
         f"Chose {describe(pick.params)}: {_rate_ci(pick)}, consumer busy {pick.busy:.0%} "
         f"(target {target:.0%})."
@@ -142,6 +193,11 @@ def explain(
         )
         return lines
     fastest = trials[decision.fastest]
+    if decision.noise:
+        lines.append(
+            "Settings measured more than once differed between their runs (the machine "
+            f"changing between trials): every interval is widened by +-{decision.noise:.0%}."
+        )
     cheapest = "the cheapest (fewest workers, then smallest prefetch_factor, then pin_memory off)"
     if decision.tied and decision.chosen == decision.fastest:
         lines.append(
@@ -192,8 +248,8 @@ def explain(
     return lines
 
 
-def _rate_ci(trial: Trial) -> str:
-    low, high = trial.interval
+def _rate_interval(trial: Trial, noise: float) -> str:
+    low, high = interval(trial, noise)
     if low == high:
         return f"{trial.throughput:.1f} batches/s (no interval: too few batches)"
     return f"{trial.throughput:.1f} batches/s (95% CI {low:.1f}-{high:.1f})"

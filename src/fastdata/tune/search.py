@@ -13,6 +13,10 @@ line searches rather than a grid:
    higher peak between coarse positions moves the search there).
 2. ``prefetch_factor`` the same way, with the workers chosen so far (skipped without workers).
 3. ``pin_memory``: each remaining value (only searched when batches go to a device).
+4. Confirmation, with what is left of the budget: the chosen setting, its closest cheaper
+   rival and the fastest are measured again; the spread of these repeats is the machine's
+   drift between trials, by which :func:`~fastdata.tune.decide.decide` widens every
+   interval before it chooses.
 
 Whenever a configuration keeps the consumer busy for at least ``target`` of the time, the
 smaller values between it and the last one that did not are bisected for the cheapest that
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from fastdata.errors import FastDataError
-from fastdata.tune.decide import decide, equivalent, explain
+from fastdata.tune.decide import cost, decide, equivalent, explain
 from fastdata.tune.measure import Trial
 from fastdata.tune.report import describe, format_size
 
@@ -149,15 +153,19 @@ class _Run:
         self.trials: list[Trial] = []
         self.cache: dict[tuple[Any, ...], Trial] = {}
 
-    def trial(self, params: dict[str, Any]) -> Trial:
-        """Measure ``params`` (once: repeats come from the cache) with a share of the budget."""
+    def trial(self, params: dict[str, Any], *, again: bool = False) -> Trial:
+        """Measure ``params`` with a share of the budget: once, later asks come from the
+        cache, unless ``again`` (a confirmation, given a planned trial's share)."""
         key = tuple(params[p] for p in PARAMS)
-        if key in self.cache:
+        if key in self.cache and not again:
             return self.cache[key]
         remaining = self.budget_s - (self.clock() - self.start)
         if remaining < self.min_slice:
             raise _StopSearch("budget")
-        share = max(remaining / max(self.planned - len(self.trials), 1), self.min_slice)
+        if again:
+            share = self.budget_s / self.planned
+        else:
+            share = max(remaining / max(self.planned - len(self.trials), 1), self.min_slice)
         begun = self.clock()
         try:
             trial = self.evaluate(dict(params), min(share, remaining))
@@ -240,6 +248,7 @@ def search(
         for pin in space.pin_memory:
             if run.reaches(run.trial({**best, "pin_memory": pin})):
                 raise _StopSearch("target")
+        _confirm(run)
     except _StopSearch as stop:
         stopped = stop.why
     except KeyboardInterrupt:
@@ -302,6 +311,32 @@ def _line(
             return
         for i in between:
             at(i)
+
+
+def _confirm(run: _Run) -> None:
+    """Measure again, with what is left of the budget, the trials the choice hinges on: the
+    fastest setting cheaper than the chosen one (its closest rival), the chosen one, and the
+    fastest. Their repeats show how much the machine drifts between trials, which widens
+    every interval (:func:`fastdata.tune.decide.drift`). Stops quietly when the budget ends.
+    """
+    decision = decide(
+        run.trials,
+        target=run.target,
+        tolerance=run.tolerance,
+        max_memory=run.max_memory,
+        cores=run.cores,
+    )
+    if decision.fastest is None:
+        return
+    chosen = run.trials[decision.chosen]
+    cheaper = [t for t in run.trials if run.fits(t) and cost(t.params) < cost(chosen.params)]
+    rival = max(cheaper, key=lambda t: t.throughput, default=None)
+    again = [t.params for t in (rival, chosen, run.trials[decision.fastest]) if t is not None]
+    try:
+        for params in {cost(p): p for p in again}.values():  # each setting once, in order
+            run.trial(params, again=True)
+    except _StopSearch:
+        return
 
 
 def _coarse(n: int) -> list[int]:
