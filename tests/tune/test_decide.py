@@ -8,13 +8,14 @@ and the words of the reason.
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fastdata.tune import Trial
-from fastdata.tune.decide import Decision, decide, explain, interval, overlap
+from fastdata.tune.decide import Decision, decide, explain, overlap
 
 from fakes import settings
 
@@ -123,6 +124,9 @@ def test_memory_failures_and_an_empty_choice() -> None:
     ]
     assert choose(trials, max_memory=200).chosen == 0
     assert choose(trials, max_memory=50) == Decision(chosen=0, fastest=None)
+    paired_only = [Trial(params=settings(1), throughput=1.0, pair=0)]
+    with pytest.raises(ValueError, match="no completed trial"):
+        choose(paired_only)  # paired rounds confirm; they are not the search
     assert "No trial stayed within max_memory" in reason(trials, max_memory=50)
     with pytest.raises(ValueError, match="no completed trial"):
         choose([Trial(params={}, error="x")])
@@ -140,24 +144,60 @@ def test_the_choice_is_never_beaten_beyond_the_noise_by_a_cheaper_setting(
     trials = [trial(w, r, c, prefetch=p) for w, p, r, c in specs]
     decision = choose(trials, cores=8)
     pick, fastest = trials[decision.chosen], trials[decision.fastest]  # type: ignore[index]
-    noise = decision.noise  # settings drawn twice are repeats: their spread widens intervals
-    assert overlap(pick, fastest, noise)  # the choice is as good as the fastest
+    assert overlap(pick, fastest)  # the choice is as good as the fastest, by the intervals
     for other in trials:  # and nothing cheaper is
         cheaper = (other.params["num_workers"], other.params["prefetch_factor"] or 0) < (
             pick.params["num_workers"],
             pick.params["prefetch_factor"] or 0,
         )
-        assert not (cheaper and overlap(other, fastest, noise))
+        assert not (cheaper and overlap(other, fastest))
 
 
-def test_repeated_settings_measure_the_drift_and_widen_every_interval() -> None:
-    first = [trial(1, 20.0, 0.02), trial(2, 25.0, 0.02)]  # 2 workers: lucky, it seems
-    assert choose(first).chosen == 1 and choose(first).noise == 0
-    again = [*first, trial(1, 20.5, 0.02), trial(2, 21.0, 0.02)]  # the repeats disagree
-    decision = choose(again)
-    # deviations from each setting's mean: 20/20.25, 20.5/20.25, 25/23, 21/23; 2 df
-    devs = [-0.25 / 20.25, 0.25 / 20.25, 2 / 23, -2 / 23]
-    assert decision.noise == pytest.approx(1.959964 * math.sqrt(sum(d * d for d in devs) / 2))
-    assert decision.chosen == 0  # now 1 worker cannot be told apart from 2
-    assert "every interval is widened by +-" in reason(again)
-    assert interval(again[0], decision.noise)[0] < again[0].interval[0]
+def pairs(cheap: Trial, fast: Trial, rates: list[tuple[float, float]]) -> list[Trial]:
+    """Paired rounds of the settings of ``cheap`` and ``fast`` at these rates."""
+    return [
+        Trial(params=t.params, throughput=r, rel_ci=0.02, pair=k)
+        for k, (a, b) in enumerate(rates)
+        for t, r in ((cheap, a), (fast, b))
+    ]
+
+
+def test_paired_rounds_choose_the_rival_when_they_cannot_show_it_slower() -> None:
+    search = [trial(0, 8.0, 0.02), trial(1, 20.0, 0.02), trial(2, 25.0, 0.02)]
+    assert choose(search).chosen == 2  # 2 workers, measured in a quiet moment
+    rounds = pairs(search[1], search[2], [(20.0, 21.0), (19.0, 20.5), (21.0, 21.5)])
+    decision = choose(search + rounds)
+    logs = [math.log(20 / 21), math.log(19 / 20.5), math.log(21 / 21.5)]
+    mean, sd = sum(logs) / 3, statistics.stdev(logs)
+    confirmation = decision.confirmation
+    assert confirmation is not None and confirmation.pairs == 3
+    assert confirmation.ratio == pytest.approx(math.exp(mean))
+    assert confirmation.high == pytest.approx(math.exp(mean + 4.302653 * sd / math.sqrt(3)))
+    assert confirmation.high >= 1  # the pairs cannot show 1 worker slower
+    assert decision.chosen == 1 and decision.rival == 1
+    text = reason(search + rounds)
+    assert "In 3 pairs of back-to-back rounds, num_workers=1" in text
+    assert "not slower beyond the noise or the 0% tolerance, and cheaper, so it is chosen" in text
+
+
+def test_paired_rounds_keep_the_choice_when_the_rival_is_slower_beyond_the_noise() -> None:
+    search = [trial(1, 20.0, 0.02), trial(2, 25.0, 0.02)]
+    rounds = pairs(search[0], search[1], [(15.0, 21.0), (14.0, 20.0), (16.0, 22.0)])
+    decision = choose(search + rounds)
+    assert decision.chosen == 1 and decision.confirmation is not None
+    assert decision.confirmation.high < 1
+    assert "slower beyond the noise, so the cheaper setting is not enough" in reason(
+        search + rounds
+    )
+    # 5% slower in every pair: beyond the noise, yet within a 10% tolerance
+    close = pairs(search[0], search[1], [(19.0, 20.0), (19.95, 21.0), (20.9, 22.0)])
+    assert choose(search + close).chosen == 1
+    assert choose(search + close, tolerance=0.1).chosen == 0
+
+
+def test_one_pair_or_pairs_of_other_settings_decide_nothing() -> None:
+    search = [trial(1, 20.0, 0.02), trial(2, 25.0, 0.02), trial(3, 24.0, 0.02)]
+    one = pairs(search[0], search[1], [(20.0, 20.0)])
+    assert choose(search + one).confirmation is None  # one pair: no interval
+    other = pairs(search[0], search[2], [(20.0, 20.0), (20.0, 20.0)])  # not the fastest
+    assert choose(search + other).confirmation is None and choose(search + other).chosen == 1

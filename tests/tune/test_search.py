@@ -74,8 +74,12 @@ def test_search_finds_the_fewest_workers_on_a_plateau_in_far_fewer_trials_than_a
     assert chosen.params["num_workers"] == 5  # the cheapest point of the 45/s plateau
     assert outcome.stopped == "complete"
     grid = 17 * 8
-    assert len(surface.calls) <= 20 < grid
-    assert len({tuple(p.values()) for p in surface.calls}) == len(surface.calls)  # no repeats
+    searched = [t.params for t in outcome.trials if t.pair is None]
+    assert len(searched) <= 20 < grid
+    assert len({tuple(p.values()) for p in searched}) == len(searched)  # no repeats
+    paired = [t.params["num_workers"] for t in outcome.trials if t.pair is not None]
+    fastest = max((t for t in outcome.trials if t.pair is None), key=lambda t: t.throughput)
+    assert sorted(paired) == [4] * 3 + [fastest.params["num_workers"]] * 3  # rival, fastest
     assert "fewest workers" in outcome.reason and "None reached the target" in outcome.reason
 
 
@@ -212,12 +216,14 @@ def test_search_space_validation_and_defaults() -> None:
 def test_noisy_measurements_of_a_plateau_choose_the_same_setting_every_time(seed: int) -> None:
     """Each measurement is off by up to 2% (the noise of a shared machine) with a 3% interval:
     whichever trial happens to measure fastest, the choice is the cheapest setting that cannot
-    be told apart from it: 5 workers (4 are slower beyond the noise) and prefetch_factor 1."""
+    be told apart from it: 5 workers (4 are slower beyond the noise, as the paired rounds of 4
+    against the fastest confirm) and prefetch_factor 1."""
     rng = random.Random(seed)
     surface = Surface(lambda p: saturating(p) * rng.uniform(0.98, 1.02), ci=0.03)
     outcome = surface.search(space(8), tolerance=0.0)
     assert outcome.trials[outcome.chosen].params == settings(5, 1)
-    assert "cannot be told apart from" in outcome.reason
+    assert "num_workers=4, prefetch_factor=2, pin_memory=False ran at" in outcome.reason
+    assert "slower beyond the noise" in outcome.reason
 
 
 def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evidence() -> None:
@@ -234,10 +240,10 @@ def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evi
     assert "not worth the oversubscription" in outcome.reason
 
 
-def test_leftover_budget_repeats_the_deciding_trials_and_their_drift_decides() -> None:
-    """2 workers measure 25/s once (a quiet moment), then 21/s: the plateau is really ~20-21.
-    Trials take 1 s of a 100 s budget, so the search confirms its choice, sees the drift, and
-    chooses 1 worker, which it cannot tell apart from 2 any more."""
+def test_leftover_budget_pairs_the_rival_with_the_fastest_and_the_pairs_decide() -> None:
+    """2 workers measure 25/s once (a quiet moment), then 21/s: the plateau is really 20-21.
+    Trials take 1 s of a 100 s budget, so the search ends with paired rounds of 1 worker (the
+    rival) and 2 (the fastest): 20 against 21 in every pair, within the 5% tolerance."""
     seen: dict[int, int] = {}
 
     def drifting(p: dict[str, Any]) -> float:
@@ -248,8 +254,12 @@ def test_leftover_budget_repeats_the_deciding_trials_and_their_drift_decides() -
         return {0: 8.0, 1: 20.0}.get(w, 19.0)
 
     surface = Surface(drifting, cost_s=1.0, ci=0.02)
-    outcome = surface.search(space(4, prefetch=1), tolerance=0.0)
-    repeated = [p["num_workers"] for p in surface.calls[-2:]]
-    assert repeated == [1, 2]  # the rival, then the choice so far
+    outcome = surface.search(space(4, prefetch=1), tolerance=0.05)
+    paired = [(t.pair, t.params["num_workers"]) for t in outcome.trials if t.pair is not None]
+    assert paired == [(0, 1), (0, 2), (1, 2), (1, 1), (2, 1), (2, 2)]  # alternating order
     assert outcome.trials[outcome.chosen].params["num_workers"] == 1
-    assert "every interval is widened" in outcome.reason
+    assert "In 3 pairs of back-to-back rounds, num_workers=1" in outcome.reason
+    strict = Surface(drifting, cost_s=1.0, ci=0.02)
+    seen.clear()
+    outcome = strict.search(space(4, prefetch=1), tolerance=0.0)  # 95% is slower: 2 workers
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 2

@@ -2,10 +2,8 @@
 
 Every trial has a 95% confidence interval of its throughput (:attr:`Trial.interval`). Two
 trials whose intervals overlap cannot be told apart by these measurements: preferring the
-one whose point estimate happens to be higher would let noise choose. A trial's own interval
-misses one kind of noise: the machine changing between trials (other jobs starting or
-stopping). When some settings were measured more than once, the spread of their repeats
-estimates it (:func:`drift`), and every interval is widened by it. Then:
+one whose point estimate happens to be higher would let noise choose. So, over the search's
+trials:
 
 1. Candidates: the trials that completed within ``max_memory`` (if none did, the one that
    used the least memory is chosen, and the reason says so).
@@ -20,6 +18,15 @@ estimates it (:func:`drift`), and every interval is widened by it. Then:
 4. Of those, the cheapest: the fewest workers, then the smallest ``prefetch_factor``, then
    ``pin_memory`` off.
 
+A trial's own interval misses one kind of noise: the machine changing between trials (other
+jobs starting and stopping), which can make a setting look slower than it is. So the search
+ends with *paired rounds* (trials with a ``pair`` number): the fastest setting cheaper than
+the choice (its rival) and the fastest setting, measured back to back, in alternating order.
+A change of the machine's speed hits both rounds of a pair alike, so their ratio is free of
+it; the per-pair ratios give an interval (Student's t). If that interval does not show the
+rival slower than the fastest (or shows it within ``tolerance``), the rival is chosen: it is
+cheaper and no worse by these measurements.
+
 Pure functions of the trials, so the rule is tested on made-up measurements.
 """
 
@@ -28,14 +35,32 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import fmean, stdev
 from typing import Any
 
-from fastdata.tune.measure import Trial
+from fastdata.tune.measure import Trial, t95
 from fastdata.tune.report import describe, format_size
 
-__all__ = ["Decision", "cost", "decide", "drift", "equivalent", "explain", "interval", "overlap"]
+__all__ = ["Decision", "Paired", "cost", "decide", "equivalent", "explain", "overlap", "paired"]
 
-_Z95 = 1.959963984540054
+
+@dataclass(frozen=True)
+class Paired:
+    """The paired rounds of two settings: ``cheap``'s throughput over ``fast``'s.
+
+    Attributes:
+        cheap, fast: the two settings, as :func:`cost` keys.
+        ratio: the geometric mean of the per-pair ratios.
+        low, high: its 95% interval (Student's t over the pairs' log-ratios).
+        pairs: the number of complete pairs.
+    """
+
+    cheap: tuple[int, int, bool]
+    fast: tuple[int, int, bool]
+    ratio: float
+    low: float
+    high: float
+    pairs: int
 
 
 @dataclass(frozen=True)
@@ -51,8 +76,10 @@ class Decision:
             more (the measurement that justified going past the cores), else None.
         held_back: trials with more workers than cores, faster than ``within_cores`` by
             their point estimate but not beyond the intervals, left out by rule 2.
-        noise: the relative half-width added to every interval for the drift between
-            trials (0 without repeated settings).
+        rival: the search's trial of the setting the paired rounds compared with the
+            fastest (None without paired rounds).
+        confirmation: those rounds' ratio; ``chosen`` is ``rival`` when it showed the rival
+            no slower beyond the noise or the tolerance.
     """
 
     chosen: int
@@ -61,56 +88,44 @@ class Decision:
     reached: tuple[int, ...] = ()
     within_cores: int | None = None
     held_back: tuple[int, ...] = ()
-    noise: float = 0.0
+    rival: int | None = None
+    confirmation: Paired | None = None
 
 
-def interval(trial: Trial, noise: float = 0.0) -> tuple[float, float]:
-    """``trial.interval`` widened by a relative half-width ``noise`` (added in quadrature)."""
-    if noise == 0:
-        return trial.interval
-    within = 0.0 if math.isinf(trial.rel_ci) else trial.rel_ci
-    rel = math.hypot(within, noise)
-    high = trial.throughput / (1 - rel) if rel < 1 else math.inf
-    return (trial.throughput / (1 + rel), high)
-
-
-def overlap(a: Trial, b: Trial, noise: float = 0.0) -> bool:
+def overlap(a: Trial, b: Trial) -> bool:
     """Whether the throughput intervals of ``a`` and ``b`` overlap (cannot be told apart)."""
-    (a_low, a_high), (b_low, b_high) = interval(a, noise), interval(b, noise)
+    (a_low, a_high), (b_low, b_high) = a.interval, b.interval
     return a_low <= b_high and b_low <= a_high
 
 
-def equivalent(trial: Trial, fastest: Trial, tolerance: float, noise: float = 0.0) -> bool:
+def equivalent(trial: Trial, fastest: Trial, tolerance: float) -> bool:
     """Whether ``trial`` is as good as ``fastest``: intervals overlap or within ``tolerance``."""
-    return (
-        overlap(trial, fastest, noise) or trial.throughput >= (1 - tolerance) * fastest.throughput
-    )
-
-
-def drift(trials: Sequence[Trial]) -> float:
-    """The relative 95% half-width of the noise between trials, from repeated settings.
-
-    For every setting measured more than once, the deviations of its throughputs from their
-    mean, relative to it, pooled into one standard deviation (``sum of squares / sum of
-    (repeats - 1)``), times 1.96. 0 when no setting was repeated. A rough estimate from a
-    few repeats, but of the noise that the trials' own intervals cannot see.
-    """
-    groups: dict[tuple[Any, ...], list[float]] = {}
-    for t in trials:
-        if t.ok and t.throughput > 0:
-            groups.setdefault(cost(t.params), []).append(t.throughput)
-    squares, df = 0.0, 0
-    for rates in groups.values():
-        if len(rates) > 1:
-            mean = sum(rates) / len(rates)
-            squares += sum(((r - mean) / mean) ** 2 for r in rates)
-            df += len(rates) - 1
-    return _Z95 * math.sqrt(squares / df) if df else 0.0
+    return overlap(trial, fastest) or trial.throughput >= (1 - tolerance) * fastest.throughput
 
 
 def cost(params: dict[str, Any]) -> tuple[int, int, bool]:
     """What a setting costs, for ordering: workers, then prefetch_factor, then pinning."""
     return (params["num_workers"], params.get("prefetch_factor") or 0, bool(params["pin_memory"]))
+
+
+def paired(trials: Sequence[Trial]) -> Paired | None:
+    """The ratio of the two settings of the paired rounds in ``trials`` (None with fewer than
+    two complete pairs, for no interval can come from one)."""
+    pairs: dict[int, dict[tuple[int, int, bool], float]] = {}
+    for t in trials:
+        if t.pair is not None and t.ok and t.throughput > 0:
+            pairs.setdefault(t.pair, {})[cost(t.params)] = t.throughput
+    complete = [p for p in pairs.values() if len(p) == 2]
+    if len(complete) < 2:
+        return None
+    cheap, fast = sorted(complete[0])
+    logs = [math.log(p[cheap] / p[fast]) for p in complete if set(p) == {cheap, fast}]
+    if len(logs) < 2:
+        return None
+    half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
+    mean = fmean(logs)
+    return Paired(cheap, fast, math.exp(mean), math.exp(mean - half), math.exp(mean + half),
+                  len(logs))  # fmt: skip
 
 
 def decide(
@@ -120,22 +135,18 @@ def decide(
     tolerance: float,
     max_memory: int | None = None,
     cores: int | None = None,
-    noise: float | None = None,
 ) -> Decision:
-    """Apply the rule of the module docstring to ``trials`` (``cores`` None: no core rule;
-    ``noise`` None: :func:`drift` of the trials).
+    """Apply the rule of the module docstring to ``trials`` (``cores`` None: no core rule).
 
     Raises:
-        ValueError: no trial completed.
+        ValueError: no trial of the search completed.
     """
-    ok = [i for i, t in enumerate(trials) if t.ok]
+    ok = [i for i, t in enumerate(trials) if t.ok and t.pair is None]
     if not ok:
         raise ValueError("no completed trial to choose from")
     fits = [i for i in ok if max_memory is None or trials[i].peak_rss <= max_memory]
     if not fits:
         return Decision(chosen=min(ok, key=lambda i: trials[i].peak_rss), fastest=None)
-
-    noise = drift(trials) if noise is None else noise
 
     def rate(i: int) -> float:
         return trials[i].throughput
@@ -145,25 +156,35 @@ def decide(
         inside = [i for i in fits if trials[i].params["num_workers"] <= cores]
         if inside:
             within = max(inside, key=rate)
-            top = interval(trials[within], noise)[1]
+            top = trials[within].interval[1]
             beyond = [i for i in fits if trials[i].params["num_workers"] > cores]
-            justified = [i for i in beyond if interval(trials[i], noise)[0] > top]
+            justified = [i for i in beyond if trials[i].interval[0] > top]
             held_back = tuple(i for i in beyond if i not in justified and rate(i) > rate(within))
             pool = inside + justified
     fastest = max(pool, key=rate)
     best = trials[fastest]
     reached = tuple(i for i in pool if trials[i].busy >= target)
-    good = [i for i in pool if i in reached or equivalent(trials[i], best, tolerance, noise)]
+    good = [i for i in pool if i in reached or equivalent(trials[i], best, tolerance)]
     chosen = min(good, key=lambda i: (cost(trials[i].params), i))
+    rival, confirmation = None, paired(trials)
+    if confirmation is not None and confirmation.fast == cost(best.params):
+        rival = next((i for i in pool if cost(trials[i].params) == confirmation.cheap), None)
+        if rival is None:
+            confirmation = None
+        elif confirmation.high >= 1 or confirmation.ratio >= 1 - tolerance:
+            chosen = min(chosen, rival, key=lambda i: (cost(trials[i].params), i))
+    else:
+        confirmation = None
     over = cores is not None and trials[chosen].params["num_workers"] > cores
     return Decision(
         chosen=chosen,
         fastest=fastest,
-        tied=tuple(i for i in pool if i != fastest and overlap(trials[i], best, noise)),
+        tied=tuple(i for i in pool if i != fastest and overlap(trials[i], best)),
         reached=reached,
         within_cores=within if over else None,
         held_back=held_back,
-        noise=noise,
+        rival=rival,
+        confirmation=confirmation,
     )
 
 
@@ -178,10 +199,6 @@ def explain(
 ) -> list[str]:
     """Why ``decision.chosen`` was chosen, as sentences (the search adds how it ended)."""
     pick = trials[decision.chosen]
-
-    def _rate_ci(trial: Trial) -> str:
-        return _rate_interval(trial, decision.noise)
-
     lines = [
         f"Chose {describe(pick.params)}: {_rate_ci(pick)}, consumer busy {pick.busy:.0%} "
         f"(target {target:.0%})."
@@ -193,13 +210,11 @@ def explain(
         )
         return lines
     fastest = trials[decision.fastest]
-    if decision.noise:
-        lines.append(
-            "Settings measured more than once differed between their runs (the machine "
-            f"changing between trials): every interval is widened by +-{decision.noise:.0%}."
-        )
     cheapest = "the cheapest (fewest workers, then smallest prefetch_factor, then pin_memory off)"
-    if decision.tied and decision.chosen == decision.fastest:
+    rival_chosen = decision.rival is not None and decision.chosen == decision.rival
+    if rival_chosen:  # the paired rounds decided: the sentence on them says why
+        pass
+    elif decision.tied and decision.chosen == decision.fastest:
         lines.append(
             f"It measured fastest, and {len(decision.tied)} other trial(s) cannot be told apart "
             "from it (their 95% intervals overlap: the differences are noise); it is also "
@@ -218,6 +233,16 @@ def explain(
         lines.append(
             f"It is {cheapest} of the trials that reach the target or come within "
             f"{tolerance:.0%} of the fastest ({describe(fastest.params)}: {_rate_ci(fastest)})."
+        )
+    if decision.confirmation is not None and decision.rival is not None:
+        lines.append(
+            _confirmed(
+                decision.confirmation,
+                trials[decision.rival],
+                fastest,
+                chosen=rival_chosen,
+                tolerance=tolerance,
+            )
         )
     if decision.within_cores is not None:
         base = trials[decision.within_cores]
@@ -248,8 +273,28 @@ def explain(
     return lines
 
 
-def _rate_interval(trial: Trial, noise: float) -> str:
-    low, high = interval(trial, noise)
+def _confirmed(
+    rounds: Paired, rival: Trial, fastest: Trial, *, chosen: bool, tolerance: float
+) -> str:
+    """The sentence on the paired rounds of the rival and the fastest."""
+    measured = (
+        f"In {rounds.pairs} pairs of back-to-back rounds, {describe(rival.params)} ran at "
+        f"{rounds.ratio:.0%} of the rate of {describe(fastest.params)} (95% CI "
+        f"{rounds.low:.0%}-{rounds.high:.0%})"
+    )
+    if chosen:
+        return (
+            f"{measured}: not slower beyond the noise or the {tolerance:.0%} tolerance, and "
+            "cheaper, so it is chosen (pairs cancel the machine's changes between trials)."
+        )
+    return (
+        f"{measured}: slower beyond the noise, so the cheaper setting is not enough (pairs "
+        "cancel the machine's changes between trials)."
+    )
+
+
+def _rate_ci(trial: Trial) -> str:
+    low, high = trial.interval
     if low == high:
         return f"{trial.throughput:.1f} batches/s (no interval: too few batches)"
     return f"{trial.throughput:.1f} batches/s (95% CI {low:.1f}-{high:.1f})"

@@ -68,6 +68,8 @@ class Trial:
             to it (``inf`` with too few batches to tell).
         seconds: wall time the trial took, start-up included.
         error: why the loader failed, for a trial that did not complete; None otherwise.
+        pair: for a confirmation round, the number of the pair of back-to-back rounds it
+            belongs to (see :mod:`fastdata.tune.search`); None for the search's trials.
     """
 
     params: dict[str, Any]
@@ -82,6 +84,7 @@ class Trial:
     rel_ci: float = math.inf
     seconds: float = 0.0
     error: str | None = None
+    pair: int | None = None
 
     @property
     def ok(self) -> bool:

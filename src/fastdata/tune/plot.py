@@ -19,8 +19,9 @@ OTHER = "#1f77b4"
 def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     """Draw ``result`` to ``path`` (a PNG) and return the path.
 
-    Trials are ordered from the cheapest setting to the costliest (workers, then
-    prefetch_factor, then pin_memory); failed trials are left out. The chosen one is red.
+    The search's trials are ordered from the cheapest setting to the costliest (workers, then
+    prefetch_factor, then pin_memory); failed trials and the paired rounds (the reason gives
+    their ratio) are left out. The chosen one is red.
 
     Raises:
         ImportError: matplotlib is not installed.
@@ -33,7 +34,8 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     from matplotlib.patches import Patch
 
     chosen = result.chosen_trial
-    trials = sorted((t for t in result.trials if t.ok), key=lambda t: cost(t.params))
+    searched = (t for t in result.trials if t.ok and t.pair is None)  # pairs: in the reason
+    trials = sorted(searched, key=lambda t: cost(t.params))
     if not trials:
         raise ValueError("no completed trial to plot")
     x = range(len(trials))

@@ -78,7 +78,8 @@ class Progress:
                 )
             else:
                 outcome = f"failed: {trial.error}"
-            line = f"  trial {len(self.trials)}: {describe(trial.params)} -> {outcome} "
+            pair = "" if trial.pair is None else f" (pair {trial.pair + 1})"
+            line = f"  trial {len(self.trials)}{pair}: {describe(trial.params)} -> {outcome} "
             line += f"({trial.seconds:.1f} s)"
             self._write((_CLEAR if self.live else "") + line + "\n")
             if self.live:

@@ -13,10 +13,10 @@ line searches rather than a grid:
    higher peak between coarse positions moves the search there).
 2. ``prefetch_factor`` the same way, with the workers chosen so far (skipped without workers).
 3. ``pin_memory``: each remaining value (only searched when batches go to a device).
-4. Confirmation, with what is left of the budget: the chosen setting, its closest cheaper
-   rival and the fastest are measured again; the spread of these repeats is the machine's
-   drift between trials, by which :func:`~fastdata.tune.decide.decide` widens every
-   interval before it chooses.
+4. Paired rounds, with what is left of the budget: the fastest setting cheaper than the
+   choice and the fastest setting, back to back, alternating, up to :data:`PAIRS` pairs;
+   :func:`~fastdata.tune.decide.decide` chooses the cheaper one when the pairs do not show
+   it slower (a change of the machine between trials hits both rounds of a pair alike).
 
 Whenever a configuration keeps the consumer busy for at least ``target`` of the time, the
 smaller values between it and the last one that did not are bisected for the cheapest that
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from fastdata.errors import FastDataError
@@ -45,6 +45,8 @@ __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 
 PARAMS = ("num_workers", "prefetch_factor", "pin_memory")
 """The loader settings the tuner searches, in the order it searches them."""
+PAIRS = 3
+"""Paired rounds of the choice's rival and the fastest setting, budget permitting."""
 
 Evaluate = Callable[[dict[str, Any], float], Trial]
 """Measures ``params`` within a time limit in seconds (see :func:`fastdata.tune.measure`)."""
@@ -153,17 +155,17 @@ class _Run:
         self.trials: list[Trial] = []
         self.cache: dict[tuple[Any, ...], Trial] = {}
 
-    def trial(self, params: dict[str, Any], *, again: bool = False) -> Trial:
+    def trial(self, params: dict[str, Any], *, again: int | None = None) -> Trial:
         """Measure ``params`` with a share of the budget: once, later asks come from the
-        cache, unless ``again`` (a confirmation, given a planned trial's share)."""
+        cache, unless ``again`` is a pair number (a paired round: half a planned share)."""
         key = tuple(params[p] for p in PARAMS)
-        if key in self.cache and not again:
+        if key in self.cache and again is None:
             return self.cache[key]
         remaining = self.budget_s - (self.clock() - self.start)
         if remaining < self.min_slice:
             raise _StopSearch("budget")
-        if again:
-            share = self.budget_s / self.planned
+        if again is not None:
+            share = max(self.budget_s / self.planned / 2, self.min_slice)
         else:
             share = max(remaining / max(self.planned - len(self.trials), 1), self.min_slice)
         begun = self.clock()
@@ -173,7 +175,9 @@ class _Run:
             if not any(t.ok for t in self.trials):
                 raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
             trial = Trial(params=dict(params), seconds=self.clock() - begun, error=repr(exc))
-        self.cache[key] = trial
+        if again is not None:
+            trial = replace(trial, pair=again)
+        self.cache.setdefault(key, trial)
         self.trials.append(trial)
         if self.on_trial is not None:
             self.on_trial(trial)
@@ -314,10 +318,9 @@ def _line(
 
 
 def _confirm(run: _Run) -> None:
-    """Measure again, with what is left of the budget, the trials the choice hinges on: the
-    fastest setting cheaper than the chosen one (its closest rival), the chosen one, and the
-    fastest. Their repeats show how much the machine drifts between trials, which widens
-    every interval (:func:`fastdata.tune.decide.drift`). Stops quietly when the budget ends.
+    """Paired rounds, with what is left of the budget: the fastest setting cheaper than the
+    choice (its rival) and the fastest setting, back to back, in alternating order, up to
+    :data:`PAIRS` pairs (see :mod:`fastdata.tune.decide`). Stops quietly when the budget ends.
     """
     decision = decide(
         run.trials,
@@ -328,13 +331,20 @@ def _confirm(run: _Run) -> None:
     )
     if decision.fastest is None:
         return
-    chosen = run.trials[decision.chosen]
-    cheaper = [t for t in run.trials if run.fits(t) and cost(t.params) < cost(chosen.params)]
-    rival = max(cheaper, key=lambda t: t.throughput, default=None)
-    again = [t.params for t in (rival, chosen, run.trials[decision.fastest]) if t is not None]
+    chosen, fastest = run.trials[decision.chosen], run.trials[decision.fastest]
+    cheaper = [
+        t
+        for t in run.trials
+        if run.fits(t) and t.pair is None and cost(t.params) < cost(chosen.params)
+    ]
+    if not cheaper:
+        return
+    rival = max(cheaper, key=lambda t: t.throughput)
     try:
-        for params in {cost(p): p for p in again}.values():  # each setting once, in order
-            run.trial(params, again=True)
+        for pair in range(PAIRS):
+            order = (rival, fastest) if pair % 2 == 0 else (fastest, rival)
+            for trial in order:
+                run.trial(trial.params, again=pair)
     except _StopSearch:
         return
 
@@ -351,7 +361,7 @@ def _coarse(n: int) -> list[int]:
 
 def _planned(space: SearchSpace) -> int:
     """A generous count of the trials the search will make, to share the budget out."""
-    planned = len(_coarse(len(space.num_workers))) + 2
+    planned = len(_coarse(len(space.num_workers))) + 2 + PAIRS  # a pair: two half shares
     if len(space.prefetch_factor) > 1 and space.num_workers[-1] > 0:
         planned += len(_coarse(len(space.prefetch_factor))) + 1
     return planned + len(space.pin_memory) - 1
