@@ -15,7 +15,7 @@ import psutil
 import pytest
 import torch
 
-from fastdata.tune import SimulatedStep
+from fastdata.tune import SimulatedStep, Trial
 from fastdata.tune.measure import Sampler, measure, nvml_for_device, open_nvml, rss_reader
 
 from fakes import FakeClock, Passes, paced
@@ -81,19 +81,24 @@ def test_a_trial_may_end_during_the_warm_up_of_a_later_pass() -> None:
     assert trial.throughput == pytest.approx(1.0)
 
 
-def test_a_trial_measures_enough_blocks_for_an_interval_past_its_time_limit() -> None:
+def endless(cost: Callable[[int], float], **options: Any) -> Trial:
+    """One trial, in the main process, of an endless loader whose batch ``i`` costs
+    ``cost(i)`` seconds of a fake clock."""
     clock = FakeClock()
-    # Batch times alternate 30 and 10 ms: the time limit (100 ms) is up after four batches,
-    # but the trial goes on to min_blocks=6 blocks (150 ms), so its interval exists.
-    trial = measure(
-        lambda **p: paced(clock, lambda i: 0.01 if i % 2 else 0.03, 10**6),
+    return measure(
+        lambda **p: paced(clock, cost, 10**6),
         {"num_workers": 0},
         step=None,
-        time_limit=0.1,
-        rel_ci=0.0,
         memory=lambda: 1.0,
         clock=clock,
+        **options,
     )
+
+
+def test_a_trial_measures_enough_blocks_for_an_interval_past_its_time_limit() -> None:
+    # Batch times alternate 30 and 10 ms: the time limit (100 ms) is up after four batches,
+    # but the trial goes on to min_blocks=6 blocks (150 ms), so its interval exists.
+    trial = endless(lambda i: 0.01 if i % 2 else 0.03, time_limit=0.1, rel_ci=0.0)
     assert trial.batches == 6
     # Blocks of one batch, 10 and 30 ms three times each: mean 20 ms; t with 5 df: 2.5706.
     mean, sd = 0.02, (6 * 0.01**2 / 5) ** 0.5
@@ -104,31 +109,14 @@ def test_a_trial_measures_enough_blocks_for_an_interval_past_its_time_limit() ->
 
 
 def test_a_loader_too_slow_for_the_blocks_stops_at_twice_its_time_limit() -> None:
-    clock = FakeClock()
-    trial = measure(
-        lambda **p: paced(clock, lambda i: 1.0 + 0.1 * (i % 2), 10**6),
-        {"num_workers": 0},
-        step=None,
-        time_limit=2.0,
-        memory=lambda: 1.0,
-        clock=clock,
-    )
+    trial = endless(lambda i: 1.0 + 0.1 * (i % 2), time_limit=2.0)
     assert trial.seconds == pytest.approx(4.2)  # start-up batch, then 3 measured: past 4 s
     assert trial.batches == 3
     assert 0 < trial.rel_ci < math.inf  # 3 blocks: an interval, a wide one (t with 2 df)
 
 
 def test_a_trial_stops_at_its_time_limit_when_the_estimate_stays_unstable() -> None:
-    clock = FakeClock()
-    trial = measure(
-        lambda **p: paced(clock, lambda i: 0.01 if i % 2 else 0.05, 10**6),
-        {"num_workers": 0},
-        step=None,
-        time_limit=3.0,
-        rel_ci=0.0,  # never stable enough
-        memory=lambda: 1.0,
-        clock=clock,
-    )
+    trial = endless(lambda i: 0.01 if i % 2 else 0.05, time_limit=3.0, rel_ci=0.0)  # never stable
     assert 3.0 <= trial.seconds < 3.0 + 0.05
     assert 0 < trial.rel_ci < 0.2  # alternating times: the CI shrinks but never to 0
     assert trial.throughput == pytest.approx(1 / 0.03, rel=0.01)

@@ -189,15 +189,18 @@ class _Run:
     def reaches(self, trial: Trial) -> bool:
         return self.fits(trial) and trial.busy >= self.target
 
+    def rule(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`decide` and :func:`explain` for this search."""
+        return {
+            "target": self.target,
+            "tolerance": self.tolerance,
+            "max_memory": self.max_memory,
+            "cores": self.cores,
+        }
+
     def chosen(self) -> int:
         """The index of the trial the decision rule picks from the trials so far."""
-        return decide(
-            self.trials,
-            target=self.target,
-            tolerance=self.tolerance,
-            max_memory=self.max_memory,
-            cores=self.cores,
-        ).chosen
+        return decide(self.trials, **self.rule()).chosen
 
 
 def search(
@@ -322,13 +325,7 @@ def _confirm(run: _Run) -> None:
     choice (its rival) and the fastest setting, back to back, in alternating order, up to
     :data:`PAIRS` pairs (see :mod:`fastdata.tune.decide`). Stops quietly when the budget ends.
     """
-    decision = decide(
-        run.trials,
-        target=run.target,
-        tolerance=run.tolerance,
-        max_memory=run.max_memory,
-        cores=run.cores,
-    )
+    decision = decide(run.trials, **run.rule())
     if decision.fastest is None:
         return
     chosen, fastest = run.trials[decision.chosen], run.trials[decision.fastest]
@@ -370,21 +367,8 @@ def _planned(space: SearchSpace) -> int:
 def _reason(run: _Run, stopped: str) -> str:
     """Why the chosen trial was chosen, and how the search ended, in a few sentences."""
     trials = run.trials
-    decision = decide(
-        trials,
-        target=run.target,
-        tolerance=run.tolerance,
-        max_memory=run.max_memory,
-        cores=run.cores,
-    )
-    lines = explain(
-        decision,
-        trials,
-        target=run.target,
-        tolerance=run.tolerance,
-        max_memory=run.max_memory,
-        cores=run.cores,
-    )
+    decision = decide(trials, **run.rule())
+    lines = explain(decision, trials, **run.rule())
     ok = [t for t in trials if t.ok]
     over = len(ok) - len([t for t in ok if run.fits(t)])
     if decision.fastest is not None and over:
