@@ -43,10 +43,13 @@ def check(
     """``checker(option, value, **limits)``, its ``TypeError`` / ``ValueError`` /
     ``RuntimeError`` turned into ``parser.error``. A ``str`` names a check of
     :mod:`fastdata._validate` (imported only now: it needs numpy)."""
-    if isinstance(checker, str):
-        checker = getattr(importlib.import_module("fastdata._validate"), checker)
+    function: Callable[..., Any] = (
+        getattr(importlib.import_module("fastdata._validate"), checker)
+        if isinstance(checker, str)
+        else checker
+    )
     try:
-        return checker(option, value, **limits)
+        return function(option, value, **limits)
     except (TypeError, ValueError, RuntimeError) as exc:
         parser.error(str(exc))
 

@@ -12,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 INTEGER_MINIMA = {"rows": 1, "batch_size": 1, "num_workers": 0, "epochs": 1}
 """The smallest value of each integer argument of :func:`run_demo` (the CLI checks the same)."""
@@ -75,7 +76,7 @@ def run_demo(
         stream = ParquetStream(
             root, columns=["id", "label", "x"], batch_size=batch_size, shuffle=True, seed=0
         )
-        loader = DataLoader(stream, batch_size=None, num_workers=num_workers)
+        loader: DataLoader[Any] = DataLoader(stream, batch_size=None, num_workers=num_workers)
         rates, first_batch, ok = [], 0.0, True
         for epoch in range(epochs):
             stream.set_epoch(epoch)

@@ -151,7 +151,8 @@ def decide(
     def rate(i: int) -> float:
         return trials[i].throughput
 
-    pool, within, held_back = fits, None, ()
+    pool, within = fits, None
+    held_back: tuple[int, ...] = ()
     if cores is not None:
         inside = [i for i in fits if trials[i].params["num_workers"] <= cores]
         if inside:
