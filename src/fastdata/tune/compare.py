@@ -135,7 +135,8 @@ def compare(
         config: what ``fastdata.DataLoader(config=...)`` accepts: a
             :class:`~fastdata.config.LoaderConfig`, a :class:`~fastdata.tune.TuneResult`, a
             mapping or the path of a JSON file from ``fastdata tune --out``.
-        step, step_ms: the consumer, as for :func:`fastdata.tune.tune`.
+        step: the consumer's work on a batch, as for :func:`fastdata.tune.tune`.
+        step_ms: instead of ``step``, a simulated step of this many milliseconds.
         rounds: rounds per side (at least 2, for the intervals).
         budget_s: seconds for all rounds together, split equally (start-up included).
         on_trial: called with each round's :class:`Trial`, as it completes.
