@@ -319,7 +319,8 @@ def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
         if args.data is None or args.demo:
             paths = _image_files(root)
             if not paths:
-                say(f"writing {args.demo_images} demo images to {root}")
+                if not args.quiet:
+                    say(f"writing {args.demo_images} demo images to {root}")
                 paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
             repeat = math.ceil(DEMO_PASS / len(paths))
             classes = sorted({p.parent.name for p in paths})
