@@ -20,8 +20,8 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     """Draw ``result`` to ``path`` (a PNG) and return the path.
 
     The search's trials are ordered from the cheapest setting to the costliest (workers, then
-    prefetch_factor, then pin_memory); failed trials and the paired rounds (the reason gives
-    their ratio) are left out. The chosen one is red.
+    prefetch_factor, then pin_memory), one bar each; the paired rounds that end the search are
+    black dots on their settings' bars; failed trials are left out. The chosen one is red.
 
     Raises:
         ImportError: matplotlib is not installed.
@@ -34,8 +34,10 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     from matplotlib.patches import Patch
 
     chosen = result.chosen_trial
-    searched = (t for t in result.trials if t.ok and t.pair is None)  # pairs: in the reason
+    searched = (t for t in result.trials if t.ok and t.pair is None)
     trials = sorted(searched, key=lambda t: cost(t.params))
+    column = {cost(t.params): i for i, t in enumerate(trials)}
+    pairs = [t for t in result.trials if t.ok and t.pair is not None and cost(t.params) in column]
     if not trials:
         raise ValueError("no completed trial to plot")
     x = range(len(trials))
@@ -48,6 +50,10 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     rate.bar(x, [t.throughput for t in trials], color=colors, width=0.6)
     rate.errorbar(x, [t.throughput for t in trials], yerr=[low, high], fmt="none",
                   ecolor="black", capsize=4, label="95% interval")  # fmt: skip
+    if pairs:
+        rate.scatter([column[cost(t.params)] + 0.12 * (t.pair or 0) - 0.12 for t in pairs],
+                     [t.throughput for t in pairs], color="black", marker="o", s=14, zorder=3,
+                     label="paired rounds (back to back)")  # fmt: skip
     rate.set_ylabel("throughput\n(batches/s, steady state)")
     over = [i for i, t in enumerate(trials) if t.params["num_workers"] > result.cores]
     for axis in (rate, busy) if over else ():
@@ -59,9 +65,9 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     ]
     if over:
         handles.append(Patch(color="#e8e8e8", label=f"more workers than the {result.cores} cores"))
-    rate.legend(handles=handles, loc="upper left", fontsize=8, ncols=len(handles))
-    rate.set_ylim(0, max(t.interval[1] if t.interval[1] < 2 * t.throughput else t.throughput
-                         for t in trials) * 1.25)  # fmt: skip
+    rate.legend(handles=handles, loc="upper left", fontsize=8, ncols=3)
+    tops = [t.interval[1] if t.interval[1] < 2 * t.throughput else t.throughput for t in trials]
+    rate.set_ylim(0, max(tops + [t.throughput for t in pairs]) * 1.3)
     busy.bar(x, [100 * t.busy for t in trials], color=colors, width=0.6)
     busy.axhline(100 * result.target_utilization, color="black", linestyle="--", linewidth=1,
                  label=f"target: busy {result.target_utilization:.0%}")  # fmt: skip
