@@ -263,3 +263,28 @@ def test_leftover_budget_pairs_the_rival_with_the_fastest_and_the_pairs_decide()
     seen.clear()
     outcome = strict.search(space(4, prefetch=1), tolerance=0.0)  # 95% is slower: 2 workers
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
+
+
+def test_more_workers_than_cores_from_one_bad_moment_are_taken_back_by_the_pairs() -> None:
+    """2 cores; 2 workers are measured once while another job runs (16/s), then at 24/s, as
+    fast as 3 and 4 within the 5% tolerance: the search first justifies 3 workers beyond the
+    intervals, the paired rounds of 2 (the next fewer workers) against the fastest take that
+    back."""
+    seen: dict[int, int] = {}
+
+    def spiky(p: dict[str, Any]) -> float:
+        w = p["num_workers"]
+        seen[w] = seen.get(w, 0) + 1
+        if w == 2 and seen[w] == 1:
+            return 16.0
+        return {0: 8.0, 1: 15.0, 2: 24.0}.get(w, 25.0)
+
+    outcome = Surface(spiky, cost_s=1.0, ci=0.02).search(space(4, prefetch=1), cores=2,
+                                                          tolerance=0.05)  # fmt: skip
+    first = [t for t in outcome.trials if t.pair is None]
+    assert any(t.params["num_workers"] == 2 and t.throughput == 16.0 for t in first)
+    assert any(t.params["num_workers"] == 3 for t in first)
+    paired = {t.params["num_workers"] for t in outcome.trials if t.pair is not None}
+    assert 2 in paired
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 2
+    assert "In 3 pairs of back-to-back rounds, num_workers=2" in outcome.reason

@@ -20,8 +20,9 @@ trials:
 
 A trial's own interval misses one kind of noise: the machine changing between trials (other
 jobs starting and stopping), which can make a setting look slower than it is. So the search
-ends with *paired rounds* (trials with a ``pair`` number): the fastest setting cheaper than
-the choice (its rival) and the fastest setting, measured back to back, in alternating order.
+ends with *paired rounds* (trials with a ``pair`` number): the fastest setting with the
+next fewer workers than the choice (its rival; with none, the fastest cheaper one) and the
+fastest setting, measured back to back, in alternating order.
 A change of the machine's speed hits both rounds of a pair alike, so their ratio is free of
 it; the per-pair ratios give an interval (Student's t). If that interval does not show the
 rival slower than the fastest (or shows it within ``tolerance``), the rival is chosen: it is

@@ -13,8 +13,9 @@ line searches rather than a grid:
    higher peak between coarse positions moves the search there).
 2. ``prefetch_factor`` the same way, with the workers chosen so far (skipped without workers).
 3. ``pin_memory``: each remaining value (only searched when batches go to a device).
-4. Paired rounds, with what is left of the budget: the fastest setting cheaper than the
-   choice and the fastest setting, back to back, alternating, up to :data:`PAIRS` pairs;
+4. Paired rounds, with what is left of the budget: the choice's rival (the fastest setting
+   with the next fewer workers, or with none, the fastest cheaper one) and the fastest
+   setting, back to back, alternating, up to :data:`PAIRS` pairs;
    :func:`~fastdata.tune.decide.decide` chooses the cheaper one when the pairs do not show
    it slower (a change of the machine between trials hits both rounds of a pair alike).
 
@@ -321,9 +322,13 @@ def _line(
 
 
 def _confirm(run: _Run) -> None:
-    """Paired rounds, with what is left of the budget: the fastest setting cheaper than the
-    choice (its rival) and the fastest setting, back to back, in alternating order, up to
-    :data:`PAIRS` pairs (see :mod:`fastdata.tune.decide`). Stops quietly when the budget ends.
+    """Paired rounds, with what is left of the budget: the choice's rival and the fastest
+    setting, back to back, in alternating order, up to :data:`PAIRS` pairs (see
+    :mod:`fastdata.tune.decide`).
+    The rival is the fastest setting with the most workers below the choice's — workers are
+    what a choice costs, and what more than the cores must justify; one measured at a bad
+    moment is measured again — or, with none, the fastest cheaper one. Stops quietly when
+    the budget ends.
     """
     decision = decide(run.trials, **run.rule())
     if decision.fastest is None:
@@ -336,7 +341,11 @@ def _confirm(run: _Run) -> None:
     ]
     if not cheaper:
         return
-    rival = max(cheaper, key=lambda t: t.throughput)
+    fewer = [t for t in cheaper if t.params["num_workers"] < chosen.params["num_workers"]]
+    if fewer:
+        most = max(t.params["num_workers"] for t in fewer)
+        fewer = [t for t in fewer if t.params["num_workers"] == most]
+    rival = max(fewer or cheaper, key=lambda t: t.throughput)
     try:
         for pair in range(PAIRS):
             order = (rival, fastest) if pair % 2 == 0 else (fastest, rival)
