@@ -288,3 +288,21 @@ def test_more_workers_than_cores_from_one_bad_moment_are_taken_back_by_the_pairs
     assert 2 in paired
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "In 3 pairs of back-to-back rounds, num_workers=2" in outcome.reason
+
+
+def test_a_choice_past_the_cores_is_paired_with_the_fastest_within_them() -> None:
+    """2 cores; 4 workers measure 28/s once, 2 workers 24/s; in pairs they run alike: the
+    choice falls back within the cores."""
+    seen: dict[int, int] = {}
+
+    def lucky(p: dict[str, Any]) -> float:
+        w = p["num_workers"]
+        seen[w] = seen.get(w, 0) + 1
+        if w == 4 and seen[w] == 1:
+            return 28.0
+        return {0: 10.0, 1: 17.0, 2: 24.0, 3: 19.0}.get(w, 24.5)
+
+    outcome = Surface(lucky, cost_s=1.0, ci=0.03).search(space(4, prefetch=1), cores=2)
+    paired = {t.params["num_workers"] for t in outcome.trials if t.pair is not None}
+    assert paired == {2, 4}  # not 3: it is past the cores as well
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 2

@@ -20,9 +20,10 @@ trials:
 
 A trial's own interval misses one kind of noise: the machine changing between trials (other
 jobs starting and stopping), which can make a setting look slower than it is. So the search
-ends with *paired rounds* (trials with a ``pair`` number): the fastest setting with the
-next fewer workers than the choice (its rival; with none, the fastest cheaper one) and the
-fastest setting, measured back to back, in alternating order.
+ends with *paired rounds* (trials with a ``pair`` number): the choice's rival (the fastest
+setting with the next fewer workers; for a choice past the cores, the fastest within them;
+with neither, the fastest cheaper one) and the fastest setting, measured back to back, in
+alternating order.
 A change of the machine's speed hits both rounds of a pair alike, so their ratio is free of
 it; the per-pair ratios give an interval (Student's t). If that interval does not show the
 rival slower than the fastest (or shows it within ``tolerance``), the rival is chosen: it is
@@ -170,7 +171,7 @@ def decide(
     chosen = min(good, key=lambda i: (cost(trials[i].params), i))
     rival, confirmation = None, paired(trials)
     if confirmation is not None and confirmation.fast == cost(best.params):
-        rival = next((i for i in pool if cost(trials[i].params) == confirmation.cheap), None)
+        rival = next((i for i in fits if cost(trials[i].params) == confirmation.cheap), None)
         if rival is None:
             confirmation = None
         elif confirmation.high >= 1 or confirmation.ratio >= 1 - tolerance:

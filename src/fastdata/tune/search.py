@@ -13,9 +13,9 @@ line searches rather than a grid:
    higher peak between coarse positions moves the search there).
 2. ``prefetch_factor`` the same way, with the workers chosen so far (skipped without workers).
 3. ``pin_memory``: each remaining value (only searched when batches go to a device).
-4. Paired rounds, with what is left of the budget: the choice's rival (the fastest setting
-   with the next fewer workers, or with none, the fastest cheaper one) and the fastest
-   setting, back to back, alternating, up to :data:`PAIRS` pairs;
+4. Paired rounds, with what is left of the budget: the choice's rival (see
+   :func:`_confirm`) and the fastest setting, back to back, alternating, up to
+   :data:`PAIRS` pairs;
    :func:`~fastdata.tune.decide.decide` chooses the cheaper one when the pairs do not show
    it slower (a change of the machine between trials hits both rounds of a pair alike).
 
@@ -326,9 +326,9 @@ def _confirm(run: _Run) -> None:
     setting, back to back, in alternating order, up to :data:`PAIRS` pairs (see
     :mod:`fastdata.tune.decide`).
     The rival is the fastest setting with the most workers below the choice's — workers are
-    what a choice costs, and what more than the cores must justify; one measured at a bad
-    moment is measured again — or, with none, the fastest cheaper one. Stops quietly when
-    the budget ends.
+    what a choice costs; one measured at a bad moment is measured again — or, for a choice
+    with more workers than cores, the fastest within the cores (what must be beaten to pass
+    them); with neither, the fastest cheaper setting. Stops quietly when the budget ends.
     """
     decision = decide(run.trials, **run.rule())
     if decision.fastest is None:
@@ -341,9 +341,12 @@ def _confirm(run: _Run) -> None:
     ]
     if not cheaper:
         return
-    fewer = [t for t in cheaper if t.params["num_workers"] < chosen.params["num_workers"]]
-    if fewer:
-        most = max(t.params["num_workers"] for t in fewer)
+    workers = chosen.params["num_workers"]
+    if run.cores is not None and workers > run.cores:  # what justified passing the cores
+        fewer = [t for t in cheaper if t.params["num_workers"] <= run.cores]
+    else:
+        fewer = [t for t in cheaper if t.params["num_workers"] < workers]
+        most = max((t.params["num_workers"] for t in fewer), default=0)
         fewer = [t for t in fewer if t.params["num_workers"] == most]
     rival = max(fewer or cheaper, key=lambda t: t.throughput)
     try:
