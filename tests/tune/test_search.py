@@ -223,7 +223,7 @@ def test_noisy_measurements_of_a_plateau_choose_the_same_setting_every_time(seed
     outcome = surface.search(space(8), tolerance=0.0)
     assert outcome.trials[outcome.chosen].params == settings(5, 1)
     assert "num_workers=4, prefetch_factor=2, pin_memory=False ran at" in outcome.reason
-    assert "slower beyond the noise" in outcome.reason
+    assert "slower by more than the 0% tolerance" in outcome.reason
 
 
 def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evidence() -> None:
