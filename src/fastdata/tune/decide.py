@@ -287,9 +287,10 @@ def _confirmed(
         f"{rounds.low:.0%}-{rounds.high:.0%})"
     )
     if chosen:
+        verdict = "no slower" if rounds.ratio >= 1 else f"within the {tolerance:.0%} tolerance"
         return (
-            f"{measured}: within the {tolerance:.0%} tolerance, and cheaper, so it is chosen "
-            "(pairs cancel the machine's changes between trials)."
+            f"{measured}: {verdict}, and cheaper, so it is chosen (pairs cancel the machine's "
+            "changes between trials)."
         )
     return (
         f"{measured}: slower by more than the {tolerance:.0%} tolerance, so the cheaper "
