@@ -1,8 +1,10 @@
-"""Build of the optional C extension ``fastdata._jpeg`` (region-of-interest JPEG decoding).
+"""Build of the optional C extension ``fastdata._jpeg`` (JPEG decoding with libjpeg-turbo:
+corrupt data reported, regions decoded alone).
 
 Everything else is in pyproject.toml. The extension needs libjpeg-turbo's headers and library
 (``libjpeg-turbo8-dev`` / ``libjpeg62-turbo-dev`` / ``libjpeg-turbo-devel``); without them the
-build goes on without it (``optional=True``) and fastdata decodes whole images with OpenCV.
+build goes on without it (``optional=True``) and fastdata decodes JPEGs with OpenCV alone,
+which does not detect corrupt entropy-coded data (see the images guide).
 """
 
 from setuptools import Extension, setup

@@ -99,6 +99,12 @@ def load_floors(path: Path | None) -> dict[str, float]:
     return tomllib.loads(path.read_text()).get("floors", {}) if path else {}
 
 
+def load_targets(path: Path | None) -> dict[str, float]:
+    """The ``[targets]`` table of a floors file: the ratios the design aims for (charted,
+    never enforced)."""
+    return tomllib.loads(path.read_text()).get("targets", {}) if path else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -104,6 +104,24 @@ def measure_interleaved(
         }
     )
     return results
+
+
+def describe_images(encoded: Iterable[bytes]) -> dict[str, float]:
+    """The properties of a benchmark's image data that decide its decoding cost, for the
+    record (``extra_info["data"]``): the count, JPEG bytes per pixel and mean file size."""
+    from fastdata.decode import image_header
+
+    sizes, pixels = [], 0
+    for data in encoded:
+        header = image_header(data)
+        sizes.append(len(data))
+        pixels += header.height * header.width
+    return {
+        "images": len(sizes),
+        "bytes_per_pixel": round(sum(sizes) / pixels, 3),
+        "mean_kb": round(sum(sizes) / len(sizes) / 1024, 1),
+        "mean_megapixels": round(pixels / len(sizes) / 1e6, 3),
+    }
 
 
 @pytest.fixture(scope="session")

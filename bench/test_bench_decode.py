@@ -1,11 +1,22 @@
-"""Decoding benchmarks: fastdata's OpenCV decode stage against the usual Pillow recipe.
+"""Decoding benchmarks: fastdata's decode stage against the usual Pillow recipe and OpenCV.
 
-- ``decode-jpeg``: ~400x500 photo-like JPEGs -> 224x224 uint8 CHW tensors.
+The JPEGs have photo-like entropy (``fastdata.synthetic.synth_image``, quality 90: about 0.56
+bytes per pixel, as ImageNet's), recorded in each result's ``extra_info["data"]``.
+
+- ``decode-jpeg``: 400x500 JPEGs -> 224x224 uint8 CHW tensors.
   fastdata: ``decode_many`` on 2 threads with ``ImageTransform(size=224, crop="center")``
   (resize the shorter side to 256, centre crop 224). Baseline ``pil``: ``Image.open`` +
   ``convert("RGB")`` + torchvision ``Resize(256)`` + ``CenterCrop(224)`` + ``PILToTensor``,
   one image after another as a Dataset's ``__getitem__`` does.
-- ``decode-reduced``: 2000+ px JPEGs -> the same 224 centre crop. fastdata decodes at 1/8
+- ``decode-checked``: decoding alone, the 400x500 JPEGs, one thread. fastdata:
+  ``decode_image``, which decodes through the ``fastdata._jpeg`` extension and raises on
+  anything libjpeg warns about (corrupt data); baseline ``opencv-imdecode``: ``cv2.imdecode``
+  to RGB, which only prints such warnings. The ratio is the cost of the check (1.0: none).
+  Sides alternate within each round.
+- ``jpeg-check``: what the GPU path (``decode_device``) spends on the CPU per JPEG before
+  nvJPEG: the extension's read-through check (entropy decoding, no pixels), against
+  baseline ``opencv-imdecode``, a whole CPU decode of the same bytes. Sides alternate.
+- ``decode-reduced``: 2048x2730 JPEGs -> the same 224 centre crop. fastdata decodes at 1/8
   resolution in the DCT domain; baseline ``full-decode`` decodes every pixel then resizes.
   Both single-threaded, so the ratio is the reduction alone.
 - ``decode-reduced-crop``: the same large JPEGs -> a 224 random-resized crop with flip, each
@@ -13,16 +24,16 @@
   drawn on the header's size, and the JPEG decoded at the largest reduction that keeps the
   box at least 224 px) + ``ImageTransform.apply``, what ``ImageStream`` does; baseline
   ``full-decode``: the same transform on the fully decoded image. Single-threaded.
-- ``decode-region``: the ~400x500 photos -> the 224 random-resized crop with flip, boxes from
+- ``decode-region``: the 400x500 JPEGs -> the 224 random-resized crop with flip, boxes from
   ``sample_rng(0, 0, i)``, one thread. fastdata: ``decode_for`` + ``ImageTransform.apply``,
   which decodes only the region of each JPEG around its box (``fastdata._jpeg``,
   libjpeg-turbo); baseline ``whole-image``: the same with ``region=False``, which decodes the
-  whole image as ``cv2.imdecode`` does. The pixels are checked equal. Sides alternate within
-  each round. Fails when the extension was not built (libjpeg-turbo's headers missing).
+  whole image. The pixels are checked equal. Sides alternate within each round. Fails when
+  the extension was not built (libjpeg-turbo's headers missing).
 - ``resize-antialias``: resampling alone, the 224 random-resized crops of the decoded
-  ~400x500 photos (boxes from ``sample_rng(0, 0, i)``), one thread. fastdata:
-  ``resize(..., interpolation="antialias")`` (torch's vectorised antialiased bilinear,
-  torchvision's own). Baselines: ``area``, fastdata's default ``"auto"`` (OpenCV's
+  400x500 JPEGs (boxes from ``sample_rng(0, 0, i)``), one thread. fastdata:
+  ``resize(..., interpolation="antialias")`` (the default: torch's vectorised antialiased
+  bilinear, torchvision's own). Baselines: ``area``, ``interpolation="auto"`` (OpenCV's
   INTER_AREA when shrinking), and ``pil-bilinear``, Pillow's ``crop`` + ``resize(BILINEAR)``,
   what the torchvision recipe's ``RandomResizedCrop`` runs on PIL images. Sides alternate
   within each round.
@@ -35,7 +46,7 @@ sets its own), so threads do not oversubscribe.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cv2
@@ -45,8 +56,9 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
+from fastdata import _libjpeg
 from fastdata.decode import (
-    REGION_DECODE,
+    JPEG_EXTENSION,
     ImageTransform,
     decode_for,
     decode_image,
@@ -55,31 +67,17 @@ from fastdata.decode import (
     resize,
     sample_rng,
 )
+from fastdata.synthetic import encode_image, synth_image
 
-from conftest import measure, measure_interleaved, scaled
+from conftest import describe_images, measure, measure_interleaved, scaled
 
 CENTER_224 = ImageTransform(size=224, crop="center")
 RRC_224 = ImageTransform(size=224, crop="random-resized", flip=True)
 
 
 def photo_jpeg(h: int, w: int, seed: int) -> bytes:
-    """A photo-like JPEG (quality 90): gradients, filled shapes, mild sensor-like noise."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
-    phase = rng.uniform(0, 6.28)
-    img = np.stack(
-        [255 * x / (w - 1), 255 * y / (h - 1), 128 + 100 * np.sin((x + y) / (h / 20) + phase)], -1
-    ).astype(np.uint8)
-    for _ in range(8):
-        color = tuple(int(v) for v in rng.integers(0, 256, 3))
-        center = (int(rng.integers(0, w)), int(rng.integers(0, h)))
-        cv2.circle(img, center, int(rng.integers(h // 20, h // 3)), color, -1)
-        corner = (int(rng.integers(0, w)), int(rng.integers(0, h)))
-        cv2.rectangle(img, corner, center, color[::-1], -1)
-    img = np.clip(img + rng.normal(0, 3, img.shape), 0, 255).astype(np.uint8)
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-    assert ok
-    return buf.tobytes()
+    """A JPEG (quality 90) with the entropy of a photo (``synth_image``'s default texture)."""
+    return encode_image(synth_image(np.random.default_rng(seed), h, w), quality=90)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -116,6 +114,7 @@ def test_decode_jpeg_fastdata(benchmark: Any, small_jpegs: list[bytes]) -> None:
         items=len(small_jpegs),
     )
     assert out[0].shape == (3, 224, 224)
+    benchmark.extra_info["data"] = describe_images(small_jpegs)
 
 
 @pytest.mark.benchmark(group="decode-jpeg")
@@ -130,6 +129,36 @@ def test_decode_jpeg_pil(benchmark: Any, small_jpegs: list[bytes]) -> None:
         items=len(small_jpegs),
     )
     assert out[0].shape == (3, 224, 224)
+    benchmark.extra_info["data"] = describe_images(small_jpegs)
+
+
+def against_imdecode(benchmark: Any, jpegs: list[bytes], fn: Callable[[bytes], Any]) -> list:
+    """Time ``fn`` over ``jpegs`` against ``cv2.imdecode`` of the same bytes, alternately
+    (one thread); returns the results of ``fn`` and of ``cv2.imdecode``."""
+    assert JPEG_EXTENSION, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
+    arrays = [np.frombuffer(data, np.uint8) for data in jpegs]
+    got = measure_interleaved(
+        benchmark,
+        lambda: [fn(data) for data in jpegs],
+        {"opencv-imdecode": lambda: [cv2.imdecode(a, cv2.IMREAD_COLOR_RGB) for a in arrays]},
+        items=len(jpegs),
+        rounds=scaled(15, 9),
+    )
+    benchmark.extra_info["data"] = describe_images(jpegs)
+    return [got["fastdata"], got["opencv-imdecode"]]
+
+
+@pytest.mark.benchmark(group="decode-checked")
+def test_decode_checked(benchmark: Any, small_jpegs: list[bytes]) -> None:
+    ours, theirs = against_imdecode(benchmark, small_jpegs, decode_image)
+    for image, expected in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(image, expected)  # the same pixels, checked
+
+
+@pytest.mark.benchmark(group="jpeg-check")
+def test_jpeg_check(benchmark: Any, small_jpegs: list[bytes]) -> None:
+    verdicts, _ = against_imdecode(benchmark, small_jpegs, _libjpeg.check)
+    assert all(verdict is True for verdict in verdicts)
 
 
 @pytest.mark.benchmark(group="decode-reduced")
@@ -139,6 +168,7 @@ def test_decode_reduced_fastdata(benchmark: Any, large_jpegs: list[bytes]) -> No
 
     out = measure(benchmark, run, role="fastdata", items=len(large_jpegs))
     assert out[0].shape == (224, 224, 3)
+    benchmark.extra_info["data"] = describe_images(large_jpegs)
 
 
 @pytest.mark.benchmark(group="decode-reduced")
@@ -148,6 +178,7 @@ def test_decode_reduced_full_decode(benchmark: Any, large_jpegs: list[bytes]) ->
 
     out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
     assert out[0].shape == (224, 224, 3)
+    benchmark.extra_info["data"] = describe_images(large_jpegs)
 
 
 @pytest.mark.benchmark(group="decode-reduced-crop")
@@ -160,6 +191,7 @@ def test_decode_reduced_crop_fastdata(benchmark: Any, large_jpegs: list[bytes]) 
 
     out = measure(benchmark, run, role="fastdata", items=len(large_jpegs))
     assert out[0].shape == (224, 224, 3)
+    benchmark.extra_info["data"] = describe_images(large_jpegs)
 
 
 @pytest.mark.benchmark(group="decode-reduced-crop")
@@ -169,11 +201,12 @@ def test_decode_reduced_crop_full_decode(benchmark: Any, large_jpegs: list[bytes
 
     out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
     assert out[0].shape == (224, 224, 3)
+    benchmark.extra_info["data"] = describe_images(large_jpegs)
 
 
 @pytest.mark.benchmark(group="decode-region")
 def test_decode_region(benchmark: Any, small_jpegs: list[bytes]) -> None:
-    assert REGION_DECODE, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
+    assert JPEG_EXTENSION, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
 
     def run(region: bool) -> list[np.ndarray]:
         return [
@@ -190,6 +223,7 @@ def test_decode_region(benchmark: Any, small_jpegs: list[bytes]) -> None:
     )
     for ours, theirs in zip(got["fastdata"], got["whole-image"], strict=True):
         np.testing.assert_array_equal(ours, theirs)
+    benchmark.extra_info["data"] = describe_images(small_jpegs)
 
 
 @pytest.mark.benchmark(group="resize-antialias")
@@ -222,3 +256,4 @@ def test_resize_antialias(benchmark: Any, small_jpegs: list[bytes]) -> None:
     # The recipe's pixels, to a grey level (2 of the 38.5 million values of full mode: two).
     pairs = zip(got["fastdata"], got["pil-bilinear"], strict=True)
     assert max(np.abs(ours.astype(int) - theirs).max() for ours, theirs in pairs) <= 2
+    benchmark.extra_info["data"] = describe_images(small_jpegs)

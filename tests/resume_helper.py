@@ -2,7 +2,8 @@
 
 ``check_resume(make_loader)`` drives a loader through resume from the start, mid-epoch, the
 end, and on into the next epoch, and asserts separately: nothing missing, nothing duplicated,
-the same order as an uninterrupted run. ``make_loader()`` must build a fresh loader over a
+the same order as an uninterrupted run. A state saved after the last batch continues with the
+next epoch, in full. ``make_loader()`` must build a fresh loader over a
 fresh dataset each call (as a new process would).
 """
 
@@ -59,6 +60,11 @@ def check_resume(
 
         resumed = make_loader()
         resumed.load_state_dict(state)
+        if k == len(full):  # saved at the end of the epoch: the next one comes, in full
+            resumed.dataset.set_epoch(epoch + 1)  # what a training loop does next
+            assert run(resumed, key) == next_epoch, "the epoch after an end-of-epoch state"
+            assert head == full
+            continue
         tail = run(resumed, key)
         got = [x for b in head + tail for x in b]
         want = [x for b in full for x in b]

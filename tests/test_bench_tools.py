@@ -149,7 +149,7 @@ def test_plot_writes_a_png_and_the_same_markdown_table(plot, compare, tmp_path: 
     results = tmp_path / "results.json"
     results.write_text(json.dumps(RESULTS))
     floors = tmp_path / "floors.toml"
-    floors.write_text('[floors]\n"scan/quick" = 0.8\n')
+    floors.write_text('[floors]\n"scan/quick" = 0.8\n[targets]\n"scan/slow" = 2\n')
     png, table = tmp_path / "img" / "bench.png", tmp_path / "table.md"
     argv = [str(results), "--out", str(png), "--markdown", str(table), "--floors", str(floors)]
     assert plot.main(argv) == 0
@@ -170,17 +170,44 @@ def test_plot_markdown_only_and_nothing_to_plot(plot, tmp_path: Path) -> None:
         plot.plot([], {}, png)
 
 
-def test_the_benchmarks_page_quotes_the_floors_ci_enforces(compare) -> None:
-    """docs/benchmarks.md's table of scenarios shows the floors of bench/floors.toml."""
-    floors = compare.load_floors(BENCH / "floors.toml")
+def test_a_huge_ratio_is_cut_and_the_chart_still_drawn(plot, compare, tmp_path: Path) -> None:
+    rows = [compare.Row("rows", "per-row", 1e7, 80.0, "items"), *compare.load_rows(RESULTS)]
+    png = plot.plot(rows, {"rows/per-row": 100}, tmp_path / "c.png", targets={"scan/slow": 2})
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert rows[0].ratio > plot.RATIO_CAP
+
+
+def scenario_table() -> list[tuple[str, list[str], list[str]]]:
+    """docs/benchmarks.md's table of scenarios: (group, baselines, cells) per row."""
     page = (BENCH.parent / "docs" / "benchmarks.md").read_text().splitlines()
     start = next(i for i, line in enumerate(page) if line.startswith("| scenario / baseline |"))
-    quoted = {}
+    rows = []
     for line in page[start + 2 :]:
         if not line.startswith("|"):
             break
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         group, baselines = cells[0].split(" / ")
-        for name, floor in zip(baselines.split(", "), cells[-1].split("; "), strict=True):
+        rows.append((group, baselines.split(", "), cells))
+    return rows
+
+
+def test_the_benchmarks_page_quotes_the_floors_ci_enforces(compare) -> None:
+    """docs/benchmarks.md's table of scenarios shows the floors of bench/floors.toml."""
+    floors = compare.load_floors(BENCH / "floors.toml")
+    quoted = {}
+    for group, names, cells in scenario_table():
+        for name, floor in zip(names, cells[-1].split("; "), strict=True):
             quoted[f"{group}/{name}"] = None if floor == "none" else float(floor.rstrip("x"))
     assert {k: v for k, v in quoted.items() if v is not None} == floors
+
+
+def test_the_targets_charted_are_those_the_benchmarks_page_states(compare) -> None:
+    """bench/floors.toml's [targets] are the page's ">= Nx" targets of rate ratios."""
+    stated = {}
+    for group, names, cells in scenario_table():
+        goals = cells[-2].split("; ")
+        for name, goal in zip(names, goals if len(goals) == len(names) else goals * len(names),
+                              strict=True):  # fmt: skip
+            if goal.startswith(">= ") and "less" not in goal:
+                stated[f"{group}/{name}"] = float(goal.removeprefix(">= ").split("x")[0])
+    assert compare.load_targets(BENCH / "floors.toml") == stated

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import tarfile
 import tempfile
@@ -168,16 +169,49 @@ def test_encode_image_rejects_what_the_format_cannot_hold(
         synthetic.encode_image(image, **kwargs)
 
 
-def test_images_compress_like_photos_not_like_noise_or_flat_color() -> None:
+@pytest.mark.parametrize(("texture", "below_noise"), [("photo", 1.5), ("smooth", 3)])
+def test_images_compress_like_photos_not_like_noise_or_flat_color(
+    texture: str, below_noise: float
+) -> None:
     rng = np.random.default_rng(0)
-    photo = synthetic.synth_image(rng, 400, 400)
+    photo = synthetic.synth_image(rng, 400, 400, texture=texture)
     noise = rng.integers(0, 256, photo.shape, dtype=np.uint8)
     flat = np.full_like(photo, 128)
     photo_size, noise_size, flat_size = (
         len(synthetic.encode_image(image, quality=90)) for image in (photo, noise, flat)
     )
-    assert photo_size < noise_size / 3
+    assert photo_size < noise_size / below_noise
     assert photo_size > 3 * flat_size
+
+
+def bytes_per_pixel(images: list[tuple[bytes, int]]) -> float:
+    pixels = sum(math.prod(decode(data).shape[:2]) for data, _ in images)
+    return sum(len(data) for data, _ in images) / pixels
+
+
+def test_default_images_have_the_entropy_of_imagenet_photos() -> None:
+    """The documented target: about 0.55 bytes per pixel as JPEG at quality 90 (ImageNet's
+    train set: about 110 KB at about 470x390, 0.6), about 100 KB at ImageNet's sizes; the
+    smooth texture is several times smaller."""
+    photos = synthetic.make_image_bytes(24, seed=1)
+    smooth = synthetic.make_image_bytes(24, seed=1, texture="smooth")
+    assert 0.5 <= bytes_per_pixel(photos) <= 0.62
+    assert 80_000 <= np.mean([len(data) for data, _ in photos]) <= 130_000
+    assert bytes_per_pixel(smooth) < bytes_per_pixel(photos) / 3
+    assert synthetic.make_image_bytes(24, seed=1, texture="photo") == photos  # the default
+    assert [label for _, label in smooth] == [label for _, label in photos]
+
+
+@pytest.mark.parametrize("texture", ["photo", "smooth"])
+def test_textures_keep_shape_range_and_channels(texture: str) -> None:
+    for channels, dtype in [(1, np.uint8), (3, np.uint8), (4, np.uint8), (1, np.uint16)]:
+        image = synthetic.synth_image(
+            np.random.default_rng(2), 33, 47, channels=channels, dtype=dtype, texture=texture
+        )
+        assert image.shape == (33, 47, channels) and image.dtype == dtype
+        assert image.std() > 0
+    rgb = synthetic.synth_image(np.random.default_rng(2), 64, 64, texture=texture)
+    assert not np.array_equal(rgb[..., 0], rgb[..., 1])  # colour, not gray
 
 
 # --- make_images ----------------------------------------------------------------------------
@@ -249,6 +283,7 @@ def test_each_mode_decodes_to_its_channels_and_dtype(
         ({"min_short": 8}, "min_short=8"),
         ({"quality": 0}, "quality=0"),
         ({"seed": -1}, "seed=-1"),
+        ({"texture": "noise"}, r"texture='noise': expected one of .*'photo', 'smooth'"),
     ],
 )
 def test_image_options_are_validated_with_the_valid_values(

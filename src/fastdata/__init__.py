@@ -16,6 +16,7 @@ from fastdata.tune import TuneResult, tune  # eager: the subpackage name would s
 
 if TYPE_CHECKING:
     from fastdata import decode, synthetic
+    from fastdata._stats_out import flatten_stats, log_stats
     from fastdata.collate import (
         Padded,
         PaddingStats,
@@ -74,6 +75,8 @@ _EXPORTS: dict[str, str] = {
     "pad_collate": "fastdata.collate",
     "padding_stats": "fastdata.collate",
     "decode_image": "fastdata.decode",
+    "flatten_stats": "fastdata._stats_out",
+    "log_stats": "fastdata._stats_out",
     "decode_many": "fastdata.decode",
     "limit_opencv_threads": "fastdata.decode",
     "sample_rng": "fastdata.decode",

@@ -10,10 +10,19 @@ uint8 kernel rounds, here float32) as long as it decodes the JPEG in full too, a
 decodes reduced when the crop box is at least twice the output, unless
 ``reduced_decode=False``); by default it averages areas, which agrees closely, not exactly.
 
-What the device decoder refuses (a CMYK JPEG, say) and every other format fall back to
-:func:`fastdata.decode.decode_image` on the CPU and are then copied to the device; only data
-that neither decodes is an error, a :class:`~fastdata.errors.DecodeError` as on the CPU.
-``device="cpu"`` runs the same code with torchvision's CPU decoder: the tests use it.
+A JPEG goes to the device decoder only once the ``fastdata._jpeg`` extension has read it
+through without a warning (:func:`fastdata._libjpeg.check`: libjpeg's entropy decoding,
+without the inverse DCT and colour conversion, on the CPU): nvJPEG reports some corrupt data
+as an error and decodes the rest into garbage without a word, so this check is what makes the
+device path refuse exactly what the CPU path refuses. It costs a part of a CPU decode (see
+docs/benchmarks.md). Without the extension, JPEGs that end with their end-of-image marker go
+to the device unchecked, as the CPU path then decodes them unchecked too.
+
+What the device decoder refuses (a CMYK JPEG, say), what the check does not pass, and every
+other format go to :func:`fastdata.decode.decode_image` on the CPU, whose result is copied to
+the device: data that does not decode there is a :class:`~fastdata.errors.DecodeError`, as on
+the CPU path. ``device="cpu"`` runs the same code with torchvision's CPU decoder: the tests
+use it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastdata import _libjpeg
 from fastdata._transforms import ImageTransform
 from fastdata.decode import ImageHeader, decode_image, image_header
 from fastdata.errors import DecodeError
@@ -107,14 +117,16 @@ def decode_on_device(
 
 
 def _device_header(data: bytes | np.ndarray, max_pixels: int | None) -> ImageHeader | None:
-    """The header of a JPEG for the device decoder: within the pixel limit and ending with
-    its end-of-image marker (a truncated one goes to OpenCV, which refuses it, rather than to
-    a decoder that might fill it in); None for anything else."""
+    """The header of a JPEG for the device decoder: within the pixel limit and read through
+    by libjpeg without a warning (with the extension; without it, ending with its
+    end-of-image marker); None for anything else, which the CPU path decodes or refuses."""
     header = image_header(data)
     if header is None or header.format != "jpeg":
         return None
     if max_pixels is not None and header.height * header.width > max_pixels:
         return None
+    if _libjpeg.EXTENSION:
+        return header if _libjpeg.check(data) is True else None
     return header if bytes(data[-2:]) == b"\xff\xd9" else None
 
 
@@ -157,7 +169,8 @@ def _orient(image: torch.Tensor, header: ImageHeader) -> torch.Tensor:
 def _transform(
     image: torch.Tensor, transform: ImageTransform, rng: np.random.Generator | None
 ) -> torch.Tensor:
-    (top, left, h, w), out_hw, flip = transform.geometry(tuple(image.shape[1:]), rng)
+    hw = (int(image.shape[1]), int(image.shape[2]))
+    (top, left, h, w), out_hw, flip = transform.geometry(hw, rng)
     out = image[:, top : top + h, left : left + w]
     if out_hw != (h, w):
         mode = _MODES[transform.interpolation]

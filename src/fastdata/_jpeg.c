@@ -1,40 +1,53 @@
-/* Region-of-interest JPEG decoding with libjpeg-turbo (fastdata._jpeg).
+/* JPEG decoding with libjpeg-turbo that sees what cv2.imdecode hides (fastdata._jpeg).
  *
- * A random-resized crop keeps on average about half of an image, yet cv2.imdecode decodes all
- * of it. libjpeg-turbo can skip the rows above a region (jpeg_skip_scanlines), stop below it
- * and decode only the iMCU columns across it (jpeg_crop_scanline), which saves the inverse
- * DCT, upsampling and colour conversion outside the region. The region decoded here extends
- * one iMCU beyond the requested box on every side (where the image allows), so the box's
- * pixels are exactly those of a full decode: chroma upsampling at a region's edge sees no
- * neighbours and differs there.
+ * cv2.imdecode decodes a JPEG whose entropy-coded data is corrupt (libjpeg "warnings": a
+ * premature end of a data segment, extraneous bytes before a marker, a bad Huffman code, a
+ * missing end-of-image marker) into an image, printing the warning on stderr without a file
+ * name. Here every such warning stops the decode and is returned, so the caller can raise an
+ * error that names the file. Both entry points read the whole file, to its end-of-image
+ * marker, so the verdict never depends on how much of the image is decoded.
  *
- * The module never judges data: anything unusual (an error, a warning, a colour space other
- * than gray or YCbCr, a region that does not fit) returns None and the caller decodes the
- * image the ordinary way, which raises or not exactly as it always did. So do two cases where
- * a region would not be the whole decode's pixels: a progressive JPEG whose coefficients are
- * incomplete (libjpeg smooths the missing ones across block edges, which the region's edges
- * change), and a reduced decode that still upsamples a component whose DCT is scaled
- * differently (libjpeg-turbo before 3.0 sizes the cropped upsampling from the wrong width).
- * The GIL is released for the whole decode.
+ * decode_rgb also decodes only a region: a random-resized crop keeps about half of an image
+ * on average. libjpeg-turbo skips the inverse DCT, upsampling and colour conversion of the
+ * rows above the region (jpeg_skip_scanlines) and of the iMCU columns beside it
+ * (jpeg_crop_scanline); the rows below it are entropy-decoded without output. The region
+ * extends one iMCU beyond the requested box on every side (where the image allows), so the
+ * box's pixels are exactly those of a full decode: chroma upsampling at a region's edge sees
+ * no neighbours and differs there. Two cases where a region would not be the whole decode's
+ * pixels are declined: a progressive JPEG whose coefficients are incomplete (libjpeg smooths
+ * the missing ones across block edges, which the region's edges change), and a reduced decode
+ * that still upsamples a component whose DCT is scaled differently (libjpeg-turbo before 3.0
+ * sizes the cropped upsampling from the wrong width).
+ *
+ * The module declines (returns None) what it does not decode the way OpenCV does: a libjpeg
+ * error (no JPEG it supports; OpenCV's decoder then gives the verdict), a colour space other
+ * than gray or YCbCr, a region that does not fit. The GIL is released for the whole decode.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <setjmp.h>
 #include <stdio.h>
+#include <string.h>
 #include <jpeglib.h>
+#include <jerror.h>
+
+enum outcome { DECLINED, DECODED, CORRUPT };
 
 typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
+    char warning[JMSG_LENGTH_MAX]; /* the warning that stopped the decode */
 } error_manager;
 
-static void on_error(j_common_ptr cinfo) {
-    longjmp(((error_manager *)cinfo->err)->jump, 1);
-}
+static void on_error(j_common_ptr cinfo) { longjmp(((error_manager *)cinfo->err)->jump, DECLINED + 1); }
 
 static void on_message(j_common_ptr cinfo, int level) {
-    /* Warnings (level -1: corrupt data, a premature end) count; traces are ignored. */
-    if (level < 0) cinfo->err->num_warnings++;
+    /* Warnings (level -1) stop the decode; traces (level >= 0) are ignored, and so is an
+     * unknown JFIF version number, a note about the metadata that says nothing of the data. */
+    error_manager *err = (error_manager *)cinfo->err;
+    if (level >= 0 || err->pub.msg_code == JWRN_JFIF_MAJOR) return;
+    (*err->pub.format_message)(cinfo, err->warning);
+    longjmp(err->jump, CORRUPT + 1);
 }
 
 static void silent(j_common_ptr cinfo) { (void)cinfo; }
@@ -55,42 +68,66 @@ static int region_is_exact(j_decompress_ptr cinfo) {
     return 1;
 }
 
-/* Decode, at 1/denom scale, the rows and (after jpeg_crop_scanline's alignment) the columns
- * of the box (top, left, height, width) plus one iMCU around it into out, whose rows are
- * out_cols pixels apart; at most out_rows x out_cols pixels. Returns 1 on success with
- * found[] = the box's row and column in out, the rows and columns decoded, and the scaled
- * image's height and width, else 0. */
-static int decode_region(const unsigned char *data, size_t size, int denom, int top, int left,
-                         int height, int width, unsigned char *out, int out_rows, int out_cols,
-                         int found[6]) {
+/* Read the rows left after output_scanline without keeping them (entropy-decoded, one row
+ * transformed), then the markers up to the end of image, where libjpeg reports what is wrong
+ * with the rest of the file. */
+static void read_to_end(j_decompress_ptr cinfo) {
+    JSAMPARRAY spare = (*cinfo->mem->alloc_sarray)(
+        (j_common_ptr)cinfo, JPOOL_IMAGE, cinfo->output_width * cinfo->output_components, 1);
+    JDIMENSION last = cinfo->output_height - 1;
+    /* skipping to the very end would not decode the rows: skip to the last one, read it */
+    if (cinfo->output_scanline < last) jpeg_skip_scanlines(cinfo, last - cinfo->output_scanline);
+    while (cinfo->output_scanline < cinfo->output_height) jpeg_read_scanlines(cinfo, spare, 1);
+    jpeg_finish_decompress(cinfo);
+}
+
+/* Decode into out the rows and (after jpeg_crop_scanline's alignment) the columns of the box
+ * box[] = (top, left, height, width) of the image scaled by 1/denom, plus one iMCU around it;
+ * out's rows are out_cols pixels apart and hold at most out_rows rows. With out == NULL,
+ * only read the file (any colour space, at 1/8: the entropy decoding is the same at any
+ * scale). Sets found[] = the box's row and column in out, the rows and columns decoded and
+ * the scaled image's height and width; warning = libjpeg's message when CORRUPT. */
+static enum outcome run(const unsigned char *data, size_t size, int denom, const int box[4],
+                        unsigned char *out, int out_rows, int out_cols, int found[6],
+                        char warning[JMSG_LENGTH_MAX]) {
     struct jpeg_decompress_struct cinfo;
     error_manager err;
     JSAMPROW rows[16];
-    int ok = 0;
+    enum outcome result = DECLINED;
+    int jumped;
 
+    memset(&cinfo, 0, sizeof(cinfo)); /* destroying it is safe whenever create fails */
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = on_error;
     err.pub.emit_message = on_message;
     err.pub.output_message = silent;
-    jpeg_create_decompress(&cinfo);
-    if (setjmp(err.jump)) {
+    jumped = setjmp(err.jump); /* before create: an error inside create lands here too */
+    if (jumped) {
         jpeg_destroy_decompress(&cinfo);
-        return 0;
+        if (jumped == CORRUPT + 1) memcpy(warning, err.warning, JMSG_LENGTH_MAX);
+        return (enum outcome)(jumped - 1);
     }
+    jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     if (jpeg_read_header(&cinfo, TRUE) != JPEG_HEADER_OK) goto done;
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = out == NULL ? 8 : (unsigned int)denom;
+    if (out == NULL) {
+        jpeg_start_decompress(&cinfo);
+        read_to_end(&cinfo);
+        result = DECODED;
+        goto done;
+    }
     if (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_GRAYSCALE) goto done;
     cinfo.out_color_space = JCS_RGB;
-    cinfo.scale_num = 1;
-    cinfo.scale_denom = (unsigned int)denom;
     jpeg_start_decompress(&cinfo); /* reads every scan of a progressive JPEG */
-    if (!region_is_exact(&cinfo)) goto done;
     /* The box inside the image, in 64 bits: no sum below can overflow after this. */
-    if (top < 0 || left < 0 || height < 1 || width < 1 ||
-        (long long)top + height > (long long)cinfo.output_height ||
-        (long long)left + width > (long long)cinfo.output_width)
+    if (box[0] < 0 || box[1] < 0 || box[2] < 1 || box[3] < 1 ||
+        (long long)box[0] + box[2] > (long long)cinfo.output_height ||
+        (long long)box[1] + box[3] > (long long)cinfo.output_width)
         goto done;
     {
+        int top = box[0], left = box[1], height = box[2], width = box[3];
         int image_w = (int)cinfo.output_width, image_h = (int)cinfo.output_height;
         int mcu_w = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
         int mcu_h = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
@@ -100,7 +137,9 @@ static int decode_region(const unsigned char *data, size_t size, int denom, int 
         JDIMENSION x0 = left - mcu_w > 0 ? (JDIMENSION)(left - mcu_w) : 0;
         JDIMENSION cols = (JDIMENSION)x1 - x0;
 
-        jpeg_crop_scanline(&cinfo, &x0, &cols); /* widens to iMCU boundaries */
+        if ((y0 > 0 || y1 < image_h || x0 > 0 || x1 < image_w) && !region_is_exact(&cinfo))
+            goto done;
+        if (x0 > 0 || x1 < image_w) jpeg_crop_scanline(&cinfo, &x0, &cols); /* to iMCUs */
         if (y1 - y0 > out_rows || (int)cols > out_cols) goto done;
         if (y0 > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0) != (JDIMENSION)y0) goto done;
         while ((int)cinfo.output_scanline < y1) {
@@ -110,34 +149,40 @@ static int decode_region(const unsigned char *data, size_t size, int denom, int 
                 rows[i] = out + (size_t)((int)cinfo.output_scanline - y0 + i) * out_cols * 3;
             if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)want) == 0) goto done;
         }
+        read_to_end(&cinfo);
         found[0] = top - y0;
         found[1] = left - (int)x0;
         found[2] = y1 - y0;
         found[3] = (int)cols;
         found[4] = image_h;
         found[5] = image_w;
-        ok = err.pub.num_warnings == 0;
+        result = DECODED;
     }
 done:
-    jpeg_destroy_decompress(&cinfo); /* also aborts: the rows below the region stay unread */
-    return ok;
+    jpeg_destroy_decompress(&cinfo);
+    return result;
 }
 
-PyDoc_STRVAR(decode_rgb_region_doc,
-             "decode_rgb_region(data, denom, top, left, height, width, out, rows, cols)\n\n"
+PyDoc_STRVAR(decode_rgb_doc,
+             "decode_rgb($module, data, denom, top, left, height, width, out, rows, cols, /)\n"
+             "--\n\n"
              "Decode, at 1/denom scale (1, 2, 4 or 8), the region of a JPEG around the box\n"
              "(top, left, height, width) of the scaled image as RGB into out, a writable\n"
-             "contiguous buffer of rows x cols x 3 bytes. Returns (row, col, rows, cols,\n"
-             "height, width): the box's offsets in out, the rows and columns decoded and the\n"
-             "scaled image's size, or None when the image is to be decoded the ordinary way.");
+             "contiguous buffer of rows x cols x 3 bytes; a box covering the image decodes it\n"
+             "whole. Returns (row, col, rows, cols, height, width): the box's offsets in out,\n"
+             "the rows and columns decoded and the scaled image's size; a str, libjpeg's\n"
+             "warning, when the data is corrupt; None when the image is to be decoded the\n"
+             "ordinary way.");
 
-static PyObject *decode_rgb_region(PyObject *self, PyObject *args) {
+static PyObject *decode_rgb(PyObject *self, PyObject *args) {
     Py_buffer data, out;
-    int denom, top, left, height, width, rows, cols, ok, found[6] = {0, 0, 0, 0, 0, 0};
+    int denom, box[4], rows, cols, found[6] = {0, 0, 0, 0, 0, 0};
+    enum outcome result;
+    char warning[JMSG_LENGTH_MAX];
     (void)self;
 
-    if (!PyArg_ParseTuple(args, "y*iiiiiw*ii", &data, &denom, &top, &left, &height, &width, &out,
-                          &rows, &cols))
+    if (!PyArg_ParseTuple(args, "y*iiiiiw*ii", &data, &denom, &box[0], &box[1], &box[2], &box[3],
+                          &out, &rows, &cols))
         return NULL;
     if (rows < 0 || cols < 0 || out.len != (Py_ssize_t)rows * cols * 3 ||
         (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
@@ -148,22 +193,48 @@ static PyObject *decode_rgb_region(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    ok = decode_region((const unsigned char *)data.buf, (size_t)data.len, denom, top, left, height,
-                       width, (unsigned char *)out.buf, rows, cols, found);
+    result = run((const unsigned char *)data.buf, (size_t)data.len, denom, box,
+                 (unsigned char *)out.buf, rows, cols, found, warning);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
-    if (!ok) Py_RETURN_NONE;
+    if (result == CORRUPT) return PyUnicode_DecodeLatin1(warning, (Py_ssize_t)strlen(warning), NULL);
+    if (result == DECLINED) Py_RETURN_NONE;
     return Py_BuildValue("(iiiiii)", found[0], found[1], found[2], found[3], found[4], found[5]);
 }
 
+PyDoc_STRVAR(check_doc,
+             "check($module, data, /)\n--\n\n"
+             "Read a whole JPEG (any colour space) as a decode does, without keeping pixels:\n"
+             "True when libjpeg reads it to its end-of-image marker without a warning, a str\n"
+             "(the warning) when the data is corrupt, False when libjpeg cannot read it.");
+
+static PyObject *check(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    enum outcome result;
+    int found[6];
+    char warning[JMSG_LENGTH_MAX];
+    (void)self;
+
+    if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    result = run((const unsigned char *)data.buf, (size_t)data.len, 8, NULL, NULL, 0, 0, found,
+                 warning);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (result == CORRUPT) return PyUnicode_DecodeLatin1(warning, (Py_ssize_t)strlen(warning), NULL);
+    return PyBool_FromLong(result == DECODED);
+}
+
 static PyMethodDef methods[] = {
-    {"decode_rgb_region", decode_rgb_region, METH_VARARGS, decode_rgb_region_doc},
+    {"decode_rgb", decode_rgb, METH_VARARGS, decode_rgb_doc},
+    {"check", check, METH_VARARGS, check_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fastdata._jpeg", "Region-of-interest JPEG decoding (libjpeg-turbo).",
+    PyModuleDef_HEAD_INIT, "fastdata._jpeg",
+    "JPEG decoding with libjpeg-turbo: whole images or regions, corrupt data reported.",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

@@ -1,10 +1,11 @@
-"""Region-of-interest JPEG decoding with libjpeg-turbo (see ``_jpeg.c``)."""
+"""JPEG decoding with libjpeg-turbo: whole images or regions, corrupt data reported (see
+``_jpeg.c``)."""
 
 import numpy as np
 
 LIBJPEG_TURBO_VERSION_NUMBER: int
 
-def decode_rgb_region(
+def decode_rgb(
     data: bytes | bytearray | memoryview | np.ndarray,
     denom: int,
     top: int,
@@ -15,4 +16,5 @@ def decode_rgb_region(
     rows: int,
     cols: int,
     /,
-) -> tuple[int, int, int, int, int, int] | None: ...
+) -> tuple[int, int, int, int, int, int] | str | None: ...
+def check(data: bytes | bytearray | memoryview | np.ndarray, /) -> bool | str: ...

@@ -93,7 +93,7 @@ class PinTimer:
         self.times = times
 
     def pin_memory(self, device: Any = None) -> Any:
-        from torch.utils.data._utils.pin_memory import pin_memory
+        from fastdata._torch_compat import pin_memory
 
         start = time.perf_counter()
         pinned = pin_memory(self.batch, device)

@@ -50,17 +50,20 @@ INTERPOLATIONS: dict[str, int | None] = {
     "lanczos": cv2.INTER_LANCZOS4,
     "antialias": None,
 }
-"""Interpolation names accepted by :func:`resize`. ``"auto"`` is INTER_AREA when shrinking
-(area averaging, free of the aliasing plain bilinear shows) and INTER_LINEAR when enlarging.
+"""Interpolation names accepted by :func:`resize`.
 
-``"antialias"`` is torchvision's own resampling, computed by torch: bilinear, antialiased
-when shrinking, which is what ``Resize`` and ``RandomResizedCrop`` do to tensors (and, within
-a grey level or two, to PIL images), so a pipeline moved from torchvision keeps its pixels
-for images decoded in full (a JPEG decoded at reduced resolution differs a little more: see
-``reduced_decode`` of :class:`fastdata.ImageStream`).
-It is also the faster way to shrink: torch's kernel for uint8 images is vectorised where
-OpenCV's area averaging at a fractional scale is not (``bench/test_bench_decode.py``,
-``resize-antialias``). uint8 and float32 images only."""
+``"antialias"``, the default, is torchvision's own resampling, computed by torch: bilinear,
+antialiased when shrinking, which is what ``Resize`` and ``RandomResizedCrop`` do to tensors
+(and, within a grey level or two, to PIL images), so a pipeline moved from torchvision keeps
+its pixels for images decoded in full (a JPEG decoded at reduced resolution differs a little
+more: see ``reduced_decode`` of :class:`fastdata.ImageStream`). It is also the faster way to
+shrink: torch's kernel for uint8 images is vectorised where OpenCV's area averaging at a
+fractional scale is not (``resize-antialias`` in docs/benchmarks.md). uint8 and float32
+images only.
+
+``"auto"`` is OpenCV's INTER_AREA when shrinking (area averaging, free of the aliasing plain
+bilinear shows) and INTER_LINEAR when enlarging, for any dtype; the other names choose an
+OpenCV interpolation outright."""
 
 _CROPS = ("center", "random-resized")
 
@@ -134,7 +137,7 @@ def resize(
     img: np.ndarray,
     size: Size,
     *,
-    interpolation: str = "auto",
+    interpolation: str = "antialias",
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Resize a HWC (or HW) image; the dtype is kept.
@@ -142,8 +145,9 @@ def resize(
     Args:
         img: the image.
         size: shorter side (``int``, aspect ratio kept) or ``(height, width)``.
-        interpolation: a name from :data:`INTERPOLATIONS`; ``"auto"`` picks INTER_AREA when
-            neither side grows and INTER_LINEAR otherwise.
+        interpolation: a name from :data:`INTERPOLATIONS`: ``"antialias"`` (torchvision's
+            resampling; uint8 and float32 only) or, e.g., ``"auto"``, which picks INTER_AREA
+            when neither side grows and INTER_LINEAR otherwise.
         out: a C-contiguous array of the result's shape and dtype to write into (a slot of
             a batch, say), saving an allocation and a copy.
 
@@ -258,7 +262,7 @@ def center_crop_box(
 
 
 def resized_center_crop(
-    img: np.ndarray, resize_to: Size, size: Size, *, interpolation: str = "auto"
+    img: np.ndarray, resize_to: Size, size: Size, *, interpolation: str = "antialias"
 ) -> np.ndarray:
     """``center_crop(resize(img, resize_to), size)``, computed by resizing only the source
     region that survives the crop (typically 40% fewer pixels to filter).
@@ -329,7 +333,7 @@ def random_resized_crop(
     scale: Sequence[float] = (0.08, 1.0),
     ratio: Sequence[float] = (3 / 4, 4 / 3),
     rng: np.random.Generator,
-    interpolation: str = "auto",
+    interpolation: str = "antialias",
 ) -> np.ndarray:
     """A random box (see :func:`random_resized_crop_params`) resized to ``size``.
 
@@ -355,7 +359,8 @@ class ImageTransform:
             ``"random-resized"`` (torchvision's RandomResizedCrop with ``scale`` and
             ``ratio``), or ``None``.
         flip: mirror left-right with probability 0.5 (torchvision's RandomHorizontalFlip).
-        interpolation: a name from :data:`INTERPOLATIONS`.
+        interpolation: a name from :data:`INTERPOLATIONS` (default ``"antialias"``:
+            torchvision's resampling, and the fastest to shrink).
         scale: area fraction range of the random-resized crop.
         ratio: aspect ratio range of the random-resized crop.
         crop_pct: fraction of the resized image the centre crop keeps (0.875: 256 -> 224).
@@ -364,7 +369,7 @@ class ImageTransform:
     size: Size | None = None
     crop: Literal["center", "random-resized"] | None = None
     flip: bool = False
-    interpolation: str = "auto"
+    interpolation: str = "antialias"
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     crop_pct: float = 0.875

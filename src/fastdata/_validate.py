@@ -9,10 +9,9 @@ accepted, e.g. ``batch_size='64': expected an integer >= 1 or None, got str``.
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
-
-import numpy as np
 
 T = TypeVar("T")
 
@@ -84,7 +83,7 @@ def check_number(
     """``value`` as a finite ``float`` in range (``exclusive_minimum``: strictly above)."""
     bound = _range_text(minimum, maximum)
     if exclusive_minimum and minimum is not None:
-        bound = bound.replace(">=", ">", 1)
+        bound = f"in ({minimum}, {maximum}]" if maximum is not None else f"> {minimum}"
     expected = " ".join(x for x in ("a number", bound) if x)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name}={value!r}: expected {expected}, got {type(value).__name__}")
@@ -97,9 +96,14 @@ def check_number(
 
 def check_bool(name: str, value: Any) -> bool:
     """``value`` if it is ``True`` or ``False`` (numpy bools included)."""
-    if isinstance(value, bool | np.bool_):
+    if isinstance(value, bool) or _is_numpy_bool(value):
         return bool(value)
     raise TypeError(f"{name}={value!r}: expected True or False, got {type(value).__name__}")
+
+
+def _is_numpy_bool(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")  # a numpy bool implies numpy is loaded: never import it
+    return numpy is not None and isinstance(value, numpy.bool_)
 
 
 def check_choice(name: str, value: T, choices: Iterable[T]) -> T:

@@ -35,7 +35,9 @@ class LoaderConfig:
         persistent_workers: keep the workers alive between epochs (needs workers).
 
     Raises:
-        ValueError: a value outside the valid ones; the message lists them.
+        TypeError: a value of the wrong kind (``num_workers=2.0``, ``pin_memory="yes"``).
+        ValueError: a value out of range or settings torch rejects together; the message
+            lists the valid values.
     """
 
     num_workers: int = 0
@@ -44,39 +46,28 @@ class LoaderConfig:
     persistent_workers: bool = False
 
     def __post_init__(self) -> None:
-        if not _is_int(self.num_workers) or self.num_workers < 0:
-            raise ValueError(
-                f"num_workers={self.num_workers!r}: expected an integer >= 0 "
-                "(0 loads in the main process)"
-            )
-        if self.prefetch_factor is not None and (
-            not _is_int(self.prefetch_factor) or self.prefetch_factor < 1
-        ):
-            raise ValueError(
-                f"prefetch_factor={self.prefetch_factor!r}: expected an integer >= 1, or None "
-                "for torch's default"
-            )
+        from fastdata._validate import check_bool, check_int  # numpy: only when a config is made
+
+        canonical = {
+            "num_workers": check_int("num_workers", self.num_workers, minimum=0),
+            "prefetch_factor": check_int(
+                "prefetch_factor", self.prefetch_factor, minimum=1, none="None for torch's default"
+            ),
+            "pin_memory": check_bool("pin_memory", self.pin_memory),
+            "persistent_workers": check_bool("persistent_workers", self.persistent_workers),
+        }
+        for name, value in canonical.items():  # plain int / bool, e.g. for a numpy integer
+            object.__setattr__(self, name, value)
         if self.num_workers == 0 and self.prefetch_factor is not None:
             raise ValueError(
                 f"prefetch_factor={self.prefetch_factor} with num_workers=0: prefetching needs "
                 "workers (torch rejects it); use prefetch_factor=None or num_workers >= 1"
             )
-        for name in ("pin_memory", "persistent_workers"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r}: expected True or False")
         if self.persistent_workers and self.num_workers == 0:
             raise ValueError(
                 "persistent_workers=True with num_workers=0: there are no workers to keep "
                 "(torch rejects it); use persistent_workers=False or num_workers >= 1"
             )
-
-    def loader_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``torch.utils.data.DataLoader`` this config sets.
-
-        All four are always present, so the config fully decides them unless the caller
-        passes one explicitly: ``DataLoader(ds, batch_size=None, **config.loader_kwargs())``.
-        """
-        return asdict(self)
 
     def merged(self, explicit: Mapping[str, Any], /) -> dict[str, Any]:
         """The DataLoader keyword arguments ``explicit`` completed by this config.
@@ -86,7 +77,7 @@ class LoaderConfig:
         on, since torch rejects ``prefetch_factor`` or ``persistent_workers=True`` without
         workers: ``DataLoader(ds, config="tuned.json", num_workers=0)`` then just works.
         """
-        merged = {**self.loader_kwargs(), **explicit}
+        merged = {**self.to_dict(), **explicit}
         if merged["num_workers"] == 0:
             for name, off in (("prefetch_factor", None), ("persistent_workers", False)):
                 if name not in explicit:
@@ -94,7 +85,12 @@ class LoaderConfig:
         return merged
 
     def to_dict(self) -> dict[str, Any]:
-        """The settings as a plain JSON-able dict (:meth:`from_dict` reads it back)."""
+        """The settings as a plain JSON-able dict: the keyword arguments of
+        ``torch.utils.data.DataLoader`` this config sets (:meth:`from_dict` reads it back).
+
+        All four are always present, so the config fully decides them unless the caller
+        passes one explicitly: ``DataLoader(ds, batch_size=None, **config.to_dict())``.
+        """
         return asdict(self)
 
     @classmethod
@@ -103,6 +99,7 @@ class LoaderConfig:
 
         Raises:
             ValueError: an unknown key (the message lists the valid ones) or a bad value.
+            TypeError: a value of the wrong kind.
         """
         if not isinstance(data, Mapping):
             raise ValueError(f"expected a mapping of settings, got {type(data).__name__}")
@@ -134,7 +131,7 @@ class LoaderConfig:
         text = Path(path).read_text(encoding="utf-8")
         try:
             return config_from_document(json.loads(text))
-        except ValueError as exc:  # json.JSONDecodeError is a ValueError too
+        except (TypeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError too
             raise ValueError(f"{os.fspath(path)}: not a fastdata loader config: {exc}") from exc
 
 
@@ -153,7 +150,7 @@ def load_config(obj: Any, /) -> LoaderConfig:
     ``os.PathLike`` path to such a JSON file.
 
     Raises:
-        TypeError: ``obj`` is none of these.
+        TypeError: ``obj`` is none of these, or a setting has the wrong kind.
         ValueError: the settings are invalid (see :class:`LoaderConfig`).
     """
     if isinstance(obj, LoaderConfig):
@@ -169,7 +166,3 @@ def load_config(obj: Any, /) -> LoaderConfig:
         f"config={obj!r}: expected a LoaderConfig, a TuneResult, a mapping of settings or "
         "the path of a JSON file written by `fastdata tune --out`"
     )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -3,17 +3,20 @@
 Plain functions over bytes and numpy arrays (no torch, no files, no DataLoader), so every
 source (folders, Parquet columns, tar members) shares one tested path:
 
-- :func:`decode_image` decodes with ``cv2.imdecode`` straight to RGB
-  (``IMREAD_COLOR_RGB``), applies the EXIF orientation, and normalises gray, palette,
-  RGBA and 16-bit images to 3-channel uint8 (4 with ``keep_alpha``).
+- :func:`decode_image` decodes straight to RGB, applies the EXIF orientation, and normalises
+  gray, palette, RGBA and 16-bit images to 3-channel uint8 (4 with ``keep_alpha``). JPEGs go
+  through the ``fastdata._jpeg`` extension over libjpeg-turbo when it is there
+  (:data:`JPEG_EXTENSION`): OpenCV's pixels, and corrupt data is an error rather than a
+  warning on stderr; everything else through ``cv2.imdecode``.
+- Every image is checked against ``max_pixels`` from its header before a pixel is allocated
+  (:func:`image_header` reads the header of every format OpenCV decodes), as Pillow's
+  ``DecompressionBombError`` does.
 - Given the size the pipeline needs, it decodes a large JPEG at 1/2, 1/4 or 1/8 resolution
   (libjpeg scales in the DCT domain: several times faster, and never smaller than asked);
-  :func:`reduction_factor` makes that choice from the header, which a small parser reads
-  (:func:`image_size`) in microseconds without decoding. :func:`decode_for` takes that size
-  from each sample's own transform geometry, so a random-resized crop whose box is large
-  enough is decoded reduced too; and, with the ``fastdata._jpeg`` extension
-  (:data:`REGION_DECODE`), only the region of the JPEG around the box, with the whole
-  decode's pixels.
+  :func:`reduction_factor` makes that choice from the header. :func:`decode_for` takes that
+  size from each sample's own transform geometry, so a random-resized crop whose box is large
+  enough is decoded reduced too; and, with the extension, only the region of the JPEG around
+  the box, with the whole decode's pixels.
 - :func:`decode_many` decodes (and transforms) a batch on a thread pool: OpenCV releases the
   GIL, so threads scale across cores inside one DataLoader worker.
 - Bad data raises :class:`~fastdata.errors.DecodeError` naming the item; never a black image.
@@ -25,20 +28,15 @@ re-exported from here.
 
 from __future__ import annotations
 
-import os
-import struct
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any
 
 import cv2
 import numpy as np
 
-try:  # the C extension, built when libjpeg-turbo's headers were there at install time
-    from fastdata import _jpeg
-except ImportError:  # pragma: no cover - depends on the build
-    _jpeg = None  # type: ignore[assignment]
-
+from fastdata import _libjpeg
+from fastdata._headers import ImageData, ImageHeader, as_array, image_header, oriented_hw
 from fastdata._transforms import (
     INTERPOLATIONS,
     Geometry,
@@ -58,7 +56,7 @@ from fastdata.errors import DecodeError
 __all__ = [
     "DEFAULT_MAX_PIXELS",
     "INTERPOLATIONS",
-    "REGION_DECODE",
+    "JPEG_EXTENSION",
     "Geometry",
     "ImageHeader",
     "ImageTransform",
@@ -79,171 +77,28 @@ __all__ = [
     "sample_rng",
 ]
 
-ImageData = bytes | bytearray | memoryview | np.ndarray
-"""Encoded image bytes: any bytes-like object, or a 1-D uint8 array."""
-
 DEFAULT_MAX_PIXELS = 178_956_970
 """Images whose header claims more pixels are refused before any memory is allocated (a
 decompression bomb guard). The value is Pillow's ``DecompressionBombError`` threshold."""
 
-_REDUCED_FLAGS = {
-    1: 0,
-    2: cv2.IMREAD_REDUCED_GRAYSCALE_2,
-    4: cv2.IMREAD_REDUCED_GRAYSCALE_4,
-    8: cv2.IMREAD_REDUCED_GRAYSCALE_8,
-}
-# The REDUCED_GRAYSCALE bits carry only the scale: OpenCV reads the colour mode from the
-# other bits, so REDUCED_GRAYSCALE_k | IMREAD_COLOR_RGB decodes RGB at 1/k. (REDUCED_COLOR_k
-# includes the BGR bit, which OpenCV refuses to combine with IMREAD_COLOR_RGB.)
+JPEG_EXTENSION = _libjpeg.EXTENSION
+"""Whether JPEGs are decoded through the ``fastdata._jpeg`` extension (built at install time
+against libjpeg-turbo, and found at import to give OpenCV's pixels): then corrupt
+entropy-coded data is a :class:`~fastdata.errors.DecodeError`, and :func:`decode_for` decodes
+only the region of a JPEG around a sample's crop. Without it OpenCV decodes JPEGs whole and
+reports corrupt data only on stderr: such files decode, to partly grey or garbled images."""
 
 # flags 7 = COLOR | ANYCOLOR | ANYDEPTH: OpenCV keeps the stored channels (alpha included) and
 # depth, and, unlike IMREAD_UNCHANGED, still applies the EXIF orientation.
 _KEEP_CHANNELS = cv2.IMREAD_COLOR_BGR | cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
 _TO_RGBA = {1: cv2.COLOR_GRAY2RGBA, 3: cv2.COLOR_BGR2RGBA, 4: cv2.COLOR_BGRA2RGBA}
 
-# The most a region decode adds around a box per side: one iMCU (at most 4 x 8 pixels), and on
-# the left up to one more to reach an iMCU boundary.
-_REGION_MARGIN = 32
-
-# OpenCV refuses images over these (read from the environment as OpenCV reads them); a region
-# decode must not accept what the whole decode would refuse.
-_OPENCV_LIMITS = tuple(
-    int(os.environ.get(f"OPENCV_IO_MAX_IMAGE_{name}", default))
-    for name, default in (("PIXELS", 1 << 30), ("WIDTH", 1 << 20), ("HEIGHT", 1 << 20))
-)
-
-REGION_DECODE = _jpeg is not None
-"""Whether :func:`decode_for` can decode just the region of a JPEG around a sample's crop
-(the ``fastdata._jpeg`` extension, built against libjpeg-turbo at install time)."""
-
-# Start-of-frame markers (C4, C8 and CC are DHT, JPG and DAC, not frames).
-_JPEG_SOF = frozenset({*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC})
-_JPEG_STANDALONE = frozenset({0x01, 0xD8, *range(0xD0, 0xD8)})
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-class ImageHeader(NamedTuple):
-    """What a header says about an image, read without decoding it."""
-
-    format: str
-    """``"jpeg"``, ``"png"`` or ``"webp"``."""
-    height: int
-    """Stored height (before any EXIF rotation)."""
-    width: int
-    """Stored width."""
-    orientation: int = 1
-    """EXIF orientation tag (1-8; 5-8 swap height and width); read for JPEG only."""
-
-
-def _as_array(data: ImageData) -> np.ndarray:
-    """A zero-copy 1-D uint8 view of the encoded bytes."""
-    if isinstance(data, np.ndarray):
-        if data.dtype != np.uint8:
-            raise TypeError(f"image data as a numpy array must be uint8, got {data.dtype}")
-        return np.ascontiguousarray(data).reshape(-1)
-    return np.frombuffer(data, dtype=np.uint8)
-
-
-def _exif_orientation(buf: memoryview, start: int, end: int) -> int:
-    """The orientation tag of an APP1 Exif payload ``buf[start:end]``; 1 when absent."""
-    if end - start < 14 or bytes(buf[start : start + 6]) != b"Exif\0\0":
-        return 1
-    tiff = start + 6
-    order = bytes(buf[tiff : tiff + 2])
-    if order not in (b"II", b"MM"):
-        return 1
-    e = "<" if order == b"II" else ">"
-    (ifd,) = struct.unpack_from(e + "I", buf, tiff + 4)
-    pos = tiff + ifd
-    if pos + 2 > end:
-        return 1
-    (count,) = struct.unpack_from(e + "H", buf, pos)
-    for entry in range(pos + 2, min(pos + 2 + 12 * count, end - 11), 12):
-        tag, kind = struct.unpack_from(e + "HH", buf, entry)
-        if tag != 0x0112:
-            continue
-        if kind not in (3, 4):  # SHORT as the standard says, or LONG as some writers do
-            return 1
-        (value,) = struct.unpack_from(e + ("H" if kind == 3 else "I"), buf, entry + 8)
-        return value if 1 <= value <= 8 else 1
-    return 1
-
-
-def _jpeg_header(buf: memoryview, exif: bool) -> ImageHeader | None:
-    """Walk the JPEG segments up to the frame header (SOF), noting the EXIF orientation."""
-    n, pos, orientation, seen_exif = len(buf), 2, 1, False
-    while pos + 4 <= n:
-        if buf[pos] != 0xFF:
-            return None
-        marker = buf[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        pos += 2
-        if marker in _JPEG_STANDALONE:
-            continue
-        (length,) = struct.unpack_from(">H", buf, pos)
-        if marker in _JPEG_SOF:
-            if pos + 7 > n:
-                return None
-            height, width = struct.unpack_from(">HH", buf, pos + 3)
-            # height 0 means "defined later by a DNL marker": unknown here.
-            return ImageHeader("jpeg", height, width, orientation) if height else None
-        if marker in (0xD9, 0xDA):  # end of image, start of scan: no frame header
-            return None
-        if marker == 0xE1 and exif and not seen_exif:  # the first Exif segment rules
-            seen_exif = bytes(buf[pos + 2 : pos + 8]) == b"Exif\0\0"
-            orientation = _exif_orientation(buf, pos + 2, min(pos + length, n))
-        pos += length
-    return None
-
-
-def _webp_header(buf: memoryview) -> ImageHeader | None:
-    """The canvas size from the first chunk of a WebP (lossy VP8, lossless VP8L or VP8X)."""
-    chunk = bytes(buf[12:16])
-    if chunk == b"VP8 " and len(buf) >= 30 and bytes(buf[23:26]) == b"\x9d\x01\x2a":
-        width, height = struct.unpack_from("<HH", buf, 26)
-        return ImageHeader("webp", height & 0x3FFF, width & 0x3FFF)
-    if chunk == b"VP8L" and len(buf) >= 25 and buf[20] == 0x2F:
-        (bits,) = struct.unpack_from("<I", buf, 21)
-        return ImageHeader("webp", ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1)
-    if chunk == b"VP8X" and len(buf) >= 30:
-        width = int.from_bytes(bytes(buf[24:27]), "little") + 1
-        height = int.from_bytes(bytes(buf[27:30]), "little") + 1
-        return ImageHeader("webp", height, width)
-    return None
-
-
-def image_header(data: ImageData, /, *, exif: bool = True) -> ImageHeader | None:
-    """Format, stored size and EXIF orientation from the header of a JPEG, PNG or WebP.
-
-    Reads a few hundred bytes, no pixels (under 10 microseconds, about 10x cheaper than
-    Pillow's lazy open). ``None`` for other formats and for headers it cannot parse; then
-    the size is unknown and :func:`decode_image` simply decodes at full resolution.
-    """
-    buf = _as_array(data).data  # a memoryview: int indexing 10x faster than the array
-    if len(buf) >= 24 and bytes(buf[:8]) == _PNG_SIGNATURE and bytes(buf[12:16]) == b"IHDR":
-        width, height = struct.unpack_from(">II", buf, 16)
-        return ImageHeader("png", height, width)
-    if len(buf) >= 4 and buf[0] == 0xFF and buf[1] == 0xD8 and buf[2] == 0xFF:
-        return _jpeg_header(buf, exif)
-    if len(buf) >= 16 and bytes(buf[:4]) == b"RIFF" and bytes(buf[8:12]) == b"WEBP":
-        return _webp_header(buf)
-    return None
-
 
 def image_size(data: ImageData, /, *, exif: bool = True) -> tuple[int, int] | None:
     """``(height, width)`` of the decoded image as read from the header (EXIF rotation
     applied for JPEG when ``exif``), or ``None`` when unknown. See :func:`image_header`."""
     header = image_header(data, exif=exif)
-    return None if header is None else _oriented_hw(header)
-
-
-def _oriented_hw(header: ImageHeader) -> tuple[int, int]:
-    """``(height, width)`` after the EXIF rotation (orientations 5-8 transpose)."""
-    if header.orientation >= 5:
-        return header.width, header.height
-    return header.height, header.width
+    return None if header is None else oriented_hw(header)
 
 
 def reduction_factor(src_hw: tuple[int, int], target: Size | None) -> int:
@@ -306,8 +161,10 @@ def decode_image(
             ``size``.
         keep_alpha: return RGBA (4 channels; opaque images get alpha 255) instead of
             dropping the alpha channel.
-        exif: apply the EXIF orientation (rotate/flip as a viewer would).
-        max_pixels: refuse images whose header claims more pixels, before allocating;
+        exif: apply the EXIF orientation (rotate/flip as a viewer would). For JPEGs it is
+            read by :func:`image_header`, as Pillow reads it, whichever decoder runs.
+        max_pixels: refuse images whose header claims more pixels, before allocating (and,
+            for a header :func:`image_header` cannot read, images that decode to more);
             ``None`` leaves only OpenCV's own limit (2**30 pixels).
         source: the item's name (file, tar member, ``"file.parquet row 12"``), put into the
             error's location.
@@ -317,10 +174,11 @@ def decode_image(
         images are expanded to RGB; 16-bit images are scaled to 8 bits with rounding.
 
     Raises:
-        DecodeError: empty, truncated, corrupt or unrecognised data, or an image over the
-            pixel limit. Never returns a placeholder.
+        DecodeError: empty, truncated, corrupt (for JPEGs: anything libjpeg warns about, with
+            :data:`JPEG_EXTENSION`) or unrecognised data, or an image over the pixel limit.
+            Never returns a placeholder.
     """
-    buf = _as_array(data)
+    buf = as_array(data)
     if buf.size == 0:
         raise DecodeError(
             "empty image data (0 bytes): the file or value holds no image; replace or "
@@ -328,26 +186,55 @@ def decode_image(
             path=source,
         )
     header = image_header(buf, exif=exif)
-    if header is not None and max_pixels is not None:
-        pixels = header.height * header.width
-        if pixels > max_pixels:
-            raise DecodeError(
-                f"image header claims {header.width}x{header.height} = {pixels:,} pixels, "
-                f"over max_pixels={max_pixels:,} (a possible decompression bomb); pass a "
-                "larger max_pixels if the image is genuine",
-                path=source,
-            )
-    flags = 0 if exif else cv2.IMREAD_IGNORE_ORIENTATION
+    if header is not None:
+        _check_pixels(header.height, header.width, max_pixels, "header claims", source)
     if header is not None and header.format == "jpeg":
-        flags |= _REDUCED_FLAGS[reduction_factor(_oriented_hw(header), size)]
-    if keep_alpha and (header is None or header.format != "jpeg"):
+        factor = reduction_factor(oriented_hw(header), size)
+        image = _decode_jpeg(buf, header, factor, source)
+        return cv2.cvtColor(image, cv2.COLOR_RGB2RGBA) if keep_alpha else image
+    flags = 0 if exif else cv2.IMREAD_IGNORE_ORIENTATION
+    if keep_alpha:
         img = _imdecode(buf, flags | _KEEP_CHANNELS, header, source)
         channels = 1 if img.ndim == 2 else img.shape[2]
-        return cv2.cvtColor(_to_uint8(img, source), _TO_RGBA[channels])
-    if header is not None and header.format == "png":
-        flags |= cv2.IMREAD_ANYDEPTH  # read 16-bit PNGs as 16-bit, then scale properly
-    img = _to_uint8(_imdecode(buf, flags | cv2.IMREAD_COLOR_RGB, header, source), source)
-    return cv2.cvtColor(img, cv2.COLOR_RGB2RGBA) if keep_alpha else img
+        img = cv2.cvtColor(_to_uint8(img, source), _TO_RGBA[channels])
+    else:
+        if header is not None and header.format == "png":
+            flags |= cv2.IMREAD_ANYDEPTH  # read 16-bit PNGs as 16-bit, then scale properly
+        img = _to_uint8(_imdecode(buf, flags | cv2.IMREAD_COLOR_RGB, header, source), source)
+    if header is None:  # a header no parser read: the decoded size is checked instead
+        height, width = img.shape[:2]
+        _check_pixels(height, width, max_pixels, "decodes to", source)
+        if bytes(buf[:3]) == b"\xff\xd8\xff":  # a JPEG to OpenCV, whose header libjpeg skips
+            _libjpeg.verify(buf, source)  # bytes about, with a warning
+    return img
+
+
+def _check_pixels(
+    height: int, width: int, max_pixels: int | None, claim: str, source: str | None
+) -> None:
+    """Refuse an image of more than ``max_pixels``."""
+    if max_pixels is not None and height * width > max_pixels:
+        raise DecodeError(
+            f"image {claim} {width}x{height} = {height * width:,} pixels, over "
+            f"max_pixels={max_pixels:,} (a possible decompression bomb); pass a larger "
+            "max_pixels if the image is genuine",
+            path=source,
+        )
+
+
+def _decode_jpeg(
+    buf: np.ndarray, header: ImageHeader, factor: int, source: str | None
+) -> np.ndarray:
+    """A whole JPEG at ``1 / factor``, oriented: through the extension when it decodes it,
+    else through OpenCV, and the extension then checks the data."""
+    found = _libjpeg.decode(buf, header, factor, None, source)
+    if found is not None:
+        image = found[0]
+    else:
+        flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
+        image = _imdecode(buf, flags | _libjpeg.REDUCED_FLAGS[factor], header, source)
+        _libjpeg.verify(buf, source)
+    return _libjpeg.orient(image, header.orientation)
 
 
 def _imdecode(
@@ -406,23 +293,21 @@ def decode_for(
     usually does; one of a 500-px image never does), and the box is divided to match.
     Other formats decode in full and get their geometry from the decoded size.
 
-    When the box leaves part of the image out and :data:`REGION_DECODE` is true (and
-    ``region`` is, the default), only the region around the box is decoded (libjpeg-turbo
-    skips the rows above and below it and the iMCU columns beside it; a random-resized crop
-    keeps about half of an image on average): the pixels of the box are exactly those of the
-    whole decode, and the image returned is that region. Decoded whole instead, so that
-    errors and pixels are exactly :func:`decode_image`'s: a JPEG that does not end with its
-    end-of-image marker, one with an Exif segment (unless ``exif=False``), ``keep_alpha``,
-    CMYK, images over ``max_pixels`` or OpenCV's limits, incomplete progressive JPEGs, rare
-    samplings that a reduced region would upsample differently, and anything libjpeg-turbo
-    warns about.
+    With :data:`JPEG_EXTENSION` (and ``region``, the default), only the region of a JPEG
+    around the box is decoded (libjpeg-turbo skips the transforms of the rows above and
+    below it and of the iMCU columns beside it; a random-resized crop keeps about half of an
+    image on average): the pixels of the box are exactly those of the whole decode, and the
+    image returned is that region. The whole file is still read, so errors are exactly
+    :func:`decode_image`'s. Decoded whole instead: EXIF orientations other than 1,
+    ``keep_alpha``, colour spaces other than gray and YCbCr, incomplete progressive JPEGs and
+    rare samplings that a reduced region would upsample differently.
 
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
     (libjpeg's DCT scaling and area resizing differ slightly, and the box edges are rounded
     to the reduced grid, within half a reduced pixel; about 40 dB PSNR on photos). Should the
-    header disagree with OpenCV on the image's size or EXIF orientation, the image is decoded
-    in full and the geometry drawn on it, from the same random state, as the plain path does.
+    header disagree with the decoder on the image's size, the image is decoded in full and
+    the geometry drawn on it, from the same random state, as the plain path does.
     ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.
 
     Returns:
@@ -431,64 +316,38 @@ def decode_for(
     Raises:
         DecodeError: as :func:`decode_image`.
     """
-    options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels, "source": source}
+    options: dict[str, Any] = {
+        "keep_alpha": keep_alpha,
+        "exif": exif,
+        "max_pixels": max_pixels,
+        "source": source,
+    }
     header = image_header(data, exif=exif) if reduce else None
     if header is None or header.format != "jpeg":
         image = decode_image(data, **options)
         return image, transform.geometry(image.shape[:2], rng)
-    src_hw = _oriented_hw(header)
+    _check_pixels(header.height, header.width, max_pixels, "header claims", source)
+    src_hw = oriented_hw(header)
     state = None if rng is None else rng.bit_generator.state
     geometry = transform.geometry(src_hw, rng)
     hint = geometry.smallest_source(src_hw)
     factor = reduction_factor(src_hw, hint)  # the factor decode_image picks from this hint
-    if region and not keep_alpha:
-        found = _decode_region(data, header, geometry, factor, exif, max_pixels)
+    scaled_hw = (-(-src_hw[0] // factor), -(-src_hw[1] // factor))
+    scaled = geometry.reduced(factor, scaled_hw)
+    if region and not keep_alpha and header.orientation == 1:
+        found = _libjpeg.decode(as_array(data), header, factor, scaled.box, source)
         if found is not None:
-            return found
+            image, (row, col) = found
+            return image, Geometry((row, col, *scaled.box[2:]), scaled.size, scaled.flip)
     image = decode_image(data, size=hint, **options)
-    if image.shape[:2] == tuple(-(-n // factor) for n in src_hw):
-        return image, geometry.reduced(factor, image.shape[:2])
-    # The header and OpenCV disagree on the size or the EXIF orientation (an unusual EXIF
-    # layout, say): draw the same randoms again on the image as OpenCV decodes it, in full.
-    if rng is not None:
+    if image.shape[:2] == scaled_hw:
+        return image, scaled
+    # The header and the decoder disagree on the size (an unusual file): draw the same
+    # randoms again on the image as the decoder sees it, in full.
+    if rng is not None and state is not None:
         rng.bit_generator.state = state
     image = image if factor == 1 else decode_image(data, **options)
     return image, transform.geometry(image.shape[:2], rng)
-
-
-def _decode_region(
-    data: ImageData,
-    header: ImageHeader,
-    geometry: Geometry,
-    factor: int,
-    exif: bool,
-    max_pixels: int | None,
-) -> tuple[np.ndarray, Geometry] | None:
-    """The region of a JPEG around ``geometry``'s box, decoded at ``1 / factor``, and the
-    geometry in it; None when the whole image is to be decoded instead: when a region would
-    not see what the whole decode sees (no end-of-image marker, over ``max_pixels`` or
-    OpenCV's own limits, an Exif segment when EXIF orientation applies, since OpenCV reads
-    orientations in layouts the header parser does not) or the extension declines it."""
-    hw = (-(-header.height // factor), -(-header.width // factor))
-    scaled = geometry.reduced(factor, hw)
-    top, left, h, w = scaled.box
-    buf = _as_array(data)
-    if _jpeg is None or (h, w) == hw or buf.size < 4 or bytes(buf[-2:]) != b"\xff\xd9":
-        return None
-    pixels, (max_opencv, max_width, max_height) = header.height * header.width, _OPENCV_LIMITS
-    if (max_pixels is not None and pixels > max_pixels) or pixels > max_opencv:
-        return None
-    if header.width > max_width or header.height > max_height:
-        return None
-    if exif and b"Exif\0\0" in (data if isinstance(data, bytes) else buf.tobytes()):
-        return None
-    rows, cols = min(hw[0], h + 2 * _REGION_MARGIN), min(hw[1], w + 3 * _REGION_MARGIN)
-    out = np.empty((rows, cols, 3), np.uint8)
-    found = _jpeg.decode_rgb_region(buf, factor, top, left, h, w, out, rows, cols)
-    if found is None or found[4:] != hw:  # libjpeg and the header parser disagree: whole
-        return None
-    row, col, n_rows, n_cols = found[:4]
-    return out[:n_rows, :n_cols], Geometry((row, col, h, w), scaled.size, scaled.flip)
 
 
 def decode_many(
@@ -542,7 +401,7 @@ def decode_many(
     for name, seq in (("sources", sources), ("rngs", rngs)):
         if seq is not None and len(seq) != n:
             raise ValueError(f"{name} has {len(seq)} entries for {n} items: give one per item")
-    options = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels}
+    options: dict[str, Any] = {"keep_alpha": keep_alpha, "exif": exif, "max_pixels": max_pixels}
 
     def one(i: int) -> np.ndarray:
         source = sources[i] if sources is not None else f"item {i}"

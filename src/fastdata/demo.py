@@ -12,6 +12,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+INTEGER_MINIMA = {"rows": 1, "batch_size": 1, "num_workers": 0, "epochs": 1}
+"""The smallest value of each integer argument of :func:`run_demo` (the CLI checks the same)."""
 
 
 @dataclass(frozen=True)
@@ -50,14 +54,21 @@ def run_demo(
     data: str | os.PathLike[str] | None = None,
     epochs: int = 2,
 ) -> DemoResult:
-    """Write (or reuse) the synthetic dataset, stream it ``epochs`` times, measure."""
+    """Write (or reuse) the synthetic dataset, stream it ``epochs`` times, measure.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or out of range
+            (:data:`INTEGER_MINIMA`).
+    """
     import torch
 
     from fastdata import DataLoader, ParquetStream
+    from fastdata._validate import check_int
     from fastdata.synthetic import make_parquet
 
-    if epochs < 1:
-        raise ValueError(f"epochs={epochs}: must be >= 1")
+    values = {"rows": rows, "batch_size": batch_size, "num_workers": num_workers, "epochs": epochs}
+    for name, minimum in INTEGER_MINIMA.items():
+        check_int(name, values[name], minimum=minimum)
     with tempfile.TemporaryDirectory(prefix="fastdata-demo-") as scratch:
         root = Path(data) if data is not None else Path(scratch)
         if not list(root.glob("*.parquet")):
@@ -65,7 +76,7 @@ def run_demo(
         stream = ParquetStream(
             root, columns=["id", "label", "x"], batch_size=batch_size, shuffle=True, seed=0
         )
-        loader = DataLoader(stream, batch_size=None, num_workers=num_workers)
+        loader: DataLoader[Any] = DataLoader(stream, batch_size=None, num_workers=num_workers)
         rates, first_batch, ok = [], 0.0, True
         for epoch in range(epochs):
             stream.set_epoch(epoch)

@@ -28,21 +28,30 @@ import math
 import multiprocessing
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 import torch.utils.data
 import torch.utils.data as tud
 
-from fastdata._resume import SamplerState, Skip
+from fastdata._resume import (
+    SamplerState,
+    batch_settings,
+    check_map_state,
+    epoch_items,
+    index_sampler_skipping,
+)
 from fastdata._stats import StageTimes, TimedCollate, WaitClock
+from fastdata._torch_compat import IteratorRecord, drain_sampler, length, worker_iterator
+from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
+from fastdata.sources._state import require_int, require_mapping, short, validate
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.plan import round_robin_consumed
 
 __all__ = ["DataLoader"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 _TORCH_INIT = torch.utils.data.DataLoader.__init__
 
 
@@ -126,11 +135,14 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         stats: record per-stage times for :meth:`stats`.
     """
 
-    _fd_iterator: Any = None
+    _fd_record: IteratorRecord | None = None  # the current iterator, without holding it
     _fd_wrapped = False
     _fd_base = 0  # batches of this epoch consumed before the current iterator started
     _fd_resume_base = 0
-    _fd_skip: Skip | None = None
+    _fd_items_base = 0  # map-style: items of this epoch consumed before the current iterator
+    _fd_resume_items = 0
+    _fd_skip: int | None = None  # map-style: items the next iterator skips (a loaded state)
+    _fd_loaded = False  # a state was loaded and no iterator has started since
     _fd_sampler_state: SamplerState | ResumeError | None = None
     _fd_user_init: Any = None
     _fd_starting = False  # True while torch's iterator (and its workers) is being created
@@ -159,8 +171,10 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     ) -> None:
         if config is not None:
             kwargs = _merge_config(config, args, kwargs)
+        device = check_device("device", device)
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
+        stats = check_bool("stats", stats)
         super().__init__(*args, **kwargs)
         self.device = device
         self.normalize = normalize
@@ -172,7 +186,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         self._fd_progress = _Progress()
 
     def __iter__(self) -> Any:
-        if isinstance(self.dataset, PlannedStream) and self.dataset._pending is None:
+        if isinstance(self.dataset, PlannedStream) and not self.dataset.resuming:
             self._fd_resume_base = 0  # set_epoch() after load_state_dict() started afresh
         if not isinstance(self.dataset, tud.IterableDataset):
             try:
@@ -185,14 +199,16 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 iterator = super().__iter__()
             finally:
                 self._fd_starting = False
-        self._fd_iterator = iterator
+        self._fd_record = getattr(iterator, "_fd_record", None)
+        if self._fd_record is not None:  # persistent workers: the same iterator, reset
+            self._fd_record.length = length(iterator)
         self._fd_base, self._fd_resume_base = self._fd_resume_base, 0
-        if self._fd_skip is not None:
-            self._fd_skip.active = False  # the skip applied to this iterator only
-            self._fd_skip = None
+        self._fd_items_base, self._fd_resume_items = self._fd_resume_items, 0
+        self._fd_skip = None  # the skip applied to this iterator only
+        self._fd_loaded = False
         if self.num_workers > 0 and isinstance(self.dataset, PlannedStream):
             # The workers hold their own copies with the pending resume; this copy's is spent.
-            self.dataset._pending = None
+            self.dataset.forget_resume()
         self._fd_wrapped = self.device is not None or self._fd_times is not None
         if not self._fd_wrapped:
             return iterator
@@ -236,10 +252,16 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             now = clock()  # the consumer's step is not waiting
         progress.wall = wall_before + clock() - start
 
+    def _get_iterator(self) -> Any:
+        iterator, _ = worker_iterator(self)
+        return iterator
+
     @property
     def _index_sampler(self) -> Any:
         base = super()._index_sampler
-        return base if self._fd_skip is None else self._fd_skip.wrap(base)
+        if self._fd_skip is None or not self._fd_starting:
+            return base
+        return index_sampler_skipping(self, base, self._fd_skip)
 
     # ----------------------------------------------------------------- stats
     def stats(self) -> dict[str, Any]:
@@ -265,13 +287,17 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
 
     # ----------------------------------------------------------------- resume
     def _batches_consumed(self) -> int:
+        if self._fd_loaded:  # loaded, not iterated yet: the loaded position
+            return self._fd_resume_base
         if self._fd_wrapped:
             return self._fd_base + self._fd_progress.consumed
-        iterator = self._fd_iterator
-        return self._fd_base + (0 if iterator is None else iterator._num_yielded)
+        record = self._fd_record
+        return self._fd_base + (0 if record is None else record.handed_out())
 
     def state_dict(self) -> dict[str, Any]:
         """The position of iteration as plain JSON-able data.
+
+        A state taken after the last batch of an epoch resumes at the start of the next one.
 
         Raises:
             ResumeError: the position cannot be restored exactly (an iterable dataset that is
@@ -288,14 +314,44 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 "dataset without a cursor can only restart; use a fastdata stream "
                 "(ParquetStream, ImageStream) or a map-style dataset"
             )
+        return self._map_state(consumed)
+
+    def _map_state(self, consumed: int) -> dict[str, Any]:
+        """A map-style loader's position: the items its sampler has handed out this epoch
+        (in items, so a loader with another batch_size resumes exactly)."""
         sampler = self._fd_sampler_state or SamplerState.capture(self)
         if isinstance(sampler, ResumeError):
             raise sampler
-        return {"version": STATE_VERSION, "batches": consumed, "sampler": sampler.to_dict()}
+        batch_size, drop_last = batch_settings(self)
+        record = self._fd_record
+        now = consumed - self._fd_base  # batches of the current iterator
+        items = self._fd_items_base + now * (batch_size or 1)
+        if self._fd_loaded:  # loaded, not iterated yet: the generators hold the saved state
+            sampler, items = SamplerState.capture(self), self._fd_resume_items
+        elif record is not None and now >= record.length:
+            # The epoch is over: the next one starts from the generators as they are once
+            # the sampler has run to its end (its last draws happen when it is asked past the
+            # last batch), as an uninterrupted run's next epoch would. (A finished iterator
+            # that is gone drained its sampler when it went.)
+            if record.iterator is not None:
+                drain_sampler(record.iterator)
+            sampler, items = SamplerState.capture(self), 0
+        return {
+            "version": STATE_VERSION,
+            "kind": "map",
+            "items": min(items, epoch_items(self)),
+            "drop_last": drop_last,
+            "dataset_len": len(self.dataset),
+            "sampler": sampler.to_dict(),
+        }
 
-    def _stream_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
-        readers = max(self.num_workers, 1)
-        items = stream.worker_items(readers)
+    def _readers(self) -> int:
+        return max(self.num_workers, 1)
+
+    def _per_worker(self, stream: PlannedStream, consumed: int, epoch: int, readers: int) -> Any:
+        """Items each reader had delivered, and whose turn is next, after ``consumed``
+        batches of this loader's round-robin over the readers."""
+        items = [plan.items for plan in stream._slot_plans(readers, epoch)]
         rows = 1 if self.batch_size is None else self.batch_size
         if self.batch_size is None:
             batches = items
@@ -305,10 +361,22 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             batches = [math.ceil(c / rows) for c in items]
         consumed = min(consumed, sum(batches))
         done, turn = round_robin_consumed(batches, consumed)
-        per_worker = [min(d * rows, c) for d, c in zip(done, items, strict=True)]
+        # A reader whose batches were all handed out is done, including the rows drop_last
+        # dropped after its last full batch.
+        per_reader = [
+            c if d == b else d * rows for d, b, c in zip(done, batches, items, strict=True)
+        ]
+        return consumed, per_reader, turn
+
+    def _stream_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
+        readers = self._readers()
+        consumed, per_worker, turn = self._per_worker(stream, consumed, stream.epoch, readers)
         return {
             "version": STATE_VERSION,
+            "kind": "stream",
             "batches": consumed,
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
             "dataset": stream.state_at(per_worker, rotation=turn),
         }
 
@@ -316,11 +384,18 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         """Resume from :meth:`state_dict`'s output on the next iteration.
 
         Call it before iterating (with ``persistent_workers=True``, before the first
-        iteration: running workers hold their own copy of the dataset).
+        iteration: running workers hold their own copy of the dataset). Everything the
+        state's meaning depends on is checked here, in the calling process; a state saved at
+        the end of an epoch continues at the start of the next one.
+
+        Raises:
+            ResumeError: the state is malformed or does not fit this loader; the message
+                names the field, the saved and the current value.
         """
+        state = require_mapping(state, "state")
         if state.get("version") != STATE_VERSION:
             raise ResumeError(
-                f"cannot resume: state version {state.get('version')!r}, "
+                f"cannot resume: state version {short(state.get('version'))}, "
                 f"this fastdata reads version {STATE_VERSION}"
             )
         if self._iterator is not None:
@@ -328,16 +403,46 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 "cannot resume: this loader's persistent workers are already running; call "
                 "load_state_dict() on a new loader, before iterating it"
             )
-        if isinstance(self.dataset, PlannedStream):
-            if "dataset" not in state:
-                raise ResumeError("cannot resume: the state was saved for a map-style dataset")
-            self.dataset.load_state_dict(state["dataset"])
-        else:
-            if "sampler" not in state:
-                raise ResumeError("cannot resume: the state was saved for a fastdata stream")
-            SamplerState.from_dict(state["sampler"]).restore(self)
-            self._fd_skip = Skip(state["batches"])
-        self._fd_resume_base = state["batches"]
+        kind = "stream" if isinstance(self.dataset, PlannedStream) else "map"
+        if state.get("kind") != kind:
+            names = {"stream": "a fastdata stream", "map": "a map-style dataset"}
+            saved_kind = state.get("kind")
+            saved = names.get(saved_kind, "") if isinstance(saved_kind, str) else ""
+            saved = saved or f"kind={short(saved_kind)}"
+            raise ResumeError(
+                f"cannot resume: the state was saved for {saved}, this loader reads {names[kind]}"
+            )
+        if kind == "stream":
+            self._load_stream_state(self.dataset, state)
+            return
+        sampler, items = check_map_state(state, self)
+        sampler.restore(self)
+        self._fd_skip = items
+        self._fd_resume_items = items
+        self._fd_resume_base = 0  # counted in items (see _map_state)
+        self._fd_loaded = True
+
+    def _load_stream_state(self, stream: PlannedStream, state: Mapping[str, Any]) -> None:
+        for field in ("batch_size", "drop_last"):
+            if field not in state or state[field] != getattr(self, field):
+                raise ResumeError(
+                    f"cannot resume: the state's DataLoader {field}={short(state.get(field))} but"
+                    f" this loader has {field}={getattr(self, field)}; build it with the saved "
+                    "value"
+                )
+        batches = require_int(state, "batches")
+        saved = validate(state.get("dataset"), type_name=type(stream).__name__)
+        _, per_worker, turn = self._per_worker(
+            stream, batches, saved["epoch"], saved["num_workers"]
+        )
+        if (per_worker, turn) != (saved["consumed"], saved["rotation"]):
+            raise ResumeError(
+                f"cannot resume: the state's batches={batches} disagrees with its per-reader "
+                f"counts consumed={short(saved['consumed'])}; the state is corrupt"
+            )
+        stream.load_state_dict(state["dataset"], num_workers=self._readers())
+        self._fd_resume_base = batches if stream.resuming else 0
+        self._fd_loaded = True
 
 
 def _signature() -> inspect.Signature:

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from fastdata._synth_image import CODECS, TEXTURES, codec, encode_image, synth_image
+from fastdata._validate import check_choice
 
 __all__ = [
     "encode_image",
@@ -42,20 +43,11 @@ __all__ = [
 
 _U8: np.dtype[Any] = np.dtype(np.uint8)
 _U16: np.dtype[Any] = np.dtype(np.uint16)
-# fmt -> (file extension, channel counts, dtypes) that OpenCV encodes and decodes unchanged.
-_CODECS = {
-    "jpeg": (".jpg", (1, 3), (_U8,)),
-    "png": (".png", (1, 3, 4), (_U8, _U16)),
-    "webp": (".webp", (3, 4), (_U8,)),
-}
 # mode -> (channels, dtype) of the image synthesized for it.
 _MODES = {"rgb": (3, _U8), "gray": (1, _U8), "rgba": (4, _U8), "gray16": (1, _U16)}
 # Independent random streams per generator, so that adding one never shifts another.
 _IMAGE_STREAM, _PARQUET_STREAM, _TOKENS_STREAM = 1, 2, 3
 _LARGE_LONG_SIDE = (2000, 2400)  # ``large`` images: room for 1/2..1/8 DCT-domain decoding
-_GRADIENT_RANGES = ((64.0, 192.0), (-96.0, 96.0), (-96.0, 96.0))  # base, slope down, slope right
-_NOISE_SIGMA = 3.0  # in 8-bit levels: photo-like grain that JPEG cannot code for free
-_NOISE_TILE = 256  # noise is drawn once per image on a tile and repeated: 20x cheaper
 _DEFAULT_ROWS, _DEFAULT_FILES = 10_000, 4
 _TOKEN_VOCAB, _TOKEN_MEDIAN = 32_000, 24  # token ids in [0, vocab); lognormal length median
 _IMAGE_COLUMNS = (("id", pa.int64()), ("image", pa.binary()), ("label", pa.int32()))
@@ -79,120 +71,6 @@ _IMAGES_SCHEMA = pa.schema([pa.field(name, kind, nullable=False) for name, kind 
 _WORDS = [a + b for a in ("ka", "lo", "mi", "su", "te") for b in ("n", "ra", "to", "vel")]
 
 
-def synth_image(
-    rng: np.random.Generator,
-    height: int,
-    width: int,
-    *,
-    channels: int = 3,
-    dtype: npt.DTypeLike = np.uint8,
-) -> np.ndarray:
-    """A photo-like image: smooth gradients, 3 to 8 filled shapes and mild gaussian noise.
-
-    Pure noise would make codecs slower and files bigger than real photos do, a flat image
-    faster and smaller; this compresses like a photo (a 400x400 JPEG at quality 90 is tens of
-    KB), so decode benchmarks on it mean something.
-
-    Args:
-        rng: the only source of randomness; the same generator state gives the same image.
-        height: rows, at least 1.
-        width: columns, at least 1.
-        channels: 1 (gray), 3 (RGB) or 4 (RGBA).
-        dtype: ``np.uint8`` or ``np.uint16`` (full 16-bit range, for 16-bit PNG).
-
-    Returns:
-        An array of shape ``(height, width, channels)`` in RGB(A) order.
-
-    Raises:
-        ValueError: a size, channel count or dtype outside the valid values.
-    """
-    _check_int("height", height, 1)
-    _check_int("width", width, 1)
-    if channels not in (1, 3, 4):
-        raise ValueError(f"channels={channels!r} is not supported: expected 1, 3 or 4")
-    out = np.dtype(dtype)
-    if out not in (np.uint8, np.uint16):
-        raise ValueError(f"dtype={out} is not supported: expected uint8 or uint16")
-    ys = np.linspace(-0.5, 0.5, height, dtype=np.float32)[:, None, None]
-    xs = np.linspace(-0.5, 0.5, width, dtype=np.float32)[None, :, None]
-    base, slope_y, slope_x = (
-        rng.uniform(lo, hi, channels).astype(np.float32) for lo, hi in _GRADIENT_RANGES
-    )
-    image = (base + ys * slope_y) + xs * slope_x  # float32 (height, width, channels), 8-bit scale
-    for _ in range(int(rng.integers(3, 9))):
-        _draw_shape(image, rng)
-    tile = rng.standard_normal(
-        (min(height, _NOISE_TILE), min(width, _NOISE_TILE), channels), dtype=np.float32
-    )
-    tile *= _NOISE_SIGMA
-    for y in range(0, height, _NOISE_TILE):
-        for x in range(0, width, _NOISE_TILE):
-            block = image[y : y + _NOISE_TILE, x : x + _NOISE_TILE]
-            block += tile[: block.shape[0], : block.shape[1]]
-    if out == np.uint16:
-        image *= 257  # 255 * 257 = 65535: use the whole 16-bit range
-    np.clip(image, 0, np.iinfo(out).max, out=image)
-    return image.astype(out)
-
-
-def _draw_shape(image: np.ndarray, rng: np.random.Generator) -> None:
-    """Fill one random circle, rectangle or star-shaped polygon into ``image`` in place."""
-    height, width, channels = image.shape
-    color = tuple(rng.uniform(0.0, 255.0, size=(channels,)).tolist())
-    center = (int(rng.integers(0, width)), int(rng.integers(0, height)))
-    radius = int(rng.integers(max(1, min(height, width) // 16), max(2, min(height, width) // 3)))
-    kind = int(rng.integers(0, 3))
-    if kind == 0:
-        cv2.circle(image, center, radius, color, thickness=-1, lineType=cv2.LINE_AA)
-    elif kind == 1:
-        corner = (int(rng.integers(0, width)), int(rng.integers(0, height)))
-        cv2.rectangle(image, center, corner, color, thickness=-1, lineType=cv2.LINE_AA)
-    else:
-        vertices = int(rng.integers(3, 8))
-        angles = np.sort(rng.uniform(0.0, 2 * np.pi, vertices))
-        radii = radius * rng.uniform(0.3, 1.0, vertices)
-        points = np.stack([center[0] + radii * np.cos(angles), center[1] + radii * np.sin(angles)])
-        cv2.fillPoly(image, [np.rint(points.T).astype(np.int32)], color, lineType=cv2.LINE_AA)
-
-
-def encode_image(image: np.ndarray, /, *, fmt: str = "jpeg", quality: int = 90) -> bytes:
-    """Encode an RGB(A) or gray image with OpenCV, converting to OpenCV's BGR(A) order first.
-
-    Args:
-        image: ``(H, W)``, ``(H, W, 1)``, ``(H, W, 3)`` RGB or ``(H, W, 4)`` RGBA; uint8, or
-            uint16 for PNG.
-        fmt: ``"jpeg"`` (1 or 3 channels), ``"png"`` (1, 3 or 4) or ``"webp"`` (3 or 4).
-        quality: JPEG / WebP quality in [1, 100]. PNG is lossless and ignores it (it is written
-            at the fixed zlib level 1 so that files stay byte-identical across OpenCV defaults).
-
-    Returns:
-        The encoded file contents.
-
-    Raises:
-        ValueError: an unknown format, a bad quality, or a shape/dtype the format cannot hold.
-    """
-    ext, valid_channels, valid_dtypes = _codec(fmt)
-    _check_int("quality", quality, 1, 100)
-    if image.ndim not in (2, 3):
-        raise ValueError(f"image.shape={image.shape}: expected (H, W) or (H, W, C)")
-    channels = 1 if image.ndim == 2 else image.shape[2]
-    if channels not in valid_channels or image.dtype not in valid_dtypes:
-        raise ValueError(
-            f"fmt={fmt!r} cannot hold an image with {channels} channel(s) of {image.dtype}: "
-            f"it takes {valid_channels} channels of {[str(d) for d in valid_dtypes]}"
-        )
-    if channels == 3:
-        image = cv2.cvtColor(image, cv2.COLOR_RGB2BGR)
-    elif channels == 4:
-        image = cv2.cvtColor(image, cv2.COLOR_RGBA2BGRA)
-    flag = {"jpeg": cv2.IMWRITE_JPEG_QUALITY, "webp": cv2.IMWRITE_WEBP_QUALITY}.get(fmt)
-    params = [cv2.IMWRITE_PNG_COMPRESSION, 1] if flag is None else [flag, quality]
-    ok, buffer = cv2.imencode(ext, image, params)
-    if not ok:
-        raise RuntimeError(f"OpenCV could not encode a {image.shape} {image.dtype} image as {fmt}")
-    return buffer.tobytes()
-
-
 @dataclass(frozen=True)
 class _ImageSpec:
     """Validated image options shared by every image layout; ``sample(i)`` makes image ``i``."""
@@ -205,6 +83,7 @@ class _ImageSpec:
     large: int
     min_short: int
     max_short: int
+    texture: str
 
     def validated(self, n: int) -> _ImageSpec:
         """``self`` once every option (and the image count ``n``) is valid; else ValueError."""
@@ -217,7 +96,8 @@ class _ImageSpec:
         _check_int("min_short", self.min_short, 16)
         _check_int("max_short", self.max_short, self.min_short)
         _check_int("quality", self.quality, 1, 100)
-        _, valid_channels, valid_dtypes = _codec(self.fmt)
+        check_choice("texture", self.texture, TEXTURES)
+        _, valid_channels, valid_dtypes = codec(self.fmt)
         valid = [m for m, (c, d) in _MODES.items() if c in valid_channels and d in valid_dtypes]
         if self.mode not in valid:
             raise ValueError(
@@ -238,7 +118,9 @@ class _ImageSpec:
             long = min(int(short * ratio), 4 * short // 3)
         height, width = (long, short) if rng.random() < 0.5 else (short, long)
         channels, dtype = _MODES[self.mode]
-        pixels = synth_image(rng, height, width, channels=channels, dtype=dtype)
+        pixels = synth_image(
+            rng, height, width, channels=channels, dtype=dtype, texture=self.texture
+        )
         return encode_image(pixels, fmt=self.fmt, quality=self.quality), i % self.classes
 
 
@@ -254,6 +136,7 @@ def make_image_bytes(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[tuple[bytes, int]]:
     """``n`` encoded images with their labels, in memory: the content of every image layout.
 
@@ -270,6 +153,9 @@ def make_image_bytes(
         min_short: smallest short side of the other images (at least 16).
         max_short: largest short side; short sides are uniform in [min_short, max_short], the
             aspect ratio uniform in 3:4..4:3 with a random orientation, like ImageNet.
+        texture: ``"photo"`` (the default: about 0.55 bytes per pixel as JPEG at quality 90,
+            ImageNet's entropy, so that decoding costs what it costs on photos) or
+            ``"smooth"`` (about 0.15: small, fast files for tests); see :func:`synth_image`.
 
     Returns:
         ``[(encoded image, label), ...]`` in index order.
@@ -277,7 +163,9 @@ def make_image_bytes(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     return [spec.sample(i) for i in range(n)]
 
 
@@ -294,6 +182,7 @@ def make_images(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[Path]:
     """Write an ImageFolder tree ``root/class_XX/img_XXXXX.jpg`` of :func:`make_image_bytes`.
 
@@ -304,7 +193,7 @@ def make_images(
     other files under ``root`` are left alone.
 
     The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
-    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`; ``fmt`` also
+    ``min_short``, ``max_short`` and ``texture`` are as in :func:`make_image_bytes`; ``fmt`` also
     sets the file extension.
 
     Args:
@@ -317,7 +206,9 @@ def make_images(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     root = _make_root(root)
     class_width, index_width = _width(classes, 2), _width(n, 5)
     paths = []
@@ -325,7 +216,7 @@ def make_images(
         data, label = spec.sample(i)
         folder = root / f"class_{label:0{class_width}d}"
         folder.mkdir(exist_ok=True)
-        path = folder / f"img_{i:0{index_width}d}{_CODECS[fmt][0]}"
+        path = folder / f"img_{i:0{index_width}d}{CODECS[fmt][0]}"
         path.write_bytes(data)
         paths.append(path)
     return sorted(paths)
@@ -520,6 +411,7 @@ def make_image_parquet(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[Path]:
     """Write :func:`make_image_bytes` as Parquet ``part-00000.parquet``...: id, image, label.
 
@@ -528,7 +420,7 @@ def make_image_parquet(
     possible, as in :func:`make_parquet` (so with ``n < files`` the last files are empty).
 
     The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
-    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`.
+    ``min_short``, ``max_short`` and ``texture`` are as in :func:`make_image_bytes`.
 
     Args:
         root: the folder to write into; created if missing.
@@ -542,7 +434,9 @@ def make_image_parquet(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     ranges = _file_ranges(n, files, None)
     _check_int("row_group_size", row_group_size, 1)
     root = _make_root(root)
@@ -573,6 +467,7 @@ def make_tar_shards(
     large: int = 0,
     min_short: int = 300,
     max_short: int = 500,
+    texture: str = "photo",
 ) -> list[Path]:
     """Write :func:`make_image_bytes` as WebDataset tar shards ``shard-00000.tar``...
 
@@ -583,7 +478,7 @@ def make_tar_shards(
     user/group names, mode 0o644.
 
     The image options ``classes``, ``seed``, ``fmt``, ``quality``, ``mode``, ``large``,
-    ``min_short`` and ``max_short`` are as in :func:`make_image_bytes`.
+    ``min_short``, ``max_short`` and ``texture`` are as in :func:`make_image_bytes`.
 
     Args:
         root: the folder to write into; created if missing.
@@ -596,7 +491,9 @@ def make_tar_shards(
     Raises:
         ValueError: an option outside its valid values, or a mode the format cannot hold.
     """
-    spec = _ImageSpec(seed, classes, fmt, quality, mode, large, min_short, max_short).validated(n)
+    spec = _ImageSpec(
+        seed, classes, fmt, quality, mode, large, min_short, max_short, texture
+    ).validated(n)
     _check_int("shards", shards, 1)
     ranges = _file_ranges(n, shards, None)
     root = _make_root(root)
@@ -607,7 +504,7 @@ def make_tar_shards(
             for i in ids:
                 data, label = spec.sample(i)
                 key = f"sample-{i:0{key_width}d}"
-                _add_member(tar, f"{key}{_CODECS[fmt][0]}", data)
+                _add_member(tar, f"{key}{CODECS[fmt][0]}", data)
                 _add_member(tar, f"{key}.cls", str(label).encode("ascii"))
     return paths
 
@@ -649,13 +546,6 @@ def _file_ranges(rows: int, files: int, rows_per_file: Sequence[int] | None) -> 
             )
     ends = itertools.accumulate(counts)
     return [range(end - count, end) for count, end in zip(counts, ends, strict=True)]
-
-
-def _codec(fmt: str) -> tuple[str, tuple[int, ...], tuple[np.dtype[Any], ...]]:
-    """The codec entry of ``fmt``; ValueError listing the formats if there is none."""
-    if fmt not in _CODECS:
-        raise ValueError(f"fmt={fmt!r} is not supported: expected one of {list(_CODECS)}")
-    return _CODECS[fmt]
 
 
 def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> None:

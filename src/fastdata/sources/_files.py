@@ -9,10 +9,12 @@ filesystem passed as ``filesystem``, or a ``pyarrow.dataset.FileSystemDataset``.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow.fs as pafs
 
@@ -35,27 +37,41 @@ def as_filesystem(filesystem: Any) -> pafs.FileSystem | None:
     )
 
 
+class Listing(NamedTuple):
+    """The files of a source: their filesystem, paths (in reading order) and sizes in bytes."""
+
+    fs: pafs.FileSystem
+    paths: list[str]
+    sizes: list[int]
+
+
 def resolve_files(
     source: Any, *, filesystem: Any = None, suffixes: tuple[str, ...] = ()
-) -> tuple[pafs.FileSystem, list[str]]:
-    """The filesystem and the files ``source`` names, in a deterministic order.
+) -> Listing:
+    """The filesystem, files and file sizes ``source`` names, in a deterministic order.
 
     Directories and globs expand to the files below them, sorted, keeping only names ending
-    in ``suffixes`` (all when empty) and skipping hidden/underscore names. Explicit file paths
-    are kept as given, in the given order.
+    in ``suffixes`` (all when empty) and skipping hidden/underscore names. Local directories
+    are walked following symbolic links, each directory once (a link loop is not followed
+    round). Explicit file paths are kept as given, in the given order.
 
     Raises:
-        SourceError: a path that does not exist, or a directory/glob that matches no file.
+        SourceError: a path that does not exist, a directory/glob that matches no file, or
+            a file reached twice (listed twice, or by two items that overlap: every row
+            would be read twice).
     """
     if hasattr(source, "files") and hasattr(source, "filesystem"):  # pyarrow FileSystemDataset
-        return source.filesystem, list(source.files)
+        files = list(source.files)
+        infos = source.filesystem.get_file_info(files)
+        return Listing(source.filesystem, files, [int(i.size or 0) for i in infos])
     fs = as_filesystem(filesystem)
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not items:
         raise SourceError("source is an empty list: pass at least one path, directory or glob")
-    files: list[str] = []
+    found: list[tuple[str, int]] = []
+    reached_by: dict[str, str] = {}
     for item in items:
-        item_fs, paths = _expand(os.fspath(item), fs, suffixes)
+        item_fs, entries = _expand(os.fspath(item), fs, suffixes)
         if fs is None:
             fs = item_fs
         elif type(item_fs) is not type(fs):
@@ -64,14 +80,22 @@ def resolve_files(
                 f"{item!r} is on {type(item_fs).__name__}, earlier ones on {type(fs).__name__}",
                 path=os.fspath(item),
             )
-        files.extend(paths)
+        for path, size in entries:
+            if path in reached_by:
+                raise SourceError(
+                    f"the file is reached twice (by {reached_by[path]!r} and {os.fspath(item)!r}),"
+                    " so its rows would be read twice; list each file once",
+                    path=path,
+                )
+            reached_by[path] = os.fspath(item)
+            found.append((path, size))
     assert fs is not None  # items is non-empty
-    return fs, files
+    return Listing(fs, [p for p, _ in found], [s for _, s in found])
 
 
 def _expand(
     item: str, fs: pafs.FileSystem | None, suffixes: tuple[str, ...]
-) -> tuple[pafs.FileSystem, list[str]]:
+) -> tuple[pafs.FileSystem, list[tuple[str, int]]]:
     if fs is None:
         if "://" in item:
             fs, path = pafs.FileSystem.from_uri(item)
@@ -83,9 +107,9 @@ def _expand(
         return fs, _glob(fs, path, suffixes, shown=item)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.File:
-        return fs, [path]
+        return fs, [(path, int(info.size or 0))]
     if info.type == pafs.FileType.Directory:
-        found = _walk(fs, path, suffixes)
+        found = walk(fs, path, suffixes)
         if not found:
             raise SourceError(
                 f"directory holds no {_kinds(suffixes)} files: check the path or the suffixes",
@@ -103,32 +127,89 @@ def _kinds(suffixes: tuple[str, ...]) -> str:
     return "/".join(suffixes) if suffixes else "matching"
 
 
-def _walk(fs: pafs.FileSystem, base: str, suffixes: tuple[str, ...]) -> list[str]:
-    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    return sorted(
-        info.path
-        for info in infos
-        if info.type == pafs.FileType.File
-        and not any(part.startswith(_HIDDEN_PREFIXES) for part in _relative_parts(base, info.path))
-        and (not suffixes or info.path.endswith(suffixes))
-    )
+def _visible(name: str) -> bool:
+    return not name.startswith(_HIDDEN_PREFIXES)
+
+
+def walk(
+    fs: pafs.FileSystem, base: str, suffixes: tuple[str, ...], *, hidden: bool = False
+) -> list[tuple[str, int]]:
+    """``(path, size)`` of the files below ``base`` whose names end in ``suffixes``
+    (case-insensitively; all when empty), sorted by path; names starting with ``.`` or ``_``
+    (and what is below them) only with ``hidden``."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        found = _walk_local(base, hidden)
+    else:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        found = [
+            (info.path, int(info.size or 0))
+            for info in infos
+            if info.type == pafs.FileType.File
+            and (hidden or all(_visible(part) for part in _relative_parts(base, info.path)))
+        ]
+    lowered = tuple(s.lower() for s in suffixes)
+    return sorted((p, n) for p, n in found if not lowered or p.lower().endswith(lowered))
+
+
+def _walk_local(base: str, hidden: bool) -> list[tuple[str, int]]:
+    """The files below a local directory (the visible ones unless ``hidden``). Symbolic
+    links are followed, but each directory is entered once, by its first path in sorted
+    order: a link back up the tree (a loop) or a second link to one directory adds nothing."""
+    found: list[tuple[str, int]] = []
+    seen: set[tuple[int, int]] = set()
+    pending = [base]
+    while pending:
+        directory = pending.pop()
+        try:
+            stat = os.stat(directory)
+            if (stat.st_dev, stat.st_ino) in seen:
+                continue
+            seen.add((stat.st_dev, stat.st_ino))
+            entries = sorted(os.scandir(directory), key=lambda e: e.name, reverse=True)
+        except OSError as exc:
+            raise SourceError(f"cannot list the directory ({exc})", path=directory) from exc
+        for entry in entries:
+            if not hidden and not _visible(entry.name):
+                continue
+            if entry.is_dir():
+                pending.append(entry.path)
+            elif entry.is_file():
+                found.append((entry.path, entry.stat().st_size))
+    return found
 
 
 def _relative_parts(base: str, path: str) -> tuple[str, ...]:
     return PurePath(path[len(base) :].lstrip("/")).parts
 
 
-def _glob(fs: pafs.FileSystem, pattern: str, suffixes: tuple[str, ...], shown: str) -> list[str]:
+def _glob(
+    fs: pafs.FileSystem, pattern: str, suffixes: tuple[str, ...], shown: str
+) -> list[tuple[str, int]]:
     parts = pattern.split("/")
     fixed = next(i for i, part in enumerate(parts) if _has_glob(part))
     base = "/".join(parts[:fixed]) or "/"
     # Like glob: "*" stays within one directory level unless the pattern says "**".
     same_depth = "**" not in pattern
     found = [
-        p
-        for p in _walk(fs, base, suffixes)
+        (p, n)
+        for p, n in walk(fs, base, suffixes)
         if fnmatch.fnmatchcase(p, pattern) and (not same_depth or p.count("/") == len(parts) - 1)
     ]
     if not found:
         raise SourceError("glob matched no files: check the pattern and the directory", path=shown)
     return found
+
+
+def paths_digest(paths: Sequence[str]) -> str:
+    """A short hash of ``paths`` relative to their common directory: the same files moved
+    together to another place (another mount point, another node's copy) hash the same."""
+    if not paths:
+        return digest([])
+    prefix = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname(paths[0])
+    return digest([p[len(prefix) :] for p in paths])
+
+
+def digest(value: Any) -> str:
+    """16 hex digits of the SHA-256 of ``value`` as canonical JSON."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

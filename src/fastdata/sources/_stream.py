@@ -9,10 +9,9 @@ rows) across window boundaries.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
+import warnings
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -25,7 +24,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from fastdata._env import resolve_rank, worker_slot
 from fastdata._stats import StageTimes
+from fastdata._validate import check_bool, check_choice, check_int
 from fastdata.errors import ResumeError
+from fastdata.sources._state import MAX_EPOCH, STATE_VERSION, check_matches, validate
 from fastdata.sources.plan import (
     EvenBatches,
     Layout,
@@ -38,8 +39,6 @@ from fastdata.sources.plan import (
     plan_slot,
     window_permutation,
 )
-
-STATE_VERSION = 1
 
 
 class PlannedStream(IterableDataset):
@@ -65,32 +64,32 @@ class PlannedStream(IterableDataset):
         world_size: int | None,
         read_ahead: int,
     ) -> None:
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size={batch_size}: must be >= 1, or None to yield rows")
-        if drop_last and batch_size is None:
+        batch_size = check_int("batch_size", batch_size, minimum=1, none="None to yield rows")
+        if check_bool("drop_last", drop_last) and batch_size is None:
             raise ValueError(
                 "drop_last=True needs batch_size: with batch_size=None the stream yields rows "
                 "and DataLoader(drop_last=...) drops the partial batch"
             )
-        if isinstance(read_ahead, bool) or not isinstance(read_ahead, int) or read_ahead < 0:
-            raise ValueError(f"read_ahead={read_ahead!r}: expected an integer >= 0")
         self.batch_size = batch_size
-        self.read_ahead = read_ahead
+        self.read_ahead = check_int("read_ahead", read_ahead, minimum=0)
         self._policy = Policy(
             batch_size=batch_size or 1,
-            shuffle=shuffle,
-            seed=seed,
+            shuffle=check_bool("shuffle", shuffle),
+            seed=check_int("seed", seed, minimum=0, maximum=2**63 - 1),
             drop_last=drop_last,
-            even_batches=even_batches,
-            shuffle_buffer=shuffle_buffer,
+            even_batches=check_choice("even_batches", even_batches, (None, "drop", "pad")),
+            shuffle_buffer=check_int("shuffle_buffer", shuffle_buffer, minimum=0),
         )
-        if (rank is None) != (world_size is None):
+        rank = check_int("rank", rank, minimum=0, none="None (with world_size=None)")
+        world_size = check_int("world_size", world_size, minimum=1, none="None (with rank=None)")
+        if (rank is None) != (world_size is None) or (rank or 0) >= (world_size or 1):
             resolve_rank(rank, world_size)  # raises the explanatory error
         self._rank_args = (rank, world_size)
         self._resolved_rank: tuple[int, int] | None = None
         # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._pending: dict[str, Any] | None = None
+        self._continues_from: int | None = None  # epoch of a loaded end-of-epoch state
         self._consumed = 0
         self._pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
 
@@ -125,8 +124,9 @@ class PlannedStream(IterableDataset):
         """One item per row."""
 
     @abstractmethod
-    def _identity(self) -> Any:
-        """JSON-able description of the data (files, units), to check a state belongs here."""
+    def _identity(self) -> dict[str, Any]:
+        """Named, small, JSON-able facts about the data (counts, hashes of paths and
+        contents) that a state must match; a mismatch is refused naming the field."""
 
     # ----------------------------------------------------------------- epochs and layout
     @property
@@ -140,8 +140,15 @@ class PlannedStream(IterableDataset):
         Call it before iterating each epoch (also with persistent DataLoader workers: the
         value lives in shared memory).
         """
-        if epoch < 0:
-            raise ValueError(f"epoch={epoch}: must be >= 0")
+        epoch = check_int("epoch", epoch, minimum=0, maximum=MAX_EPOCH)
+        if self._continues_from is not None and epoch <= self._continues_from:
+            warnings.warn(
+                f"set_epoch({epoch}) after loading a state saved at the end of epoch "
+                f"{self._continues_from}: that epoch is read again in full; the state "
+                f"continues with epoch {self._continues_from + 1} (stream.epoch)",
+                stacklevel=2,
+            )
+        self._continues_from = None
         if epoch != self.epoch:
             self._consumed = 0
             self._pending = None  # a resumed position belongs to its own epoch only
@@ -174,11 +181,15 @@ class PlannedStream(IterableDataset):
         """Items each of ``num_workers`` DataLoader workers of this rank yields this epoch."""
         return [self._slot_plan(w, num_workers).items for w in range(num_workers)]
 
-    def _slot_plan(self, slot: int, num_workers: int) -> SlotPlan:
+    def _slot_plan(self, slot: int, num_workers: int, epoch: int | None = None) -> SlotPlan:
         rank, world = self.rank_and_world_size()
         layout = Layout(rank, world, slot, num_workers)
-        plan, _ = plan_slot(self._unit_rows(), layout, self._policy, self.epoch)
+        epoch = self.epoch if epoch is None else epoch
+        plan, _ = plan_slot(self._unit_rows(), layout, self._policy, epoch)
         return plan
+
+    def _slot_plans(self, num_workers: int, epoch: int) -> list[SlotPlan]:
+        return [self._slot_plan(w, num_workers, epoch) for w in range(num_workers)]
 
     # ----------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
@@ -189,46 +200,99 @@ class PlannedStream(IterableDataset):
         """
         return self.state_at([self._consumed])
 
+    def _settings(self) -> dict[str, Any]:
+        """Everything besides the data and the layout that decides which rows come when."""
+        policy = self._policy
+        return {
+            "batch_size": self.batch_size,
+            "shuffle": policy.shuffle,
+            "seed": policy.seed,
+            "shuffle_buffer": policy.shuffle_buffer,
+            "drop_last": policy.drop_last,
+            "even_batches": policy.even_batches,
+        }
+
     def state_at(self, consumed: Sequence[int], *, rotation: int = 0) -> dict[str, Any]:
         """The state after each worker slot delivered ``consumed[slot]`` items; ``rotation`` is
-        the slot whose turn is next in the loader's round-robin."""
+        the slot whose turn is next in the loader's round-robin (see :mod:`._state`)."""
         rank, world = self.rank_and_world_size()
         return {
             "type": type(self).__name__,
             "version": STATE_VERSION,
-            "identity": self._fingerprint(),
             "epoch": self.epoch,
-            "seed": self._policy.seed,
-            "shuffle": self._policy.shuffle,
-            "batch_size": self.batch_size,
             "rank": rank,
             "world_size": world,
             "num_workers": len(consumed),
             "consumed": [int(c) for c in consumed],
             "rotation": int(rotation),
+            "settings": self._settings(),
+            "data": self._identity(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state`` on the next iteration (exact: no item missed or repeated)."""
-        expected = self.state_at([0])
-        for key in ("type", "version", "identity", "seed", "shuffle", "batch_size", "world_size"):
-            if state.get(key) != expected[key]:
-                raise ResumeError(
-                    f"cannot resume: the state's {key}={_short(state.get(key))} but this stream "
-                    f"has {key}={_short(expected[key])}; resume with the same data and settings"
-                )
-        if state["rank"] != expected["rank"]:
-            raise ResumeError(
-                f"cannot resume: the state belongs to rank {state['rank']}, this is rank "
-                f"{expected['rank']}; load each rank's own state"
-            )
-        self._epoch[0] = state["epoch"]
-        self._consumed = sum(state["consumed"]) if state["num_workers"] == 1 else 0
-        self._pending = state
+    def load_state_dict(self, state: dict[str, Any], *, num_workers: int | None = None) -> None:
+        """Continue from ``state`` on the next iteration (exact: no item missed or repeated).
 
-    def _fingerprint(self) -> str:
-        blob = json.dumps(self._identity(), sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        ``num_workers`` is the number of readers that will iterate (the DataLoader's
+        ``num_workers``, 1 for ``num_workers=0``); ``fastdata.DataLoader`` passes it, so a
+        mismatch is refused here rather than in a worker. A state saved at the end of an
+        epoch continues at the start of the next one.
+
+        Raises:
+            ResumeError: the state is malformed, or was saved for other data, settings or
+                layout; the message names the field.
+        """
+        checked = validate(state, type_name=type(self).__name__)
+        check_matches(checked["settings"], self._settings(), "settings")
+        check_matches(checked["data"], self._identity(), "data")
+        rank, world = self.rank_and_world_size()
+        if checked["world_size"] != world:
+            raise ResumeError(
+                f"cannot resume: the state's world_size={checked['world_size']} but this "
+                f"process runs with world_size={world}; resume with the same world size"
+            )
+        if checked["rank"] != rank:
+            raise ResumeError(
+                f"cannot resume: the state belongs to rank {checked['rank']}, this is rank "
+                f"{rank}; load each rank's own state"
+            )
+        readers = checked["num_workers"]
+        if num_workers is not None and num_workers != readers:
+            raise ResumeError(
+                f"cannot resume: the state's num_workers={readers} reader(s) per rank "
+                f"(DataLoader num_workers, 1 for num_workers=0), this loader has "
+                f"{num_workers}; resume with the same num_workers"
+            )
+        epoch = checked["epoch"]
+        items = [plan.items for plan in self._slot_plans(readers, epoch)]
+        for slot, (done, total) in enumerate(zip(checked["consumed"], items, strict=True)):
+            if done > total:
+                raise ResumeError(
+                    f"cannot resume: the state's consumed[{slot}]={done}, but reader {slot} has "
+                    f"only {total} items in epoch {epoch}; the state is corrupt or was saved "
+                    "for other data"
+                )
+        if checked["consumed"] == items:  # saved at the end of the epoch: the next begins
+            if epoch + 1 > MAX_EPOCH:
+                raise ResumeError(f"cannot resume: the state's epoch={epoch} is the last one")
+            self._epoch[0] = epoch + 1
+            self._consumed = 0
+            self._pending = None
+            self._continues_from = epoch
+            return
+        self._epoch[0] = epoch
+        self._consumed = sum(checked["consumed"]) if readers == 1 else 0
+        self._pending = checked
+        self._continues_from = None
+
+    @property
+    def resuming(self) -> bool:
+        """Whether the next iteration continues a loaded state (False once it has started,
+        or after :meth:`set_epoch` moved to another epoch)."""
+        return self._pending is not None
+
+    def forget_resume(self) -> None:
+        """Drop a loaded position: DataLoader workers received their own copy of it."""
+        self._pending = None
 
     # ----------------------------------------------------------------- iteration
     def __getstate__(self) -> dict[str, Any]:
@@ -337,8 +401,3 @@ class PlannedStream(IterableDataset):
                 pending, pending_rows = [table.slice(start)], table.num_rows - start
         if pending:
             yield self._make_batch(pa.concat_tables(pending))
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

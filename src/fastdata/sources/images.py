@@ -26,9 +26,22 @@ from torch.utils.data import get_worker_info
 from fastdata._device_decode import check_decode_device, decode_on_device
 from fastdata._env import worker_slot
 from fastdata._transforms import ImageTransform, Size, sample_rng
+from fastdata._validate import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_size,
+)
 from fastdata.decode import DEFAULT_MAX_PIXELS, decode_for
 from fastdata.errors import DecodeError, SourceError
-from fastdata.sources._files import as_filesystem, resolve_files
+from fastdata.sources._files import (
+    Listing,
+    as_filesystem,
+    digest,
+    paths_digest,
+    resolve_files,
+    walk,
+)
 from fastdata.sources._segments import shared_batch
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.parquet import ParquetStream
@@ -69,14 +82,12 @@ class _Reader(Protocol):
 class _FilesReader:
     """Image files; a unit is a block of ``files_per_unit`` consecutive files."""
 
-    def __init__(
-        self, fs: pafs.FileSystem, paths: list[str], labels: list[int] | None, per_unit: int
-    ) -> None:
+    def __init__(self, listing: Listing, labels: list[int] | None, per_unit: int) -> None:
+        paths = listing.paths
         if labels is not None and len(labels) != len(paths):
             raise ValueError(f"{len(labels)} labels for {len(paths)} files: give one per file")
-        if per_unit < 1:
-            raise ValueError(f"files_per_unit={per_unit}: must be >= 1")
-        self.fs, self.paths, self.labels, self.per_unit = fs, paths, labels, per_unit
+        self.per_unit = check_int("files_per_unit", per_unit, minimum=1)
+        self.fs, self.paths, self.sizes, self.labels = listing.fs, paths, listing.sizes, labels
 
     def unit_rows(self) -> list[int]:
         n = len(self.paths)
@@ -96,8 +107,14 @@ class _FilesReader:
     def location(self, unit: int, row: int) -> dict[str, Any]:
         return {"path": self.paths[unit * self.per_unit + row]}
 
-    def identity(self) -> Any:
-        return {"paths": self.paths, "labels": self.labels, "per_unit": self.per_unit}
+    def identity(self) -> dict[str, Any]:
+        return {
+            "files": len(self.paths),
+            "paths": paths_digest(self.paths),
+            "labels": None if self.labels is None else digest(self.labels),
+            "files_per_unit": self.per_unit,
+            "content": digest(self.sizes),
+        }
 
 
 class _ParquetReader:
@@ -123,21 +140,17 @@ class _ParquetReader:
         f, rg, _ = self.stream._units[unit]
         return {"path": self.stream.files[f], "row_group": rg, "row": row}
 
-    def identity(self) -> Any:
+    def identity(self) -> dict[str, Any]:
         return self.stream._identity()
 
 
 class _TarReader:
     """WebDataset tar shards; a unit is a shard."""
 
-    def __init__(
-        self,
-        fs: pafs.FileSystem,
-        shards: list[str],
-        index: list[list[TarSample]],
-        label_field: str,
-    ) -> None:
-        self.fs, self.shards, self.index, self.label_field = fs, shards, index, label_field
+    def __init__(self, listing: Listing, index: list[list[TarSample]], label_field: str) -> None:
+        self.fs, self.shards, self.sizes = listing
+        self.index, self.label_field = index, label_field
+        shards = self.shards
         with_labels = {s.label is not None for samples in index for s in samples}
         if len(with_labels) > 1:
             shard, sample = next(
@@ -167,8 +180,14 @@ class _TarReader:
     def location(self, unit: int, row: int) -> dict[str, Any]:
         return {"path": self.shards[unit], "member": self.index[unit][row].image.name}
 
-    def identity(self) -> Any:
-        return {"shards": self.shards, "samples": self.unit_rows()}
+    def identity(self) -> dict[str, Any]:
+        members = [[s.image.name, s.image.size] for samples in self.index for s in samples]
+        return {
+            "shards": len(self.shards),
+            "paths": paths_digest(self.shards),
+            "samples": sum(self.unit_rows()),
+            "content": digest([self.sizes, members]),
+        }
 
 
 class ImageStream(PlannedStream):
@@ -196,10 +215,10 @@ class ImageStream(PlannedStream):
         crop: ``"center"`` or ``"random-resized"``; None resizes only. Random crops and
             flips are seeded per sample by ``(seed, epoch, index)``.
         flip: mirror left-right with probability 0.5.
-        interpolation: ``"auto"`` (area averaging when shrinking, bilinear when enlarging),
-            ``"antialias"`` (torchvision's own resampling, and faster at shrinking; the
-            same pixels for images decoded in full, see ``reduced_decode``), or
-            another name of :data:`fastdata.decode.INTERPOLATIONS`.
+        interpolation: a name of :data:`fastdata.decode.INTERPOLATIONS`: ``"antialias"``
+            (torchvision's own resampling: the same pixels for images decoded in full, see
+            ``reduced_decode``), ``"auto"`` (area averaging when shrinking, bilinear when
+            enlarging), ...; None takes :class:`fastdata.ImageTransform`'s default.
         transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``/
             ``interpolation``.
         decode_threads: threads decoding in each process (OpenCV releases the GIL).
@@ -231,7 +250,7 @@ class ImageStream(PlannedStream):
         size: Size | None = None,
         crop: Literal["center", "random-resized"] | None = None,
         flip: bool = False,
-        interpolation: str = "auto",
+        interpolation: str | None = None,
         transform: ImageTransform | None = None,
         decode_threads: int = 1,
         decode_device: str | torch.device | None = None,
@@ -260,22 +279,25 @@ class ImageStream(PlannedStream):
             world_size=world_size,
             read_ahead=read_ahead,
         )
-        custom = size is not None or crop is not None or flip or interpolation != "auto"
+        custom = size is not None or crop is not None or flip or interpolation is not None
         if transform is not None and custom:
             raise ValueError("pass either transform= or size/crop/flip/interpolation, not both")
-        if decode_threads < 1:
-            raise ValueError(f"decode_threads={decode_threads}: must be >= 1")
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error={on_error!r}: expected 'raise' or 'skip'")
-        self.transform = transform or ImageTransform(
-            size=size, crop=crop, flip=flip, interpolation=interpolation
-        )
-        self.decode_threads = decode_threads
+        if transform is not None and not isinstance(transform, ImageTransform):
+            raise TypeError(f"transform={transform!r}: expected a fastdata.ImageTransform")
+        if transform is None:
+            shape = {"size": check_size("size", size, none="None to keep the decoded size")}
+            shape["crop"] = check_choice("crop", crop, (None, "center", "random-resized"))
+            shape["flip"] = check_bool("flip", flip)
+            if interpolation is not None:
+                shape["interpolation"] = interpolation
+            transform = ImageTransform(**shape)
+        self.transform = transform
+        self.decode_threads = check_int("decode_threads", decode_threads, minimum=1)
         self.decode_device = check_decode_device(decode_device, self.transform)
-        self.on_error = on_error
-        self.keep_alpha = keep_alpha
-        self.max_pixels = max_pixels
-        self.reduced_decode = reduced_decode
+        self.on_error = check_choice("on_error", on_error, ("raise", "skip"))
+        self.keep_alpha = check_bool("keep_alpha", keep_alpha)
+        self.max_pixels = check_int("max_pixels", max_pixels, minimum=1, none="None for no limit")
+        self.reduced_decode = check_bool("reduced_decode", reduced_decode)
         self._reader = reader
         self._offsets = np.concatenate([[0], np.cumsum(reader.unit_rows())]).astype(np.int64)
         self._skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
@@ -301,11 +323,11 @@ class ImageStream(PlannedStream):
         """Images from a list of files (local paths, URIs, or paths on ``filesystem``), with
         optional integer labels, one per file. ``files_per_unit`` files form one unit of
         the plan (the granularity of sharding and of the shuffle of unit order)."""
-        fs, files = resolve_files([os.fspath(p) for p in paths], filesystem=filesystem)
-        if len(files) != len(paths):
+        listing = resolve_files([os.fspath(p) for p in paths], filesystem=filesystem)
+        if len(listing.paths) != len(paths):
             raise ValueError("from_files takes files, not directories or globs")
         label_list = None if labels is None else [int(x) for x in labels]
-        return cls(_FilesReader(fs, files, label_list, files_per_unit), **options)
+        return cls(_FilesReader(listing, label_list, files_per_unit), **options)
 
     @classmethod
     def from_folder(
@@ -323,15 +345,11 @@ class ImageStream(PlannedStream):
             for i in fs.get_file_info(pafs.FileSelector(base))
             if i.type == pafs.FileType.Directory
         )
-        paths, labels = [], []
+        paths, sizes, labels = [], [], []
         for index, name in enumerate(classes):
-            found = fs.get_file_info(pafs.FileSelector(f"{base}/{name}", recursive=True))
-            images = sorted(
-                i.path
-                for i in found
-                if i.type == pafs.FileType.File and i.path.lower().endswith(IMG_EXTENSIONS)
-            )
-            paths += images
+            images = walk(fs, f"{base}/{name}", IMG_EXTENSIONS, hidden=True)  # as torchvision
+            paths += [p for p, _ in images]
+            sizes += [n for _, n in images]
             labels += [index] * len(images)
         if not paths:
             raise SourceError(
@@ -339,7 +357,8 @@ class ImageStream(PlannedStream):
                 "root/<class>/<image> like torchvision's ImageFolder",
                 path=base,
             )
-        stream = cls(_FilesReader(fs, paths, labels, options.pop("files_per_unit", 64)), **options)
+        listing = Listing(fs, paths, sizes)
+        stream = cls(_FilesReader(listing, labels, options.pop("files_per_unit", 64)), **options)
         stream.classes = classes
         return stream
 
@@ -388,7 +407,8 @@ class ImageStream(PlannedStream):
         A sample's label is its first member with a suffix in ``label_suffixes`` (``()``
         for unlabelled data): ``.cls`` holds ASCII decimal, ``.json`` an integer or an
         object whose ``label_field`` is one."""
-        fs, files = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
+        listing = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
+        fs, files = listing.fs, listing.paths
         with ThreadPoolExecutor(8) as pool:
             index = list(
                 pool.map(
@@ -398,7 +418,7 @@ class ImageStream(PlannedStream):
                     files,
                 )
             )
-        return cls(_TarReader(fs, files, index, label_field), **options)
+        return cls(_TarReader(listing, index, label_field), **options)
 
     # ----------------------------------------------------------------- plan hooks
     def _unit_rows(self) -> list[int]:
@@ -416,8 +436,8 @@ class ImageStream(PlannedStream):
         column = pa.Array.from_buffers(pa.int64(), piece.rows, [None, pa.py_buffer(index)])
         return table.append_column("index", column)
 
-    def _identity(self) -> Any:
-        return {"reader": self._reader.identity(), "transform": repr(self.transform)}
+    def _identity(self) -> dict[str, Any]:
+        return self._reader.identity()
 
     # ----------------------------------------------------------------- decoding
     @property

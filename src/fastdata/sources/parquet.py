@@ -18,9 +18,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import torch
 
+from fastdata._validate import check_names
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow import Converter, converter, iter_rows, to_batch
-from fastdata.sources._files import resolve_files
+from fastdata.sources._files import digest, paths_digest, resolve_files
 from fastdata.sources._stream import PlannedStream
 from fastdata.sources.plan import EvenBatches
 
@@ -100,9 +101,12 @@ class ParquetStream(PlannedStream):
                 f"filter={filter!r}: expected a pyarrow.compute.Expression "
                 "such as pc.field('label') < 5"
             )
-        self._fs, self.files = resolve_files(source, filesystem=filesystem, suffixes=_SUFFIXES)
-        self._columns = None if columns is None else list(columns)
+        listing = resolve_files(source, filesystem=filesystem, suffixes=_SUFFIXES)
+        self._fs, self.files, self._sizes = listing
+        self._columns = check_names("columns", columns)
         self._filter = filter
+        if fill_null is not None and not isinstance(fill_null, Mapping):
+            raise TypeError(f"fill_null={fill_null!r}: expected a dict {{column: value}} or None")
         self._fill_null = dict(fill_null or {})
         self._open: dict[str, ds.ParquetFileFragment] = {}
         self.schema  # noqa: B018 - validate files and columns now, not in a worker
@@ -187,13 +191,33 @@ class ParquetStream(PlannedStream):
         """Rows in the data (after ``filter``), over all ranks."""
         return sum(self._unit_rows())
 
-    def _identity(self) -> Any:
+    def _identity(self) -> dict[str, Any]:
         return {
-            "files": self.files,
-            "units": self._units,
+            "files": len(self.files),
+            "paths": paths_digest(self.files),
+            "rows": self.num_rows,
+            "units": len(self._units),
             "columns": self.schema.names,
             "filter": str(self._filter),
+            "content": self._content,
         }
+
+    @cached_property
+    def _content(self) -> str:
+        """A hash of what the footers say about the data read: file sizes, row counts and, for
+        the selected columns, each chunk's compressed size and min/max statistics. A file
+        rewritten with other values changes it even where the layout stays the same."""
+        selected = self.schema.names
+        parts: list[Any] = []
+        for size, footer in zip(self._sizes, self._footers, strict=True):
+            names = footer.schema.to_arrow_schema().names
+            columns = [names.index(n) for n in selected if n in names]
+            for rg in range(footer.num_row_groups):
+                group = footer.row_group(rg)
+                parts.append(
+                    [size, group.num_rows, *map(_chunk_summary, map(group.column, columns))]
+                )
+        return digest(parts)
 
     # ----------------------------------------------------------------- reading
     def _fragment(self, path: str) -> ds.ParquetFileFragment:
@@ -279,3 +303,9 @@ class ParquetStream(PlannedStream):
             f"ParquetStream({shown!r}, columns={self.schema.names}, batch_size={self.batch_size}, "
             f"shuffle={self._policy.shuffle}, rows={self.num_rows})"
         )
+
+
+def _chunk_summary(chunk: pq.ColumnChunkMetaData) -> list[Any]:
+    stats = chunk.statistics
+    bounds = [str(stats.min), str(stats.max)] if stats is not None and stats.has_min_max else []
+    return [chunk.total_compressed_size, *bounds]

@@ -37,9 +37,9 @@ class SimulatedStep:
     """
 
     def __init__(self, ms: float) -> None:
-        if not ms >= 0:
-            raise ValueError(f"step_ms={ms!r}: expected a duration >= 0 in milliseconds")
-        self.ms = float(ms)
+        from fastdata._validate import check_number
+
+        self.ms = check_number("step_ms", ms, minimum=0)
 
     def __call__(self, batch: Any) -> None:
         time.sleep(self.ms / 1000)
@@ -88,31 +88,35 @@ def tune(
             data wait (the tuner waits for the copy). On CUDA with ``nvidia-ml-py``
             installed, GPU utilization is sampled during each trial's steady state.
         loader_kwargs: with a dataset, the other DataLoader arguments (``batch_size``, ...).
-        tolerance: throughputs within this fraction of the best count as equally good.
+        tolerance: throughputs within this fraction of the fastest count as equally good,
+            even where their 95% intervals do not overlap (see :mod:`.decide`).
         on_trial: called with each :class:`Trial` as it completes (for progress output).
 
     Returns:
-        Every trial, the chosen :class:`LoaderConfig` and the reason. Ctrl-C during the
-        search returns the best so far (``result.stopped == "interrupted"``).
+        Every trial, the chosen :class:`LoaderConfig` and the reason. The choice is the
+        cheapest setting (fewest workers, then smallest prefetch_factor, then pin_memory off)
+        among those the measurements cannot tell apart from the fastest; more workers than
+        the usable cores only when measured faster beyond the intervals, and the reason then
+        names both measurements (:mod:`.decide`). Ctrl-C during the search returns the best
+        so far (``result.stopped == "interrupted"``).
 
     Raises:
         ValueError, TypeError: invalid arguments (the message lists valid values).
+        RuntimeError: ``device`` names an accelerator this machine does not have.
         TuneError: the loader failed on the first configuration measured.
     """
     import torch
 
+    from fastdata._validate import check_device, check_number
+
     consumer = _consumer_step(step, step_ms)
-    if not budget_s > 0:
-        raise ValueError(f"budget_s={budget_s!r}: expected a positive number of seconds")
-    if not 0 < target_utilization <= 1:
-        raise ValueError(f"target_utilization={target_utilization!r}: expected 0 < value <= 1")
-    if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance={tolerance!r}: expected 0 <= value < 1")
+    check_number("budget_s", budget_s, minimum=0, exclusive_minimum=True)
+    check_number("target_utilization", target_utilization, minimum=0, maximum=1,
+                 exclusive_minimum=True)  # fmt: skip
+    check_number("tolerance", tolerance, minimum=0, maximum=0.99)
     memory_limit = None if max_memory is None else parse_size(max_memory)
     factory = _as_factory(loader_factory, loader_kwargs, torch)
-    dev = None if device is None else torch.device(device)
-    if dev is not None and dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r}: CUDA is not available here; pass device=None")
+    dev = check_device("device", device)
     cores = _usable_cores()
     space = SearchSpace.build(
         search_space, cores=cores, device_used=dev is not None and dev.type != "cpu"
@@ -144,6 +148,7 @@ def tune(
             target=target_utilization,
             tolerance=tolerance,
             max_memory=memory_limit,
+            cores=cores,
             on_trial=on_trial,
         )
     finally:

@@ -1,50 +1,59 @@
-"""``fastdata tune``: the tuner on the command line.
+"""``fastdata tune`` and ``fastdata bench``: the tuner and the comparison on the command line.
 
-Wire it into the ``fastdata`` command with ``add_parser(subcommands)``; the parser's default
-``run`` is :func:`run`. Only the standard library is imported here; torch, OpenCV and the
-tuner load when the command runs, so ``fastdata --help`` stays instant.
+Wire them into the ``fastdata`` command with :func:`add_parsers`; each parser's default
+``run`` runs it. Only the standard library is imported here; torch, OpenCV and the tuner
+load when a command runs, so ``fastdata --help`` stays instant.
 
-Without a data argument the command tunes the built-in demo: a few hundred deterministic
-ImageNet-like JPEGs (written to a temporary folder, or to an empty ``--data`` folder), decoded
-with random-resized crops to 224 px and flips in batches of 32 — a decode-bound pipeline, so
-``num_workers`` matters. The demo lists its images several times per epoch (4,096 samples a
-pass, the size of a small real dataset's epoch) so that each trial measures a steady state
-rather than workers restarting every few batches; a folder of your images is used as it is.
+Without a data argument ``fastdata tune`` tunes the built-in demo: a few hundred
+deterministic ImageNet-like JPEGs (written to a temporary folder, or with ``--demo --data
+DIR`` to DIR, kept for the next run), decoded with random-resized crops to 224 px and flips
+in batches of 32 — a decode-bound pipeline, so ``num_workers`` matters. The demo lists its
+images several times per epoch (4,096 samples a pass, the size of a small real dataset's
+epoch) so that each trial measures a steady state rather than workers restarting every few
+batches; a folder of your images is used as it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
-import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from fastdata._cli import HelpFormatter, check, fail, import_function, say
 
 DEMO_PASS = 4096
 """Samples per pass of the demo stream: its images are listed this many times over."""
 WORKER_TIMEOUT_S = 60
 """Seconds a worker of the built-in pipelines may take for one batch before the trial fails."""
+_POSITIVE = {"minimum": 0, "exclusive_minimum": True}
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``tune`` subcommand to ``subparsers`` (from ``add_subparsers``); returns it."""
+def add_parsers(subparsers: Any) -> None:
+    """Add the ``tune`` and ``bench`` subcommands to ``subparsers`` (``add_subparsers``)."""
+    _add_tune(subparsers)
+    _add_bench(subparsers)
+
+
+def _add_tune(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "tune",
+        formatter_class=HelpFormatter,
         help="measure loader settings and choose num_workers, prefetch_factor, pin_memory",
         description="Measure candidate DataLoader settings against a (simulated) training step "
-        "and choose the cheapest that keeps the consumer busy. Without --data, --parquet or "
-        "--factory it tunes the built-in image demo. Ctrl-C stops early and keeps the best "
-        "configuration so far.",
+        "and choose the cheapest that the measurements cannot tell apart from the fastest. "
+        "Without --data, --parquet or --factory it tunes the built-in image demo. Ctrl-C "
+        "stops early and keeps the best configuration so far.",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--data",
         "--images",
         metavar="DIR",
-        help="an ImageFolder tree (DIR/<class>/<image>) to tune on; an empty or new DIR gets "
-        "the demo images (kept for the next run)",
+        help="an ImageFolder tree (DIR/<class>/<image>) to tune on; it must exist and hold "
+        "images, unless --demo asks for the demo images to be written there",
     )
     source.add_argument(
         "--parquet", metavar="PATH", help="Parquet file(s), directory or glob: a ParquetStream"
@@ -52,83 +61,131 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     source.add_argument(
         "--factory",
         metavar="MODULE:FUNCTION",
-        help="your loader factory: FUNCTION(num_workers=, prefetch_factor=, pin_memory=) "
-        "returns the loader (MODULE is imported from the current directory too)",
-    )
-    parser.add_argument("--batch-size", type=_positive(int), default=32, help="default: 32")
-    parser.add_argument(
-        "--size", type=_positive(int), default=224, help="image output size (default: 224)"
+        help="your loader: FUNCTION(num_workers=, prefetch_factor=, pin_memory=) returns it, "
+        "or FUNCTION() returns a torch DataLoader that is rebuilt with each setting "
+        "(MODULE is imported from the current directory too)",
     )
     parser.add_argument(
-        "--demo-images", type=_positive(int), default=256, help="demo images (default: 256)"
+        "--demo",
+        action="store_true",
+        help="tune on the demo images (the default without --data, --parquet or --factory); "
+        "with --data DIR, write them to DIR (or reuse those already there)",
     )
-    parser.add_argument(
-        "--step-ms",
-        type=_non_negative(float),
-        default=30.0,
-        help="simulated training step in ms: the consumer sleeps this long per batch, "
-        "leaving the CPU to the workers as a GPU step does (default: 30)",
-    )
+    parser.add_argument("--batch-size", type=int, default=32, help="batch size of --data/--parquet")
+    parser.add_argument("--size", type=int, default=224, help="image output size in pixels")
+    parser.add_argument("--demo-images", type=int, default=256, help="distinct demo images")
+    _add_step(parser)
     parser.add_argument(
         "--budget-s",
         "--budget",
-        type=_positive(float),
+        type=float,
         default=60.0,
-        help="seconds for all measurements (default: 60)",
+        help="seconds for all measurements together",
     )
     parser.add_argument(
-        "--target",
-        type=_fraction,
-        default=0.95,
-        help="consumer busy fraction that is good enough (default: 0.95)",
+        "--target", type=float, default=0.95, help="consumer busy fraction that is good enough"
     )
     parser.add_argument(
-        "--max-memory", metavar="SIZE", type=_size, help="peak RSS ceiling, e.g. 8GiB"
+        "--max-memory", metavar="SIZE", help="peak RSS ceiling, e.g. 8GiB (default: no limit)"
     )
     parser.add_argument(
         "--max-workers",
-        type=_non_negative(int),
+        type=int,
         help="search num_workers 0..N (default: 2 x the usable cores)",
     )
-    parser.add_argument("--device", help="move batches there, e.g. cuda (default: none)")
+    parser.add_argument("--device", help="move batches there, e.g. cuda (default: no transfer)")
     parser.add_argument("--out", "--output", metavar="JSON", help="save the result here")
     parser.add_argument(
-        "--plot", metavar="PNG", help="plot throughput and busy fraction (needs matplotlib)"
+        "--plot", metavar="PNG", help="plot every trial's throughput and busy fraction"
     )
-    parser.set_defaults(run=run)
-    return parser
+    _add_quiet(parser)
+    parser.set_defaults(run=run_tune, parser=parser)
 
 
-def run(args: argparse.Namespace) -> int:
+def _add_bench(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        formatter_class=HelpFormatter,
+        help="time your DataLoader against the same loader with fastdata's settings",
+        description="Time your DataLoader against the same loader (same dataset, batching, "
+        "sampler, collate) rebuilt as a fastdata.DataLoader with tuned settings, in "
+        "alternating rounds against a (simulated) step; print both rates and the ratio with "
+        "95% intervals. Without --config it tunes first.",
+    )
+    parser.add_argument(
+        "--factory",
+        metavar="MODULE:FUNCTION",
+        required=True,
+        help="FUNCTION() returns your torch DataLoader as you build it today "
+        "(MODULE is imported from the current directory too)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="JSON",
+        help="fastdata's settings: a file from `fastdata tune --out` (default: tune first, "
+        "for --tune-budget-s)",
+    )
+    parser.add_argument(
+        "--tune-budget-s", type=float, default=60.0, help="the tuning's budget without --config"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of each loader")
+    parser.add_argument(
+        "--budget-s", type=float, default=30.0, help="seconds for all rounds together"
+    )
+    _add_step(parser)
+    _add_quiet(parser)
+    parser.set_defaults(run=run_bench, parser=parser)
+
+
+def _add_step(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=30.0,
+        help="simulated training step in ms: the consumer sleeps this long per batch, "
+        "leaving the CPU to the workers as a GPU step does",
+    )
+
+
+def _add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress on stderr, only errors"
+    )
+
+
+def run_tune(args: argparse.Namespace) -> int:
     """Run ``fastdata tune``; returns the exit status (0 done, 1 the loader failed, 2 bad
-    arguments, 130 interrupted before any measurement)."""
-    if args.plot is not None and not _has_matplotlib():
-        return _fail("--plot needs matplotlib: pip install 'fastdata[plot]'", 2)
+    arguments, 130 interrupted before any measurement). Bad arguments exit through
+    ``parser.error`` before anything is measured."""
+    _check_tune(args)
     from fastdata.errors import FastDataError
     from fastdata.tune import TuneError, tune
+    from fastdata.tune.progress import Progress
 
     space = None if args.max_workers is None else {"num_workers": range(args.max_workers + 1)}
     try:
         with tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch:
             factory, source = _loader_factory(args, Path(scratch))
-            _say(f"fastdata tune: {source}")
-            _say(f"measuring for up to {args.budget_s:g} s; Ctrl-C keeps the best so far")
-            result = tune(
-                factory,
-                step_ms=args.step_ms,
-                budget_s=args.budget_s,
-                target_utilization=args.target,
-                max_memory=args.max_memory,
-                search_space=space,
-                device=args.device,
-                on_trial=_Progress(),
-            )
+            if not args.quiet:
+                say(f"fastdata tune: {source}")
+                say(f"measuring for up to {args.budget_s:g} s; Ctrl-C keeps the best so far")
+            with Progress(args.budget_s, quiet=args.quiet) as progress:
+                result = tune(
+                    factory,
+                    step_ms=args.step_ms,
+                    budget_s=args.budget_s,
+                    target_utilization=args.target,
+                    max_memory=args.max_memory,
+                    search_space=space,
+                    device=args.device,
+                    on_trial=progress,
+                )
     except TuneError as exc:
-        return _fail(str(exc), 1)
+        return fail("tune", str(exc), 1)
     except (ValueError, TypeError, ImportError, OSError, FastDataError) as exc:
-        return _fail(str(exc), 2)
+        return fail("tune", str(exc), 2)
     except KeyboardInterrupt:
-        return _fail("interrupted before any configuration was measured", 130)
+        return fail("tune", "interrupted before any configuration was measured", 130)
     from dataclasses import replace
 
     result = replace(result, extra={"source": source})
@@ -137,32 +194,118 @@ def run(args: argparse.Namespace) -> int:
         result.save(args.out)
         print(f"\nsaved to {args.out}: fastdata.DataLoader(dataset, config={args.out!r})")
     if args.plot is not None:
-        _plot(result, args.plot)
-        print(f"plot: {args.plot}")
+        from fastdata.tune.plot import plot
+
+        print(f"plot: {plot(result, args.plot)}")
     return 0
 
 
-class _Progress:
-    """Prints one line per finished trial to stderr."""
+def run_bench(args: argparse.Namespace) -> int:
+    """Run ``fastdata bench``; returns the exit status (0 done, 1 a loader failed, 2 bad
+    arguments, 130 interrupted)."""
+    parser = args.parser
+    _check_common(args)
+    args.rounds = check(parser, "check_int", "--rounds", args.rounds, minimum=2)
+    for option in ("--budget-s", "--tune-budget-s"):
+        dest = option[2:].replace("-", "_")
+        value = getattr(args, dest)
+        setattr(args, dest, check(parser, "check_number", option, value, **_POSITIVE))
+    make_loader = import_function(parser, "--factory", args.factory)
+    from fastdata.config import LoaderConfig
+    from fastdata.errors import FastDataError
+    from fastdata.tune import TuneError, tune
+    from fastdata.tune.compare import compare, rebuild
+    from fastdata.tune.progress import Progress
 
-    def __init__(self) -> None:
-        self.count = 0
+    config: Any = None
+    if args.config is not None:
+        try:
+            config = LoaderConfig.load(args.config)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--config {args.config!r}: {exc}")
+    try:
+        if config is None:
+            if not args.quiet:
+                say(f"tuning fastdata's settings for {args.factory} (--tune-budget-s)")
+            with Progress(args.tune_budget_s, quiet=args.quiet) as progress:
+                config = tune(
+                    lambda **settings: rebuild(make_loader(), **settings),
+                    step_ms=args.step_ms,
+                    budget_s=args.tune_budget_s,
+                    on_trial=progress,
+                ).config
+        if not args.quiet:
+            say(f"timing {args.rounds} rounds of each loader, alternating")
+        with Progress(args.budget_s, quiet=args.quiet) as progress:
+            comparison = compare(
+                make_loader,
+                config=config,
+                step_ms=args.step_ms,
+                rounds=args.rounds,
+                budget_s=args.budget_s,
+                on_trial=progress,
+            )
+    except TuneError as exc:
+        return fail("bench", str(exc), 1)
+    except (ValueError, TypeError, OSError, FastDataError, RuntimeError) as exc:
+        return fail("bench", f"{type(exc).__name__}: {exc}", 1)
+    except KeyboardInterrupt:
+        return fail("bench", "interrupted", 130)
+    print(comparison.report())
+    return 0
 
-    def __call__(self, trial: Any) -> None:
-        from fastdata.tune.report import describe
 
-        self.count += 1
-        if trial.ok:
-            outcome = f"{trial.throughput:.1f} batches/s, busy {trial.busy:.0%}"
-        else:
-            outcome = f"failed: {trial.error}"
-        _say(f"  trial {self.count}: {describe(trial.params)} -> {outcome} ({trial.seconds:.1f} s)")
+def _check_common(args: argparse.Namespace) -> None:
+    args.step_ms = check(args.parser, "check_number", "--step-ms", args.step_ms, minimum=0)
+
+
+def _check_tune(args: argparse.Namespace) -> None:
+    """Every argument of ``fastdata tune`` checked, before anything runs."""
+    parser = args.parser
+    _check_common(args)
+    for option in ("--batch-size", "--size", "--demo-images"):
+        dest = option[2:].replace("-", "_")
+        setattr(args, dest, check(parser, "check_int", option, getattr(args, dest), minimum=1))
+    args.budget_s = check(parser, "check_number", "--budget-s", args.budget_s, **_POSITIVE)
+    args.target = check(parser, "check_number", "--target", args.target, maximum=1, **_POSITIVE)
+    args.max_workers = check(parser, "check_int", "--max-workers", args.max_workers, minimum=0,
+                             none="unset for 2 x the cores")  # fmt: skip
+    if args.max_memory is not None:
+        args.max_memory = check(parser, _parse_size, "--max-memory", args.max_memory)
+    check(parser, "check_device", "--device", args.device)
+    if args.demo and (args.parquet is not None or args.factory is not None):
+        parser.error("--demo goes with --data DIR or alone, not with --parquet or --factory")
+    if args.data is not None and not args.demo:
+        root = Path(args.data)
+        if not root.is_dir():
+            parser.error(
+                f"--data {args.data!r}: no such folder; pass --demo as well to write the demo "
+                "images there"
+            )
+        if not _image_files(root):
+            parser.error(
+                f"--data {args.data!r} holds no images in DIR/<class>/<image>; pass --demo as "
+                "well to write the demo images there"
+            )
+    if args.plot is not None and not _has_matplotlib():
+        parser.error("--plot needs matplotlib: pip install 'fastdata[plot]'")
+    if args.factory is not None:
+        args.factory_function = import_function(parser, "--factory", args.factory)
+
+
+def _parse_size(option: str, text: str) -> int:
+    from fastdata.tune.report import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"{option} {exc}") from None
 
 
 def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
     """The factory of loaders to tune and a description of its data."""
     if args.factory is not None:
-        return _import_factory(args.factory), f"loaders from {args.factory}"
+        return _settings_factory(args.factory_function), f"loaders from {args.factory}"
     import fastdata
 
     if args.parquet is not None:
@@ -173,9 +316,12 @@ def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
         options["batch_size"] = args.batch_size
         transform = f"{args.size} px random-resized crops + flips, batches of {args.batch_size}"
         root = Path(args.data) if args.data is not None else scratch
-        if args.data is None or not _has_images(root):
-            _say(f"writing {args.demo_images} demo images to {root}")
-            paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
+        if args.data is None or args.demo:
+            paths = _image_files(root)
+            if not paths:
+                if not args.quiet:
+                    say(f"writing {args.demo_images} demo images to {root}")
+                paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
             repeat = math.ceil(DEMO_PASS / len(paths))
             classes = sorted({p.parent.name for p in paths})
             labels = [classes.index(p.parent.name) for p in paths]
@@ -193,105 +339,30 @@ def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
     return factory, described
 
 
-def _import_factory(spec: str) -> Any:
-    import importlib
+def _settings_factory(function: Any) -> Any:
+    """``function`` when it takes the tuner's settings; for one that takes no arguments (it
+    returns a DataLoader), a factory that rebuilds its loader with each setting."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: assume the settings
+        return function
+    if any(p.kind is p.VAR_KEYWORD or p.name == "num_workers" for p in parameters):
+        return function
+    from fastdata.tune.compare import rebuild
 
-    module_name, sep, name = spec.partition(":")
-    if not sep or not module_name or not name:
-        raise ValueError(f"--factory {spec!r}: expected MODULE:FUNCTION, e.g. train:make_loader")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ValueError(f"--factory {spec!r}: {module_name} has no function {name!r}")
-    return factory
+    return lambda **settings: rebuild(function(), **settings)
 
 
-def _has_images(root: Path) -> bool:
+def _image_files(root: Path) -> list[Path]:
     from fastdata.sources.images import IMG_EXTENSIONS
 
-    return root.is_dir() and any(
-        p.suffix.lower() in IMG_EXTENSIONS for p in root.glob("*/**/*") if p.is_file()
-    )
+    if not root.is_dir():
+        return []
+    files = (p for p in root.glob("*/**/*") if p.suffix.lower() in IMG_EXTENSIONS)
+    return sorted(p for p in files if p.is_file())
 
 
 def _has_matplotlib() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("matplotlib") is not None
-
-
-def _plot(result: Any, path: str) -> None:
-    """Throughput and busy fraction against num_workers, the chosen trial marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    trials = [t for t in result.trials if t.ok]
-    workers = [t.params["num_workers"] for t in trials]
-    fig, rate = plt.subplots(figsize=(6, 4))
-    busy = rate.twinx()
-    rate.scatter(workers, [t.throughput for t in trials], color="tab:blue", label="batches/s")
-    busy.scatter(workers, [t.busy for t in trials], color="tab:orange", marker="x", label="busy")
-    chosen = result.chosen_trial
-    rate.scatter([chosen.params["num_workers"]], [chosen.throughput], s=160, facecolors="none",
-                 edgecolors="black", label="chosen")  # fmt: skip
-    busy.axhline(result.target_utilization, color="tab:orange", linestyle=":", linewidth=1)
-    rate.xaxis.set_major_locator(MaxNLocator(integer=True))
-    rate.set_xlabel("num_workers")
-    rate.set_ylabel("steady-state batches/s", color="tab:blue")
-    busy.set_ylabel("consumer busy fraction", color="tab:orange")
-    busy.set_ylim(0, 1.05)
-    rate.set_ylim(bottom=0)
-    rate.set_title("fastdata tune")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _fail(message: str, status: int) -> int:
-    _say(f"fastdata tune: error: {message}")
-    return status
-
-
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
-        return value
-
-    return parse
-
-
-def _non_negative(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if not value >= 0:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
-        return value
-
-    return parse
-
-
-def _size(text: str) -> int:
-    from fastdata.tune.report import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be in (0, 1]")
-    return value

@@ -13,8 +13,11 @@ to the device) and its *step*. From those:
 A trial ends when its throughput is known well enough — the 95% confidence interval of the
 mean batch time, estimated from means over blocks of ``block`` batches (batches arrive in
 bursts of one per worker, so single batches are not independent), is within ``rel_ci`` of
-the mean — or when its time limit is used. When the loader runs out of data it is iterated
-again; each new pass starts like the first (its warm-up is discarded, not counted as steady).
+the mean — or when its time limit is used, but never before ``min_blocks`` blocks are
+measured, so that every trial has an interval (the tuner compares trials by it); a loader
+too slow to give that many within twice its time limit stops there with a wider one. When the
+loader runs out of data it is iterated again; each new pass starts like the first (its warm-up
+is discarded, not counted as steady).
 
 Memory: the peak resident set size of the main process plus all its descendants (the
 workers), sampled by a background thread. RSS counts pages shared between processes (forked
@@ -36,13 +39,15 @@ from dataclasses import asdict, dataclass
 from statistics import fmean
 from typing import Any
 
-__all__ = ["NvmlUtilization", "Sampler", "Trial", "measure", "open_nvml", "rss_reader"]
+__all__ = ["NvmlUtilization", "Sampler", "Trial", "measure", "open_nvml", "rss_reader", "t95"]
 
 # The warning torch emits when num_workers exceeds the usable cores. The tuner tries such
 # counts on purpose (I/O-bound pipelines can use them), so it is silenced in its own trials.
 WORKER_COUNT_WARNING = r"This DataLoader will create \d+ worker processes"
 
 _Z95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
+_MIN_BLOCKS = 2  # the fewest blocks an interval is computed from (one degree of freedom)
+_T95_SMALL = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305}  # exact, df 1..3
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Trial:
             to it (``inf`` with too few batches to tell).
         seconds: wall time the trial took, start-up included.
         error: why the loader failed, for a trial that did not complete; None otherwise.
+        pair: for a confirmation round, the number of the pair of back-to-back rounds it
+            belongs to (see :mod:`fastdata.tune.search`); None for the search's trials.
     """
 
     params: dict[str, Any]
@@ -77,11 +84,26 @@ class Trial:
     rel_ci: float = math.inf
     seconds: float = 0.0
     error: str | None = None
+    pair: int | None = None
 
     @property
     def ok(self) -> bool:
         """Whether the trial completed (``error`` is None)."""
         return self.error is None
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95% confidence interval of ``throughput`` in batches/s.
+
+        ``rel_ci`` bounds the mean batch time, t (1 +- rel_ci); throughput is 1 / t, so its
+        interval is ``throughput / (1 + rel_ci) .. throughput / (1 - rel_ci)`` (unbounded above
+        once ``rel_ci`` reaches 1). A trial stopped before it had an interval (``rel_ci`` of
+        ``inf``) has only its point estimate: ``(throughput, throughput)``.
+        """
+        if math.isinf(self.rel_ci):
+            return (self.throughput, self.throughput)
+        high = self.throughput / (1 - self.rel_ci) if self.rel_ci < 1 else math.inf
+        return (self.throughput / (1 + self.rel_ci), high)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (``rel_ci`` of ``inf`` becomes None)."""
@@ -263,8 +285,9 @@ def measure(
         loader_factory, params: build the loader to measure.
         step: the consumer's work on each batch (None: no work, a pure loader benchmark).
         time_limit: seconds the trial may take, start-up included; checked after each batch
-            once at least one block of steady batches is measured (so a start-up longer
-            than the limit overruns it rather than measuring nothing).
+            once ``min_blocks`` blocks of steady batches are measured (so a slow start-up
+            overruns it rather than measuring nothing); at twice the limit the trial stops
+            once it has one block.
         warmup: batches of each pass not counted as steady (the first round: one per worker).
         block: batches per block of the confidence interval (the number of workers).
         rel_ci: stop once the CI's half-width is within this fraction of the mean batch time.
@@ -282,7 +305,7 @@ def measure(
     """
     read_memory = memory if memory is not None else rss_reader()
     start = clock()
-    deadline = start + time_limit
+    deadline, hard_deadline = start + time_limit, start + 2 * time_limit
     waits: list[float] = []
     steps: list[float] = []
     startup: float | None = None
@@ -306,7 +329,7 @@ def measure(
                         stats.add(t2 - t0)
                         if gpu_sampler is not None and not gpu_sampler.running:
                             gpu_sampler.start()
-                    if stats.blocks and (t2 >= deadline or stats.relative_ci(min_blocks) <= rel_ci):
+                    if _trial_done(stats, t2, deadline, hard_deadline, rel_ci, min_blocks):
                         done = True
                         break
                 del iterator  # a multi-process iterator shuts its workers down when collected
@@ -334,6 +357,20 @@ def measure(
         rel_ci=stats.relative_ci(),
         seconds=clock() - start,
     )
+
+
+def _trial_done(
+    stats: _BlockStats,
+    now: float,
+    deadline: float,
+    hard_deadline: float,
+    rel_ci: float,
+    min_blocks: int,
+) -> bool:
+    """Whether a trial has measured enough (see :func:`measure`)."""
+    if stats.blocks >= max(min_blocks, _MIN_BLOCKS):
+        return now >= deadline or stats.relative_ci(min_blocks) <= rel_ci
+    return stats.blocks > 0 and now >= hard_deadline
 
 
 def _timed_batches(
@@ -381,20 +418,22 @@ class _BlockStats:
             self.m2 += delta * (self._total - self.mean)
             self._total, self._filled = 0.0, 0
 
-    def relative_ci(self, min_blocks: int = 5) -> float:
+    def relative_ci(self, min_blocks: int = _MIN_BLOCKS) -> float:
         """Half-width of the 95% CI of the mean over the mean; inf with too few blocks."""
-        if self.blocks < max(min_blocks, 5) or self.mean <= 0:  # _t95 needs df >= 4
+        if self.blocks < max(min_blocks, _MIN_BLOCKS) or self.mean <= 0:
             return math.inf
         sd = math.sqrt(self.m2 / (self.blocks - 1))
-        return _t95(self.blocks - 1) * sd / math.sqrt(self.blocks) / self.mean
+        return t95(self.blocks - 1) * sd / math.sqrt(self.blocks) / self.mean
 
 
-def _t95(df: int) -> float:
-    """Two-sided 95% quantile of Student's t with ``df`` degrees of freedom.
+def t95(df: int) -> float:
+    """Two-sided 95% quantile of Student's t with ``df`` >= 1 degrees of freedom.
 
-    Cornish-Fisher expansion around the normal quantile; within 0.3% of the exact value for
-    ``df >= 4`` (2.769 vs 2.776 at 4), which is far below the noise it is used to judge.
+    Exact for ``df`` 1..3; beyond, a Cornish-Fisher expansion around the normal quantile,
+    within 0.3% of the exact value (2.769 vs 2.776 at 4), far below the noise it judges.
     """
+    if df in _T95_SMALL:
+        return _T95_SMALL[df]
     z = _Z95
     return (
         z

@@ -69,7 +69,8 @@ class TuneResult:
         return self.trials[self.chosen]
 
     def report(self) -> str:
-        """The trials as a table, the chosen one marked ``>``, then the config and the reason."""
+        """The trials as a table, the chosen one marked ``>`` (``pair``: the paired rounds that
+        end the search, numbered), then the config and the reason."""
         head = (
             f"fastdata tune: {len(self.trials)} trial(s) in {self.elapsed_s:.0f} s on "
             f"{self.cores} core(s); {self.step}; target busy {self.target_utilization:.0%}"
@@ -88,6 +89,7 @@ class TuneResult:
             ("GPU", ">"),
             ("peak RSS", ">"),
             ("start-up", ">"),
+            ("pair", ">"),
         ]
         rows = [[name for name, _ in columns]]
         for i, t in enumerate(self.trials):
@@ -110,6 +112,7 @@ class TuneResult:
                 "-" if t.gpu_util is None else f"{t.gpu_util:.0%}",
                 format_size(t.peak_rss),
                 f"{t.startup_s:.2f} s",
+                "" if t.pair is None else str(t.pair + 1),
             ]
             rows.append(row)
         full = [r for r in rows if len(r) == len(columns)]

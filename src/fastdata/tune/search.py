@@ -7,12 +7,17 @@ line searches rather than a grid:
    the last) in ascending order, stopping at the first that is over ``max_memory``, fails,
    or falls clearly below the best so far (by more than ``tolerance``, even at the top of
    its confidence interval) — throughput as a function of workers is taken to rise,
-   flatten, then fall. Then, around the cheapest
-   position within ``tolerance`` of the best, the positions halfway to its measured
+   flatten, then fall. Then, around the cheapest position equivalent to the best
+   (:func:`fastdata.tune.decide.equivalent`), the positions halfway to its measured
    neighbours, until they are adjacent (on a plateau this walks down to its cheap edge; a
    higher peak between coarse positions moves the search there).
 2. ``prefetch_factor`` the same way, with the workers chosen so far (skipped without workers).
 3. ``pin_memory``: each remaining value (only searched when batches go to a device).
+4. Paired rounds, with what is left of the budget: the choice's rival (see
+   :func:`_confirm`) and the fastest setting, back to back, alternating, up to
+   :data:`PAIRS` pairs;
+   :func:`~fastdata.tune.decide.decide` chooses the cheaper one when the pairs do not show
+   it slower (a change of the machine between trials hits both rounds of a pair alike).
 
 Whenever a configuration keeps the consumer busy for at least ``target`` of the time, the
 smaller values between it and the last one that did not are bisected for the cheapest that
@@ -20,26 +25,29 @@ still does, and the search stops: nothing cheaper is left to find. Every trial g
 share of what remains of the budget (so trials that settle early leave time to later ones);
 the search stops when the budget is used, and Ctrl-C returns the best so far.
 
-The choice: among trials that completed within ``max_memory``, those that reach the target or
-come within ``tolerance`` of the best throughput; of those, the fewest workers, then the least
-memory.
+The choice is :func:`fastdata.tune.decide.decide`'s: the cheapest trial that cannot be told
+apart from the fastest (overlapping 95% intervals, or within ``tolerance``) or that reaches
+the target; more workers than cores only when measured faster beyond the intervals.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from fastdata.errors import FastDataError
+from fastdata.tune.decide import cost, decide, equivalent, explain
 from fastdata.tune.measure import Trial
 from fastdata.tune.report import describe, format_size
 
-__all__ = ["Outcome", "SearchSpace", "TuneError", "choose", "search"]
+__all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 
 PARAMS = ("num_workers", "prefetch_factor", "pin_memory")
 """The loader settings the tuner searches, in the order it searches them."""
+PAIRS = 3
+"""Paired rounds of the choice's rival and the fastest setting, budget permitting."""
 
 Evaluate = Callable[[dict[str, Any], float], Trial]
 """Measures ``params`` within a time limit in seconds (see :func:`fastdata.tune.measure`)."""
@@ -133,27 +141,34 @@ class _Run:
         budget_s: float,
         planned: int,
         target: float,
+        tolerance: float,
         max_memory: int | None,
+        cores: int | None,
         clock: Callable[[], float],
         on_trial: Callable[[Trial], None] | None,
     ) -> None:
         self.evaluate, self.budget_s, self.planned = evaluate, budget_s, planned
-        self.target, self.max_memory = target, max_memory
+        self.target, self.tolerance = target, tolerance
+        self.max_memory, self.cores = max_memory, cores
         self.clock, self.on_trial = clock, on_trial
         self.start = clock()
         self.min_slice = budget_s / planned / 4
         self.trials: list[Trial] = []
         self.cache: dict[tuple[Any, ...], Trial] = {}
 
-    def trial(self, params: dict[str, Any]) -> Trial:
-        """Measure ``params`` (once: repeats come from the cache) with a share of the budget."""
+    def trial(self, params: dict[str, Any], *, again: int | None = None) -> Trial:
+        """Measure ``params`` with a share of the budget: once, later asks come from the
+        cache, unless ``again`` is a pair number (a paired round: half a planned share)."""
         key = tuple(params[p] for p in PARAMS)
-        if key in self.cache:
+        if key in self.cache and again is None:
             return self.cache[key]
         remaining = self.budget_s - (self.clock() - self.start)
         if remaining < self.min_slice:
             raise _StopSearch("budget")
-        share = max(remaining / max(self.planned - len(self.trials), 1), self.min_slice)
+        if again is not None:
+            share = max(self.budget_s / self.planned / 2, self.min_slice)
+        else:
+            share = max(remaining / max(self.planned - len(self.trials), 1), self.min_slice)
         begun = self.clock()
         try:
             trial = self.evaluate(dict(params), min(share, remaining))
@@ -161,7 +176,9 @@ class _Run:
             if not any(t.ok for t in self.trials):
                 raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
             trial = Trial(params=dict(params), seconds=self.clock() - begun, error=repr(exc))
-        self.cache[key] = trial
+        if again is not None:
+            trial = replace(trial, pair=again)
+        self.cache.setdefault(key, trial)
         self.trials.append(trial)
         if self.on_trial is not None:
             self.on_trial(trial)
@@ -173,6 +190,19 @@ class _Run:
     def reaches(self, trial: Trial) -> bool:
         return self.fits(trial) and trial.busy >= self.target
 
+    def rule(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`decide` and :func:`explain` for this search."""
+        return {
+            "target": self.target,
+            "tolerance": self.tolerance,
+            "max_memory": self.max_memory,
+            "cores": self.cores,
+        }
+
+    def chosen(self) -> int:
+        """The index of the trial the decision rule picks from the trials so far."""
+        return decide(self.trials, **self.rule()).chosen
+
 
 def search(
     evaluate: Evaluate,
@@ -183,6 +213,7 @@ def search(
     target: float,
     tolerance: float = 0.05,
     max_memory: int | None = None,
+    cores: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> Outcome:
@@ -195,6 +226,8 @@ def search(
         target: busy fraction at which the consumer counts as kept busy.
         tolerance: throughputs within this fraction of the best count as equally good.
         max_memory: bytes of peak RSS a chosen configuration may use (None: no limit).
+        cores: usable CPU cores; more workers are chosen only when measured faster beyond
+            the intervals (None: no such rule).
         clock: the time source of the budget.
         on_trial: called with each trial as it completes (the CLI's progress).
 
@@ -207,61 +240,37 @@ def search(
         budget_s=budget_s,
         planned=_planned(space),
         target=target,
+        tolerance=tolerance,
         max_memory=max_memory,
+        cores=cores,
         clock=clock,
         on_trial=on_trial,
     )
     stopped = "complete"
     try:
-        _line(run, space.num_workers, space.base, tolerance)
-        workers = run.trials[choose(run.trials, target, tolerance, max_memory)].params
+        _line(run, space.num_workers, space.base)
+        workers = run.trials[run.chosen()].params
         if workers["num_workers"] > 0:
-            _line(
-                run,
-                space.prefetch_factor,
-                lambda pf: {**workers, "prefetch_factor": pf},
-                tolerance,
-            )
-        best = run.trials[choose(run.trials, target, tolerance, max_memory)].params
+            _line(run, space.prefetch_factor, lambda pf: {**workers, "prefetch_factor": pf})
+        best = run.trials[run.chosen()].params
         for pin in space.pin_memory:
             if run.reaches(run.trial({**best, "pin_memory": pin})):
                 raise _StopSearch("target")
+        _confirm(run)
     except _StopSearch as stop:
         stopped = stop.why
     except KeyboardInterrupt:
         if not any(t.ok for t in run.trials):
             raise
         stopped = "interrupted"
-    chosen = choose(run.trials, target, tolerance, max_memory)
-    reason = _reason(run, chosen, stopped, tolerance)
-    return Outcome(run.trials, chosen, reason, stopped)
-
-
-def choose(trials: Sequence[Trial], target: float, tolerance: float, max_memory: int | None) -> int:
-    """The index of the trial to choose (see the module docstring).
-
-    When no completed trial fits ``max_memory``, the one using the least memory.
-    """
-    ok = [i for i, t in enumerate(trials) if t.ok]
-    if not ok:
-        raise ValueError("no completed trial to choose from")
-    fits = [i for i in ok if max_memory is None or trials[i].peak_rss <= max_memory]
-    if not fits:
-        return min(ok, key=lambda i: trials[i].peak_rss)
-    best = max(trials[i].throughput for i in fits)
-    good = [
-        i
-        for i in fits
-        if trials[i].busy >= target or trials[i].throughput >= (1 - tolerance) * best
-    ]
-    return min(good, key=lambda i: (trials[i].params["num_workers"], trials[i].peak_rss, i))
+    chosen = run.chosen()
+    return Outcome(run.trials, chosen, _reason(run, stopped), stopped)
 
 
 def _line(
     run: _Run,
     values: Sequence[Any],
     params_for: Callable[[Any], dict[str, Any]],
-    tolerance: float,
 ) -> None:
     """Coarse-to-fine search of one setting over ``values`` (see the module docstring).
 
@@ -286,19 +295,19 @@ def _line(
         raise _StopSearch("target")
 
     def cheapest() -> int | None:
-        """The smallest measured position within ``tolerance`` of this line's best."""
+        """The smallest measured position equivalent to this line's best."""
         fitting = [i for i, t in measured.items() if run.fits(t)]
         if not fitting:
             return None
-        best = max(measured[i].throughput for i in fitting)
-        return min(i for i in fitting if measured[i].throughput >= (1 - tolerance) * best)
+        best = max((measured[i] for i in fitting), key=lambda t: t.throughput)
+        return min(i for i in fitting if equivalent(measured[i], best, run.tolerance))
 
     peak = 0.0
     for i in _coarse(len(values)):
         trial = at(i)
         if not run.fits(trial):
             break  # failed or over memory: larger values only use more
-        if trial.throughput * (1 + trial.rel_ci) < (1 - tolerance) * peak:
+        if trial.interval[1] < (1 - run.tolerance) * peak:
             break  # past the peak: slower even at the top of its confidence interval
         peak = max(peak, trial.throughput)
     while (anchor := cheapest()) is not None:
@@ -310,6 +319,43 @@ def _line(
             return
         for i in between:
             at(i)
+
+
+def _confirm(run: _Run) -> None:
+    """Paired rounds, with what is left of the budget: the choice's rival and the fastest
+    setting, back to back, in alternating order, up to :data:`PAIRS` pairs (see
+    :mod:`fastdata.tune.decide`).
+    The rival is the fastest setting with the most workers below the choice's — workers are
+    what a choice costs; one measured at a bad moment is measured again — or, for a choice
+    with more workers than cores, the fastest within the cores (what must be beaten to pass
+    them); with neither, the fastest cheaper setting. Stops quietly when the budget ends.
+    """
+    decision = decide(run.trials, **run.rule())
+    if decision.fastest is None:
+        return
+    chosen, fastest = run.trials[decision.chosen], run.trials[decision.fastest]
+    cheaper = [
+        t
+        for t in run.trials
+        if run.fits(t) and t.pair is None and cost(t.params) < cost(chosen.params)
+    ]
+    if not cheaper:
+        return
+    workers = chosen.params["num_workers"]
+    if run.cores is not None and workers > run.cores:  # what justified passing the cores
+        fewer = [t for t in cheaper if t.params["num_workers"] <= run.cores]
+    else:
+        fewer = [t for t in cheaper if t.params["num_workers"] < workers]
+        most = max((t.params["num_workers"] for t in fewer), default=0)
+        fewer = [t for t in fewer if t.params["num_workers"] == most]
+    rival = max(fewer or cheaper, key=lambda t: t.throughput)
+    try:
+        for pair in range(PAIRS):
+            order = (rival, fastest) if pair % 2 == 0 else (fastest, rival)
+            for trial in order:
+                run.trial(trial.params, again=pair)
+    except _StopSearch:
+        return
 
 
 def _coarse(n: int) -> list[int]:
@@ -324,49 +370,23 @@ def _coarse(n: int) -> list[int]:
 
 def _planned(space: SearchSpace) -> int:
     """A generous count of the trials the search will make, to share the budget out."""
-    planned = len(_coarse(len(space.num_workers))) + 2
+    planned = len(_coarse(len(space.num_workers))) + 2 + PAIRS  # a pair: two half shares
     if len(space.prefetch_factor) > 1 and space.num_workers[-1] > 0:
         planned += len(_coarse(len(space.prefetch_factor))) + 1
     return planned + len(space.pin_memory) - 1
 
 
-def _reason(run: _Run, chosen: int, stopped: str, tolerance: float) -> str:
-    """Why ``run.trials[chosen]`` was chosen, and how the search ended, in a few sentences."""
-    trials, target, max_memory = run.trials, run.target, run.max_memory
-    pick = trials[chosen]
+def _reason(run: _Run, stopped: str) -> str:
+    """Why the chosen trial was chosen, and how the search ended, in a few sentences."""
+    trials = run.trials
+    decision = decide(trials, **run.rule())
+    lines = explain(decision, trials, **run.rule())
     ok = [t for t in trials if t.ok]
-    fits = [t for t in ok if run.fits(t)]
-    lines = [
-        f"Chose {describe(pick.params)}: {pick.throughput:.1f} batches/s, consumer busy "
-        f"{pick.busy:.0%} (target {target:.0%})."
-    ]
-    if not fits:
+    over = len(ok) - len([t for t in ok if run.fits(t)])
+    if decision.fastest is not None and over:
         lines.append(
-            f"No trial stayed within max_memory={format_size(max_memory or 0)}; this one "
-            f"used the least memory ({format_size(pick.peak_rss)})."
+            f"{over} trial(s) over max_memory={format_size(run.max_memory or 0)} excluded."
         )
-    elif pick.busy >= target:
-        lines.append(
-            "It has the fewest workers, then the least memory, of the trials that reach the "
-            f"target or come within {tolerance:.0%} of the best throughput."
-        )
-    else:
-        best = max(fits, key=lambda t: t.throughput)
-        reached = [t for t in fits if t.busy >= target]
-        lines.append(
-            f"It has the fewest workers, then the least memory, of the trials within "
-            f"{tolerance:.0%} of the best throughput ({best.throughput:.1f} batches/s with "
-            f"{describe(best.params)})."
-        )
-        lines.append(
-            f"{len(reached)} trial(s) reached the target, none faster by more than "
-            f"{tolerance:.0%}: the extra workers buy too little to be worth their cost."
-            if reached
-            else "None reached the target: the input pipeline, not the consumer, sets the pace."
-        )
-    over = len(ok) - len(fits)
-    if fits and over:
-        lines.append(f"{over} trial(s) over max_memory={format_size(max_memory or 0)} excluded.")
     failed = len(trials) - len(ok)
     if failed:
         lines.append(f"{failed} trial(s) failed (see the table).")

@@ -1,0 +1,83 @@
+"""Pieces every ``fastdata`` subcommand shares: help that shows defaults, argument checks
+that end in argparse's own ``error:`` line (exit status 2, no traceback), importing a user's
+``MODULE:FUNCTION`` and writing to stderr. Standard library only, so ``--help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["HelpFormatter", "check", "fail", "import_function", "say"]
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to an option's help, unless the default is None or False
+    (the help then says in words what leaving the option out means) or already shown."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            "%(default)" in text
+            or not action.option_strings
+            or action.default is None
+            or action.default is False
+            or action.default == argparse.SUPPRESS
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def check(
+    parser: argparse.ArgumentParser,
+    checker: str | Callable[..., Any],
+    option: str,
+    value: Any,
+    /,
+    **limits: Any,
+) -> Any:
+    """``checker(option, value, **limits)``, its ``TypeError`` / ``ValueError`` /
+    ``RuntimeError`` turned into ``parser.error``. A ``str`` names a check of
+    :mod:`fastdata._validate` (imported only now: it needs numpy)."""
+    function: Callable[..., Any] = (
+        getattr(importlib.import_module("fastdata._validate"), checker)
+        if isinstance(checker, str)
+        else checker
+    )
+    try:
+        return function(option, value, **limits)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        parser.error(str(exc))
+
+
+def import_function(parser: argparse.ArgumentParser, option: str, spec: str) -> Any:
+    """The callable ``MODULE:FUNCTION`` names (``MODULE`` is imported from the current
+    directory too); anything wrong is a ``parser.error`` naming ``option``."""
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name or not name:
+        parser.error(f"{option} {spec!r}: expected MODULE:FUNCTION, e.g. train:make_loader")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        parser.error(f"{option} {spec!r}: cannot import {module_name}: {exc}")
+    function = getattr(module, name, None)
+    if not callable(function):
+        parser.error(f"{option} {spec!r}: {module_name} has no function {name!r}")
+    return function
+
+
+def say(message: str) -> None:
+    """A line for the person at the terminal (progress, notes): stderr, flushed."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def fail(command: str, message: str, status: int) -> int:
+    """Report an error found while running (not in the arguments); returns ``status``."""
+    say(f"fastdata {command}: error: {message}")
+    return status

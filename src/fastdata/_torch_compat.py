@@ -1,0 +1,214 @@
+"""Every use of torch internals in fastdata, in one file, each checked by a test.
+
+fastdata builds on torch's public API; where that is not enough, the private names it needs
+are reached from here only, so that a torch upgrade that moves one breaks one place (and
+``tests/test_torch_compat.py``, which names the torch versions they were checked against).
+
+Checked against torch 2.5 - 2.14 (the supported range; CI runs the newest).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import threading
+import time
+import weakref
+from typing import Any
+
+import torch.utils.data.dataloader as _dataloader
+
+__all__ = [
+    "CHECKED_TORCH",
+    "IteratorRecord",
+    "SingleIterator",
+    "WorkerIterator",
+    "drain_sampler",
+    "num_yielded",
+    "pin_memory",
+    "worker_iterator",
+]
+
+CHECKED_TORCH = "2.14.1"
+"""The torch release every name here was last checked against (``tests/test_torch_compat.py``)."""
+
+
+def num_yielded(iterator: Any) -> int:
+    """Batches torch's DataLoader iterator has handed out (``_num_yielded``)."""
+    return int(iterator._num_yielded)
+
+
+class IteratorRecord:
+    """What the loader needs to know of its current iterator without keeping it alive (an
+    iterator kept alive keeps its worker processes): its length, and the batches it handed out
+    (live while it exists, final once it is gone)."""
+
+    __slots__ = ("batches", "length", "ref")
+    length: float
+
+    def __init__(self, iterator: Any) -> None:
+        self.ref = weakref.ref(iterator)
+        self.length = length(iterator)
+        self.batches = 0
+
+    @property
+    def iterator(self) -> Any:
+        return self.ref()
+
+    def handed_out(self) -> int:
+        iterator = self.ref()
+        return self.batches if iterator is None else num_yielded(iterator)
+
+
+def length(iterator: Any) -> float:
+    """Batches the iterator yields in all (infinite for an iterable dataset: torch's index
+    sampler there has no length)."""
+    try:
+        return len(iterator)
+    except TypeError:
+        return math.inf
+
+
+def _close(iterator: Any) -> None:
+    """When an iterator goes: note its count, and if it handed out the whole epoch, let its
+    sampler make its last draws, as a run that reached the end would have."""
+    record = getattr(iterator, "_fd_record", None)
+    if record is not None:
+        record.batches = num_yielded(iterator)
+        if record.batches >= record.length:
+            drain_sampler(iterator)
+
+
+class SingleIterator(_dataloader._SingleProcessDataLoaderIter):
+    """torch's single-process iterator, reporting to its :class:`IteratorRecord` when it goes."""
+
+    _fd_record: IteratorRecord | None = None
+
+    def __del__(self) -> None:
+        _close(self)
+
+
+def drain_sampler(iterator: Any) -> None:
+    """Run the iterator's index sampler to its end (``_sampler_iter``). A sampler makes its
+    last random draws only when asked past the last batch; an uninterrupted run does that
+    before the next epoch, so a state saved at an epoch's end must too."""
+    sampler_iter = getattr(iterator, "_sampler_iter", None)
+    for _ in sampler_iter or ():
+        pass
+
+
+def pin_memory(batch: Any, device: Any = None) -> Any:
+    """torch's own pinning of a nested batch (``torch.utils.data._utils.pin_memory``)."""
+    from torch.utils.data._utils.pin_memory import pin_memory as pin
+
+    return pin(batch, device)
+
+
+_GRACE_S = 2.0  # how long a worker that broke the hand-over gets to be seen dead
+
+
+class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
+    """torch's multi-process iterator, with two failure modes made loud and bounded.
+
+    - A worker that dies while handing a batch over (its shared-memory descriptor travels
+      through a socket to the worker) makes torch raise a bare ``ConnectionResetError`` or
+      ``EOFError``; here it becomes a ``RuntimeError`` naming the worker and how it ended.
+    - With ``timeout=``, torch's timer covers waiting for a batch but not receiving it: a
+      worker that is stopped (SIGSTOP) or hung with the GIL held after announcing a batch
+      blocks the receive forever. A watchdog thread ends such a receive once the timeout has
+      passed by killing the workers, and the error says the loader timed out.
+    """
+
+    def __init__(self, loader: Any) -> None:
+        self._fd_deadline: float | None = None
+        self._fd_timed_out = False
+        super().__init__(loader)
+        self._fd_watchdog: threading.Thread | None = None
+        if self._timeout > 0:
+            self._fd_done = threading.Event()
+            self._fd_watchdog = threading.Thread(
+                target=self._watch, name="fastdata-timeout", daemon=True
+            )
+            self._fd_watchdog.start()
+
+    def _try_get_data(self, timeout: float = _dataloader._utils.MP_STATUS_CHECK_INTERVAL) -> Any:
+        if self._fd_watchdog is not None:
+            self._fd_deadline = time.monotonic() + timeout + _GRACE_S
+        try:
+            return super()._try_get_data(timeout)
+        except (ConnectionError, EOFError, RuntimeError) as exc:
+            if isinstance(exc, RuntimeError) and not self._fd_timed_out:
+                raise  # torch's own, naming the worker
+            raise self._hand_over_failed(exc) from exc
+        finally:
+            self._fd_deadline = None
+
+    def _hand_over_failed(self, exc: BaseException) -> BaseException:
+        """The error for a hand-over that broke: naming the workers that died, if any."""
+        if self._fd_timed_out:
+            return RuntimeError(
+                f"DataLoader timed out after {self._timeout} seconds: a worker announced a "
+                "batch but did not hand it over (stopped, or hung holding the GIL); its "
+                "workers were stopped"
+            )
+        deadline = time.monotonic() + _GRACE_S
+        dead: list[tuple[int, Any]] = []
+        while not dead and time.monotonic() < deadline:
+            dead = [(i, w) for i, w in enumerate(self._workers) if w.exitcode is not None]
+            if not dead:
+                time.sleep(0.02)
+        if not dead:
+            return exc
+        described = ", ".join(f"{i} (pid {w.pid}) {_ended(w.exitcode)}" for i, w in dead)
+        return RuntimeError(
+            f"DataLoader worker {described} while handing over a batch; the batch is lost, "
+            "so the epoch cannot complete"
+        )
+
+    def _watch(self) -> None:
+        while not self._fd_done.wait(0.25):
+            deadline = self._fd_deadline
+            if deadline is None or time.monotonic() < deadline:
+                continue
+            self._fd_timed_out = True
+            for worker in self._workers:
+                if worker.pid is not None and worker.exitcode is None:
+                    with contextlib.suppress(OSError):
+                        os.kill(worker.pid, signal.SIGKILL)
+            return
+
+    _fd_record: IteratorRecord | None = None
+
+    def __del__(self) -> None:
+        _close(self)
+        super().__del__()
+
+    def _shutdown_workers(self) -> None:
+        if getattr(self, "_fd_watchdog", None) is not None:
+            self._fd_done.set()
+        super()._shutdown_workers()
+
+
+def _ended(exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"
+
+
+def worker_iterator(loader: Any) -> tuple[Any, IteratorRecord]:
+    """The iterator torch's ``DataLoader._get_iterator`` would make (as
+    :class:`SingleIterator` / :class:`WorkerIterator`), and its record."""
+    iterator: Any
+    if loader.num_workers == 0:
+        iterator = SingleIterator(loader)
+    else:
+        loader.check_worker_number_rationality()
+        iterator = WorkerIterator(loader)
+    iterator._fd_record = IteratorRecord(iterator)
+    return iterator, iterator._fd_record

@@ -1,0 +1,135 @@
+"""PyTorch Lightning: a training DataLoader that keeps a fastdata stream in step with the Trainer.
+
+Lightning (2.2 and later) already saves the state of every training dataloader that has
+``state_dict()`` / ``load_state_dict()`` into its checkpoints (under ``loops``), and on resume
+loads it after ``train_dataloader()`` has returned and before the first batch, so
+:class:`fastdata.DataLoader` resumes mid-epoch through Lightning as it is. Two things are
+missing, and :class:`DataLoader` here adds them:
+
+- **All ranks' states.** Under DDP the checkpoint is written by rank 0 alone, so it holds rank
+  0's position only, which every rank would then load (a fastdata stream refuses another
+  rank's state). This loader's :meth:`DataLoader.state_dict` gathers every rank's state (a
+  collective: Lightning calls it on all ranks when it saves a checkpoint), and
+  :meth:`DataLoader.load_state_dict` takes this rank's own.
+- **The epoch.** Lightning calls ``set_epoch`` on a DataLoader's *sampler* only, and it
+  creates the first iterator of a run before any epoch hook runs (resuming from an
+  end-of-epoch checkpoint, that iterator serves the next epoch). This loader sets its stream's
+  epoch each time an iterator is created, to the epoch that iterator serves (the number of
+  epochs the Trainer has processed, which is what Lightning gives samplers too).
+
+Nothing here imports Lightning: it works with ``lightning`` and ``pytorch_lightning`` alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+
+from fastdata.errors import ResumeError
+from fastdata.loader import DataLoader as _FastDataLoader
+from fastdata.sources._stream import PlannedStream
+
+__all__ = ["DataLoader"]
+
+STATE_VERSION = 1
+
+
+class DataLoader(_FastDataLoader):
+    """:class:`fastdata.DataLoader` for a Lightning Trainer's training data.
+
+    Build it in ``LightningDataModule.train_dataloader()`` (or the LightningModule's), from a
+    fastdata stream; the stream takes its rank and world size from the process group that
+    Lightning has set up by then.
+
+    Args:
+        dataset: a fastdata stream (``ParquetStream``, ``ImageStream``); other datasets work
+            as with :class:`fastdata.DataLoader` (the epoch is then the sampler's business).
+        *args: torch's DataLoader arguments, then fastdata's extras, as for
+            :class:`fastdata.DataLoader`.
+        trainer: the Trainer that iterates the loader (``self.trainer``).
+        **kwargs: as for :class:`fastdata.DataLoader`.
+
+    Raises:
+        TypeError: ``trainer`` is not a Lightning Trainer.
+        ValueError: when iterated under DDP, the ranks would get different numbers of
+            batches this epoch (DDP would hang at the end of it): pass ``even_batches`` to the
+            stream.
+    """
+
+    def __init__(self, dataset: Any, *args: Any, trainer: Any, **kwargs: Any) -> None:
+        if not hasattr(getattr(trainer, "fit_loop", None), "epoch_progress"):
+            raise TypeError(
+                f"trainer={trainer!r}: expected the Lightning Trainer that runs this loader "
+                "(self.trainer in train_dataloader())"
+            )
+        super().__init__(dataset, *args, **kwargs)
+        self.trainer = trainer
+
+    def __iter__(self) -> Any:
+        stream = self.dataset
+        if isinstance(stream, PlannedStream):
+            # Processed epochs = the epoch this iterator serves (also when resuming); a loaded
+            # state of the same epoch is kept, as set_epoch() keeps it.
+            stream.set_epoch(self.trainer.fit_loop.epoch_progress.current.processed)
+            self._check_even(stream)
+        return super().__iter__()
+
+    def _check_even(self, stream: PlannedStream) -> None:
+        """Under DDP, refuse an epoch in which the ranks' batch counts differ."""
+        if not _distributed():
+            return
+        items = stream.summary().items_per_rank
+        size = self.batch_size
+        if size is None:
+            counts = list(items)
+        else:
+            counts = [n // size if self.drop_last else -(-n // size) for n in items]
+        if len(set(counts)) > 1:
+            raise ValueError(
+                f"the ranks get {min(counts)} to {max(counts)} batches this epoch ({counts}): "
+                "under DDP the rank with more would wait forever in the gradient all-reduce; "
+                "pass even_batches='drop' or 'pad' to the stream"
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every rank's :meth:`fastdata.DataLoader.state_dict`, in rank order (plain data).
+
+        Under torch.distributed this is a collective: every rank must call it, as Lightning
+        does when it saves a checkpoint.
+        """
+        own = super().state_dict()
+        if not _distributed():
+            return {"version": STATE_VERSION, "ranks": [own]}
+        states: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(states, own)
+        return {"version": STATE_VERSION, "ranks": states}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from this rank's part of :meth:`state_dict`'s output.
+
+        A plain :class:`fastdata.DataLoader` state (one rank's) is accepted too.
+
+        Raises:
+            ResumeError: the state was saved by a different number of ranks.
+        """
+        if "ranks" not in state:
+            super().load_state_dict(state)
+            return
+        if state.get("version") != STATE_VERSION:
+            raise ResumeError(
+                f"cannot resume: Lightning loader state version {state.get('version')!r}, "
+                f"this fastdata reads version {STATE_VERSION}"
+            )
+        rank, world = (dist.get_rank(), dist.get_world_size()) if _distributed() else (0, 1)
+        saved = len(state["ranks"])
+        if saved != world:
+            raise ResumeError(
+                f"cannot resume: the checkpoint holds the data position of {saved} rank(s), "
+                f"this run has {world}; resume with the same number of processes"
+            )
+        super().load_state_dict(state["ranks"][rank])
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -1,0 +1,191 @@
+"""Your loader against the same loader with fastdata's settings: both rates and the ratio.
+
+:func:`compare` takes a function returning your ``torch.utils.data.DataLoader`` as you build
+it today, and rebuilds that loader — same dataset, batching, sampler, collate function — as a
+``fastdata.DataLoader`` with a tuned :class:`~fastdata.config.LoaderConfig`. It then times
+the two in alternating rounds against the same (simulated or real) step, the way
+:func:`fastdata.tune.measure.measure` times a trial, and reports each rate and the ratio
+with 95% intervals. Rounds alternate (yours, fastdata's, fastdata's, yours, ...) so that a
+machine that slows down or speeds up during the run affects both sides alike; the ratio's
+interval comes from the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from statistics import fmean, stdev
+from typing import Any
+
+from fastdata.config import LoaderConfig, load_config
+from fastdata.tune.measure import Trial, measure, t95
+from fastdata.tune.report import describe
+
+__all__ = ["Comparison", "compare", "rebuild"]
+
+SETTINGS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Rounds of your loader and of fastdata's, measured alternately.
+
+    Attributes:
+        yours, fastdata: one :class:`Trial` per round and side (round ``i`` of each was
+            measured back to back).
+        config: the settings fastdata's loader used.
+        step: the consumer's step in words.
+    """
+
+    yours: tuple[Trial, ...]
+    fastdata: tuple[Trial, ...]
+    config: LoaderConfig
+    step: str
+
+    @property
+    def ratio(self) -> float:
+        """fastdata's throughput over yours: the geometric mean of the per-round ratios."""
+        return math.exp(fmean(self._log_ratios()))
+
+    @property
+    def ratio_interval(self) -> tuple[float, float]:
+        """The 95% interval of :attr:`ratio` (from the spread of the per-round ratios)."""
+        logs = self._log_ratios()
+        half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
+        return (math.exp(fmean(logs) - half), math.exp(fmean(logs) + half))
+
+    def _log_ratios(self) -> list[float]:
+        pairs = zip(self.yours, self.fastdata, strict=True)
+        return [math.log(f.throughput / y.throughput) for y, f in pairs]
+
+    def report(self) -> str:
+        """Both rates with their intervals, then the ratio with its interval."""
+        rows = [("your loader", self.yours), ("fastdata", self.fastdata)]
+        width = max(len(describe(trials[0].params)) for _, trials in rows)
+        lines = [
+            f"fastdata bench: {len(self.yours)} rounds of each loader, alternating; {self.step}"
+        ]
+        for name, trials in rows:
+            rate, low, high = _mean_interval([t.throughput for t in trials])
+            busy = fmean(t.busy for t in trials)
+            lines.append(
+                f"  {name:<11}  {describe(trials[0].params):<{width}}  {rate:8.1f} batches/s "
+                f"(95% CI {low:.1f}-{high:.1f}), consumer busy {busy:.0%}"
+            )
+        low, high = self.ratio_interval
+        lines.append(f"  fastdata / yours: {self.ratio:.2f}x (95% CI {low:.2f}-{high:.2f}x)")
+        if low <= 1 <= high:
+            lines.append("  the interval includes 1x: no difference these rounds can show")
+        return "\n".join(lines)
+
+
+def rebuild(loader: Any, /, **settings: Any) -> Any:
+    """``loader`` (a ``torch.utils.data.DataLoader``) as a ``fastdata.DataLoader`` with the
+    same dataset, batching, sampler, collate function, timeout, worker init, multiprocessing
+    context and generator; ``settings`` (num_workers, prefetch_factor, pin_memory,
+    persistent_workers) replace its own.
+
+    Raises:
+        TypeError: ``loader`` is not a torch DataLoader.
+    """
+    import torch
+
+    from fastdata.loader import DataLoader
+
+    if not isinstance(loader, torch.utils.data.DataLoader):
+        raise TypeError(
+            f"expected a torch.utils.data.DataLoader to rebuild, got {type(loader).__name__}"
+        )
+    kwargs: dict[str, Any] = {
+        "collate_fn": loader.collate_fn,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "in_order": getattr(loader, "in_order", True),
+    }
+    if isinstance(loader.dataset, torch.utils.data.IterableDataset):
+        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+    elif loader.batch_size is not None:  # automatic batching over the loader's sampler
+        kwargs.update(sampler=loader.sampler, batch_size=loader.batch_size)
+        kwargs["drop_last"] = loader.drop_last
+    elif loader.batch_sampler is not None:
+        kwargs.update(batch_sampler=loader.batch_sampler)
+    else:  # batch_size=None: items as they are
+        kwargs.update(sampler=loader.sampler, batch_size=None)
+    return DataLoader(loader.dataset, **kwargs, **settings)
+
+
+def compare(
+    make_loader: Callable[[], Iterable[Any]],
+    /,
+    *,
+    config: Any,
+    step: Callable[[Any], Any] | None = None,
+    step_ms: float | None = None,
+    rounds: int = 5,
+    budget_s: float = 30.0,
+    on_trial: Callable[[Trial], None] | None = None,
+) -> Comparison:
+    """Time ``make_loader()`` against :func:`rebuild` of it with ``config``'s settings.
+
+    Args:
+        make_loader: returns your DataLoader as you build it (called once per round).
+        config: what ``fastdata.DataLoader(config=...)`` accepts: a
+            :class:`~fastdata.config.LoaderConfig`, a :class:`~fastdata.tune.TuneResult`, a
+            mapping or the path of a JSON file from ``fastdata tune --out``.
+        step: the consumer's work on a batch, as for :func:`fastdata.tune.tune`.
+        step_ms: instead of ``step``, a simulated step of this many milliseconds.
+        rounds: rounds per side (at least 2, for the intervals).
+        budget_s: seconds for all rounds together, split equally (start-up included).
+        on_trial: called with each round's :class:`Trial`, as it completes.
+
+    Raises:
+        TypeError, ValueError: invalid arguments; ``make_loader()`` not a torch DataLoader.
+    """
+    from fastdata._validate import check_int, check_number
+    from fastdata.tune import _consumer_step, _describe_step
+
+    settings = load_config(config).to_dict()
+    rounds = check_int("rounds", rounds, minimum=2)
+    check_number("budget_s", budget_s, minimum=0, exclusive_minimum=True)
+    consumer = _consumer_step(step, step_ms)
+    share = budget_s / (2 * rounds)
+    sides: dict[str, list[Trial]] = {"yours": [], "fastdata": []}
+    for i in range(rounds):
+        order = ("yours", "fastdata") if i % 2 == 0 else ("fastdata", "yours")
+        for side in order:
+            loader = make_loader()
+            if side == "fastdata":
+                loader = rebuild(loader, **settings)
+            trial = _time(loader, consumer, share)
+            sides[side].append(trial)
+            if on_trial is not None:
+                on_trial(trial)
+    return Comparison(
+        yours=tuple(sides["yours"]),
+        fastdata=tuple(sides["fastdata"]),
+        config=LoaderConfig.from_dict(settings),
+        step=_describe_step(step, step_ms),
+    )
+
+
+def _time(loader: Any, step: Callable[[Any], Any] | None, time_limit: float) -> Trial:
+    """One round: ``loader`` measured as a tuner trial, labelled with its settings."""
+    params = {name: getattr(loader, name, None) for name in SETTINGS[:3]}
+    per_round = max(params["num_workers"] or 0, 1)
+    return measure(
+        lambda **_: loader,
+        params,
+        step=step,
+        time_limit=time_limit,
+        warmup=per_round,
+        block=per_round,
+    )
+
+
+def _mean_interval(values: list[float]) -> tuple[float, float, float]:
+    mean = fmean(values)
+    half = t95(len(values) - 1) * stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half

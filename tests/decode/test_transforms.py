@@ -1,0 +1,405 @@
+"""Transforms: resize, crops, flip, antialias, ImageTransform, against torchvision."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.functional as tvf
+import torchvision.transforms.v2.functional as tvf2
+from decode_helpers import (
+    FEW,
+    photo,
+    psnr,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from torchvision.transforms import RandomResizedCrop
+
+from fastdata.decode import (
+    ImageTransform,
+    center_crop,
+    hflip,
+    output_hw,
+    random_resized_crop,
+    random_resized_crop_params,
+    resize,
+    resized_center_crop,
+    sample_rng,
+)
+
+# -- transforms ----------------------------------------------------------------------------
+
+
+def chw(img: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)
+
+
+def test_hflip_exact() -> None:
+    img = photo(31, 47)
+    out = hflip(img)
+    np.testing.assert_array_equal(out, img[:, ::-1])
+    np.testing.assert_array_equal(out, tvf.hflip(chw(img)).permute(1, 2, 0).numpy())
+    assert out.flags.c_contiguous
+    assert out.dtype == np.uint8
+
+
+@FEW
+@given(h=st.integers(1, 60), w=st.integers(1, 60), ch=st.integers(1, 60), cw=st.integers(1, 60))
+def test_center_crop_exact_against_torchvision(h: int, w: int, ch: int, cw: int) -> None:
+    img = np.arange(h * w * 3, dtype=np.uint32).reshape(h, w, 3).astype(np.uint8)
+    if ch > h or cw > w:
+        with pytest.raises(ValueError, match="larger than the image"):
+            center_crop(img, (ch, cw))
+        return
+    expected = tvf.center_crop(chw(img), [ch, cw]).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(center_crop(img, (ch, cw)), expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(h=st.integers(1, 2000), w=st.integers(1, 2000), size=st.integers(1, 500))
+def test_resize_shorter_side_like_torchvision(h: int, w: int, size: int) -> None:
+    assert output_hw((h, w), size) == tuple(tvf._compute_resized_output_size((h, w), [size]))
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4])
+def test_resize_shrink_is_exact_box_filter(factor: int) -> None:
+    img = np.random.default_rng(factor).integers(0, 256, (12 * factor, 8 * factor, 3), np.uint8)
+    out = resize(img, (12, 8), interpolation="auto")
+    means = img.reshape(12, factor, 8, factor, 3).mean(axis=(1, 3))
+    assert np.abs(out - means).max() <= 0.5  # the block mean, correctly rounded (ties vary)
+    assert out.dtype == np.uint8
+
+
+def test_resize_enlarge_is_bilinear_like_torch() -> None:
+    img = photo(20, 30)
+    out = resize(img, (45, 70))
+    expected = torch.nn.functional.interpolate(
+        chw(img)[None].float(), size=(45, 70), mode="bilinear", align_corners=False
+    )[0]
+    diff = np.abs(out.astype(int) - expected.round().permute(1, 2, 0).numpy().astype(int))
+    assert diff.max() <= 1
+    assert out.dtype == np.uint8
+
+
+def test_resize_keeps_dtype_and_validates() -> None:
+    img = photo(40, 60)
+    assert resize(img, 40) is img
+    for name in ("nearest", "linear", "cubic", "area", "lanczos", "antialias"):
+        out = resize(img, 100, interpolation=name)
+        assert out.shape == (100, 150, 3)
+        assert out.dtype == np.uint8
+    with pytest.raises(ValueError, match="interpolation"):
+        resize(img, 10, interpolation="bicubic")
+    with pytest.raises(ValueError, match="positive"):
+        resize(img, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    h=st.integers(1, 300),
+    w=st.integers(1, 300),
+    out_h=st.integers(1, 300),
+    out_w=st.integers(1, 300),
+    channels=st.sampled_from([0, 1, 3, 4]),
+    seed=st.integers(0, 2**16),
+)
+def test_resize_antialias_is_exactly_torchvision(
+    h: int, w: int, out_h: int, out_w: int, channels: int, seed: int
+) -> None:
+    """interpolation="antialias" gives torchvision's tensor Resize pixels, bit for bit,
+    shrinking and enlarging, gray (HW) and 1/3/4-channel HWC images."""
+    shape = (h, w) if channels == 0 else (h, w, channels)
+    img = np.random.default_rng(seed).integers(0, 256, shape, np.uint8)
+    out = resize(img, (out_h, out_w), interpolation="antialias")
+    chw = torch.from_numpy(img[:, :, None] if channels == 0 else img).permute(2, 0, 1)
+    expected = tvf2.resize(chw, [out_h, out_w], antialias=True).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(out, expected[:, :, 0] if channels == 0 else expected)
+    assert out.flags.c_contiguous and out.dtype == np.uint8
+    into = np.zeros_like(out)  # written in place (a slot of a batch)
+    assert resize(img, (out_h, out_w), interpolation="antialias", out=into) is into
+    np.testing.assert_array_equal(into, out)
+
+
+def test_resize_antialias_is_pil_bilinear_within_one_level() -> None:
+    """The recipe's PIL resampling, which area averaging is not (the reason to pick it)."""
+    for img, size in [(photo(300, 400), (224, 224)), (photo(300, 400, seed=1), (96, 128))]:
+        pil = np.asarray(Image.fromarray(img).resize(size[::-1], Image.BILINEAR), dtype=int)
+        assert np.abs(resize(img, size, interpolation="antialias") - pil).max() <= 1
+    noise = np.random.default_rng(0).integers(0, 256, (300, 400, 3), np.uint8)
+    pil = np.asarray(Image.fromarray(noise).resize((224, 224), Image.BILINEAR), dtype=int)
+    assert np.abs(resize(noise, (224, 224), interpolation="antialias") - pil).max() <= 1
+    assert np.abs(resize(noise, (224, 224), interpolation="area") - pil).max() > 10
+
+
+@given(
+    h=st.integers(1, 60),
+    w=st.integers(1, 60),
+    out_h=st.integers(1, 60),
+    out_w=st.one_of(st.just(1), st.integers(1, 60)),
+    channels=st.sampled_from([0, 3]),
+    seed=st.integers(0, 2**16),
+)
+def test_resize_antialias_float32_is_pil_bilinear(
+    h: int, w: int, out_h: int, out_w: int, channels: int, seed: int
+) -> None:
+    """float32 images resample as PIL's float mode does (torch's own float kernel does not
+    for outputs one pixel wide), gray or RGB, into ``out`` or a new array alike."""
+    gray = np.random.default_rng(seed).integers(0, 256, (h, w)).astype(np.float32)
+    pil = np.asarray(Image.fromarray(gray, mode="F").resize((out_w, out_h), Image.BILINEAR))
+    img = gray if channels == 0 else np.repeat(gray[:, :, None], channels, axis=2)
+    got = resize(img, (out_h, out_w), interpolation="antialias")
+    into = np.full_like(got, np.nan)
+    assert resize(img, (out_h, out_w), interpolation="antialias", out=into) is into
+    np.testing.assert_array_equal(into, got)
+    for channel in range(channels) if channels else [None]:
+        plane = got if channel is None else got[:, :, channel]
+        np.testing.assert_allclose(plane, pil, atol=0.01)
+
+
+def test_resize_antialias_takes_views_out_and_refuses_other_dtypes() -> None:
+    img = photo(200, 300)
+    expected = resize(img[20:180, 30:250].copy(), (64, 80), interpolation="antialias")
+    for view in (img[20:180, 30:250], img[::-1][20:180, 30:250][::-1]):
+        copy = view.copy()
+        read_only = view.copy()
+        read_only.flags.writeable = False
+        for variant in (view, read_only):
+            got = resize(variant, (64, 80), interpolation="antialias")
+            np.testing.assert_array_equal(got, resize(copy, (64, 80), interpolation="antialias"))
+    np.testing.assert_array_equal(
+        resize(img[20:180, 30:250], (64, 80), interpolation="antialias"), expected
+    )
+    out = np.zeros((64, 80, 3), np.uint8)
+    assert resize(img[20:180, 30:250], (64, 80), interpolation="antialias", out=out) is out
+    np.testing.assert_array_equal(out, expected)
+    floats = resize(img.astype(np.float32), (64, 80), interpolation="antialias")
+    assert floats.dtype == np.float32 and floats.shape == (64, 80, 3)
+    for size in [(64, 80), img.shape[:2]]:  # refused even when there is nothing to resize
+        with pytest.raises(ValueError, match="uint16"):
+            resize(img.astype(np.uint16), size, interpolation="antialias")
+
+
+def test_transform_antialias_is_torchvision_resized_crop_and_flip() -> None:
+    """ImageTransform(interpolation="antialias") reproduces torchvision's RandomResizedCrop +
+    RandomHorizontalFlip on the same box and flip, bit for bit."""
+    img = photo(300, 400)
+    transform = ImageTransform(size=96, crop="random-resized", flip=True, interpolation="antialias")
+    flips = set()
+    for index in range(12):
+        (top, left, h, w), _, flip = geometry = transform.geometry(
+            (300, 400), sample_rng(0, 0, index)
+        )
+        expected = tvf2.resized_crop(
+            torch.from_numpy(img).permute(2, 0, 1), top, left, h, w, [96, 96], antialias=True
+        )
+        expected = (tvf2.horizontal_flip(expected) if flip else expected).permute(1, 2, 0)
+        np.testing.assert_array_equal(transform.apply(img, geometry), expected.numpy())
+        flips.add(flip)
+    assert flips == {False, True}
+
+
+def tv_params(
+    hw: tuple[int, int], scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[int, int, int, int]:
+    return RandomResizedCrop.get_params(torch.empty(1, *hw), list(scale), list(ratio))
+
+
+@pytest.mark.parametrize("hw", [(300, 500), (500, 300), (10, 1000), (1000, 10), (7, 7)])
+@pytest.mark.parametrize("ratio", [(3 / 4, 4 / 3), (0.5, 0.5), (2.0, 3.0)])
+def test_random_resized_crop_fallback_is_exactly_torchvision(
+    hw: tuple[int, int], ratio: tuple[float, float]
+) -> None:
+    """An area fraction above 1 never fits: both take the same deterministic centre box."""
+    scale = (2.0, 3.0)
+    ours = random_resized_crop_params(hw, scale=scale, ratio=ratio, rng=sample_rng(0, 0, 0))
+    assert ours == tv_params(hw, scale, ratio)
+
+
+def test_random_resized_crop_whole_image_is_exactly_torchvision() -> None:
+    params = random_resized_crop_params(
+        (64, 64), scale=(1.0, 1.0), ratio=(1.0, 1.0), rng=sample_rng(0, 0, 0)
+    )
+    assert params == tv_params((64, 64), (1.0, 1.0), (1.0, 1.0)) == (0, 0, 64, 64)
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic."""
+    grid = np.sort(np.concatenate([a, b]))
+    cdf_a = np.searchsorted(np.sort(a), grid, side="right") / len(a)
+    cdf_b = np.searchsorted(np.sort(b), grid, side="right") / len(b)
+    return float(np.abs(cdf_a - cdf_b).max())
+
+
+@pytest.mark.parametrize("hw", [(300, 500), (40, 400)])
+def test_random_resized_crop_distribution_matches_torchvision(hw: tuple[int, int]) -> None:
+    n = 3000
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    scale, ratio = (0.08, 1.0), (3 / 4, 4 / 3)
+    ours = np.array(
+        [random_resized_crop_params(hw, scale=scale, ratio=ratio, rng=rng) for _ in range(n)]
+    )
+    theirs = np.array([tv_params(hw, scale, ratio) for _ in range(n)])
+    critical = 1.95 * math.sqrt(2 / n)  # KS test at alpha = 0.001
+    for column, name in enumerate(["top", "left", "height", "width"]):
+        assert ks_statistic(ours[:, column], theirs[:, column]) < critical, name
+
+
+def test_random_resized_crop_is_reproducible_and_ignores_global_rng() -> None:
+    img = photo(120, 160)
+    np.random.seed(1)
+    random.seed(1)
+    state = np.random.get_state()
+    first = random_resized_crop(img, 32, rng=sample_rng(5, 2, 17))
+    assert np.random.get_state()[1].tolist() == state[1].tolist()  # global RNG untouched
+    np.random.seed(2)
+    random.seed(2)
+    torch.manual_seed(2)
+    np.testing.assert_array_equal(first, random_resized_crop(img, 32, rng=sample_rng(5, 2, 17)))
+    others = {
+        random_resized_crop_params((120, 160), rng=sample_rng(5, epoch, index))
+        for epoch in range(3)
+        for index in range(10)
+    }
+    assert len(others) > 25  # epochs and indices get independent streams
+
+
+def test_random_resized_crop_crops_then_resizes() -> None:
+    img = photo(120, 160)
+    box = random_resized_crop_params((120, 160), rng=sample_rng(0, 0, 3))
+    top, left, h, w = box
+    out = random_resized_crop(img, (24, 40), rng=sample_rng(0, 0, 3))
+    np.testing.assert_array_equal(out, resize(img[top : top + h, left : left + w], (24, 40)))
+    assert out.dtype == np.uint8
+    with pytest.raises(ValueError, match="scale"):
+        random_resized_crop(img, 24, scale=(0.9, 0.1), rng=sample_rng(0, 0, 0))
+
+
+# -- ImageTransform ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("transform", "shape"),
+    [
+        (ImageTransform(size=224, crop="center"), (224, 224, 3)),
+        (ImageTransform(size=(96, 128), crop="center"), (96, 128, 3)),
+        (ImageTransform(size=64, crop="random-resized", flip=True), (64, 64, 3)),
+        (ImageTransform(size=100), (100, 133, 3)),
+        (ImageTransform(size=(50, 60)), (50, 60, 3)),
+        (ImageTransform(), (300, 400, 3)),
+    ],
+)
+def test_image_transform_output_shapes(transform: ImageTransform, shape: tuple) -> None:
+    img = photo(300, 400)
+    out = transform(img, sample_rng(0, 0, 0))
+    assert out.shape == shape
+    assert out.dtype == np.uint8
+    assert out.flags.c_contiguous
+    fixed = transform.output_size
+    assert fixed is None or fixed == shape[:2]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    h=st.integers(8, 120),
+    w=st.integers(8, 120),
+    size=st.integers(4, 64),
+    crop=st.sampled_from(["center", "random-resized"]),
+    flip=st.booleans(),
+    channels=st.sampled_from([3, 4]),
+    index=st.integers(0, 1000),
+)
+def test_image_transform_into_out_equals_a_new_array(
+    h: int, w: int, size: int, crop: str, flip: bool, channels: int, index: int
+) -> None:
+    """Writing into a batch slot gives what a fresh result holds, whatever the geometry."""
+    img = photo(h, w, seed=index)
+    if channels == 4:
+        img = cv2.cvtColor(img, cv2.COLOR_RGB2RGBA)
+    transform = ImageTransform(size=size, crop=crop, flip=flip)
+    expected = transform(img, sample_rng(0, 0, index))
+    batch = np.full((2, *expected.shape), 7, dtype=np.uint8)
+    result = transform(img, sample_rng(0, 0, index), out=batch[1])
+    assert np.shares_memory(result, batch[1])
+    np.testing.assert_array_equal(batch[1], expected)
+    assert (batch[0] == 7).all()  # nothing written outside the slot
+
+
+def test_image_transform_out_is_validated() -> None:
+    img = photo(60, 80)
+    transform = ImageTransform(size=32, crop="center", flip=False)
+    read_only = np.empty((32, 32, 3), np.uint8)
+    read_only.flags.writeable = False
+    for bad in (
+        np.empty((32, 31, 3), np.uint8),
+        np.empty((32, 32, 3), np.float32),
+        np.empty((32, 64, 3), np.uint8)[:, ::2],
+        read_only,
+    ):
+        with pytest.raises(ValueError, match="writeable C-contiguous uint8 array of shape"):
+            transform(img, out=bad)
+    same = photo(32, 32)  # already the output size: copied into out
+    out = np.zeros((32, 32, 3), np.uint8)
+    assert resize(same, (32, 32), out=out) is out
+    np.testing.assert_array_equal(out, same)
+
+
+@pytest.mark.parametrize("interpolation", ["auto", "antialias"])
+def test_image_transform_center_is_resize_then_crop(interpolation: str) -> None:
+    transform = ImageTransform(size=224, crop="center", interpolation=interpolation)
+    assert transform.decode_size == 256
+    aligned = photo(400, 500)  # crop edges fall on whole source pixels: exact for area
+    expected = center_crop(resize(aligned, 256, interpolation=interpolation), 224)
+    if interpolation == "auto":
+        np.testing.assert_array_equal(transform(aligned), expected)
+    else:  # bilinear reaches a pixel beyond the crop's edge, which the region leaves out
+        assert psnr(transform(aligned), expected) >= 40
+    for h, w in [(300, 401), (333, 517), (517, 333)]:  # within half a source pixel
+        img = photo(h, w, seed=h)
+        two_step = center_crop(resize(img, 256, interpolation=interpolation), 224)
+        assert psnr(resized_center_crop(img, 256, 224, interpolation=interpolation), two_step) >= 40
+        assert psnr(transform(img), two_step) >= 40
+    with pytest.raises(ValueError, match="larger than the image"):
+        resized_center_crop(aligned, 100, 224)
+
+
+def test_image_transform_is_deterministic_per_sample() -> None:
+    img = photo(200, 300)
+    transform = ImageTransform(size=64, crop="random-resized", flip=True)
+    a = transform(img, sample_rng(0, 3, 9))
+    np.testing.assert_array_equal(a, transform(img, sample_rng(0, 3, 9)))
+    flips = {bool(sample_rng(0, 0, i).random() < 0.5) for i in range(20)}
+    assert flips == {True, False}
+    with pytest.raises(ValueError, match="rng=sample_rng"):
+        transform(img)
+
+
+def test_image_transform_config_round_trips_through_json() -> None:
+    transform = ImageTransform(size=(96, 128), crop="random-resized", flip=True, scale=(0.2, 1))
+    assert ImageTransform(**json.loads(json.dumps(asdict(transform)))) == transform
+    assert ImageTransform(size=160).decode_size == 160
+    assert transform.decode_size is None  # a small random crop needs every source pixel
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"crop": "center"}, "needs a size"),
+        ({"size": 10, "crop": "middle"}, "expected one of"),
+        ({"size": 10, "interpolation": "bicubic"}, "interpolation"),
+        ({"size": 0}, "positive"),
+        ({"size": 10, "ratio": (2.0, 1.0)}, "ratio"),
+        ({"size": 10, "crop_pct": 1.5}, "crop_pct"),
+    ],
+)
+def test_image_transform_validates(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ImageTransform(**kwargs)

@@ -1,0 +1,262 @@
+"""fastdata under PyTorch Lightning's Trainer (CPU): exact resume through Lightning's own
+checkpoints, epochs in step with the Trainer, and DDP ranks from Lightning's process group."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
+
+import fastdata as fd
+import fastdata.lightning as fdl
+from fastdata.synthetic import make_parquet
+
+from conftest import free_port
+
+ROWS = 600  # 6 batches of 100 per epoch (3 per rank under 2-process DDP)
+BATCH = 100
+
+
+class Recorder(LightningModule):
+    """Records the ids of every batch it trains on (to a list, or a file per rank)."""
+
+    def __init__(self, out: str | None = None) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.out = out
+        self.seen: list[tuple[int, list[int]]] = []
+
+    def training_step(self, batch: dict[str, Any], index: int) -> torch.Tensor:
+        record = (self.current_epoch, batch["id"].tolist())
+        self.seen.append(record)
+        if self.out is not None:
+            with open(f"{self.out}-rank{self.global_rank}.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+        return (self.weight * batch["x"].mean()).sum()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Rows(LightningDataModule):
+    def __init__(self, root: str, *, num_workers: int = 0, helper: bool = True) -> None:
+        super().__init__()
+        self.root, self.num_workers, self.helper = root, num_workers, helper
+
+    def train_dataloader(self) -> fd.DataLoader:
+        stream = fd.ParquetStream(
+            self.root, columns=["id", "x"], batch_size=BATCH, shuffle=True, even_batches="drop"
+        )
+        self.layout = stream.rank_and_world_size()  # no rank= / world_size=: from Lightning
+        if not self.helper:
+            return fd.DataLoader(stream, batch_size=None, num_workers=self.num_workers)
+        return fdl.DataLoader(
+            stream, batch_size=None, num_workers=self.num_workers, trainer=self.trainer
+        )
+
+
+class SaveAt(Callback):
+    """Saves a checkpoint after training step ``step``, or at the end of epoch ``epoch``."""
+
+    def __init__(self, path: Path, *, step: int | None = None, epoch: int | None = None) -> None:
+        self.path, self.step, self.epoch = path, step, epoch
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+    def on_train_epoch_end(self, trainer: Trainer, *args: Any) -> None:
+        if trainer.current_epoch == self.epoch:
+            trainer.save_checkpoint(self.path)
+
+
+def trainer(**options: Any) -> Trainer:
+    return Trainer(
+        accelerator="cpu",
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("rows")
+    make_parquet(root, ROWS, files=2, row_group_size=75)
+    return str(root)
+
+
+def per_epoch(records: list[tuple[int, list[int]]]) -> dict[int, list[int]]:
+    ids: dict[int, list[int]] = {}
+    for epoch, batch in records:
+        ids.setdefault(epoch, []).extend(batch)
+    return ids
+
+
+MID_EPOCH_0, MID_EPOCH_1, END_OF_EPOCH_0 = {"step": 2}, {"step": 9}, {"epoch": 0}
+
+
+@pytest.mark.parametrize(
+    ("stop", "num_workers"),
+    [
+        pytest.param(MID_EPOCH_0, 0, id="mid-epoch-0"),
+        pytest.param(MID_EPOCH_1, 0, id="mid-epoch-1"),
+        pytest.param(END_OF_EPOCH_0, 0, id="end-of-epoch-0"),
+        # With 2 DataLoader worker processes: the state's per-worker counts and rotation.
+        pytest.param(MID_EPOCH_1, 2, id="mid-epoch-1-workers", marks=pytest.mark.slow),
+        pytest.param(END_OF_EPOCH_0, 2, id="end-of-epoch-0-workers", marks=pytest.mark.slow),
+    ],
+)
+def test_resumed_fit_continues_exactly(
+    data: str, tmp_path: Path, stop: dict[str, int], num_workers: int
+) -> None:
+    epochs = 3
+    reference = Recorder()
+    trainer(max_epochs=epochs).fit(reference, Rows(data, num_workers=num_workers))
+
+    checkpoint = tmp_path / "stop.ckpt"
+    first = Recorder()
+    limit = {"max_steps": stop["step"]} if "step" in stop else {"max_epochs": stop["epoch"] + 1}
+    trainer(callbacks=[SaveAt(checkpoint, **stop)], **limit).fit(
+        first, Rows(data, num_workers=num_workers)
+    )
+    rest = Recorder()
+    trainer(max_epochs=epochs).fit(rest, Rows(data, num_workers=num_workers), ckpt_path=checkpoint)
+
+    # The batches, in order, are those of the uninterrupted fit: nothing missed or repeated.
+    assert first.seen + rest.seen == reference.seen
+    ids = per_epoch(first.seen + rest.seen)
+    assert sorted(ids) == list(range(epochs))
+    for epoch_ids in ids.values():
+        assert sorted(epoch_ids) == list(range(ROWS))  # every row once per epoch
+    assert ids[0] != ids[1]  # a new order each epoch: the Trainer's epoch reached the stream
+
+
+def test_plain_loader_resumes_mid_epoch_through_lightning(data: str, tmp_path: Path) -> None:
+    # Lightning saves and loads any stateful train loader by itself; the plain fastdata
+    # loader resumes mid-epoch in a single process without the helper.
+    reference = Recorder()
+    trainer(max_epochs=1).fit(reference, Rows(data, helper=False))
+    first, rest = Recorder(), Recorder()
+    checkpoint = tmp_path / "stop.ckpt"
+    trainer(callbacks=[SaveAt(checkpoint, step=4)], max_steps=4).fit(
+        first, Rows(data, helper=False)
+    )
+    saved = torch.load(checkpoint, weights_only=False)["loops"]["fit_loop"]["state_dict"]
+    assert json.loads(json.dumps(saved["combined_loader"]))[0]["batches"] == 4
+    trainer(max_epochs=1).fit(rest, Rows(data, helper=False), ckpt_path=checkpoint)
+    assert first.seen + rest.seen == reference.seen
+
+
+def test_state_holds_every_rank_and_refuses_another_world(data: str) -> None:
+    loader = fdl.DataLoader(
+        fd.ParquetStream(data, columns=["id"], batch_size=BATCH),
+        batch_size=None,
+        trainer=trainer(max_epochs=1),
+    )
+    it = iter(loader)
+    next(it)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["version"] == fdl.STATE_VERSION
+    assert [s["dataset"]["rank"] for s in state["ranks"]] == [0]
+    two = {**state, "ranks": state["ranks"] * 2}
+    with pytest.raises(fd.ResumeError, match="2 rank"):
+        loader.load_state_dict(two)
+    resumed = fdl.DataLoader(
+        fd.ParquetStream(data, columns=["id"], batch_size=BATCH),
+        batch_size=None,
+        trainer=trainer(max_epochs=1),
+    )
+    resumed.load_state_dict(state["ranks"][0])  # a plain fastdata.DataLoader state works too
+    assert len(list(resumed)) == ROWS // BATCH - 1
+
+
+@pytest.mark.slow
+def test_an_abandoned_iteration_stops_its_workers(data: str) -> None:
+    loader = fd.DataLoader(
+        fd.ParquetStream(data, columns=["id"], batch_size=BATCH), batch_size=None, num_workers=2
+    )
+    it = iter(loader)
+    next(it)
+    workers = list(it._workers)
+    del it  # as torch's DataLoader does, dropping the iterator stops its workers
+    alive = [w.is_alive() for w in workers]
+    loader = None  # stop them now, not in a later test
+    assert not any(alive)
+
+
+def test_trainer_argument_is_checked(data: str) -> None:
+    stream = fd.ParquetStream(data, columns=["id"], batch_size=BATCH)
+    with pytest.raises(TypeError, match="Lightning Trainer"):
+        fdl.DataLoader(stream, batch_size=None, trainer=None)
+
+
+def test_uneven_ranks_are_refused_under_ddp(data: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 600 rows in batches of 100 over 4 ranks: 2, 2, 1, 1 batches; DDP would hang.
+    monkeypatch.setattr(fdl, "_distributed", lambda: True)
+    stream = fd.ParquetStream(data, columns=["id"], batch_size=BATCH, rank=0, world_size=4)
+    loader = fdl.DataLoader(stream, batch_size=None, trainer=trainer(max_epochs=1))
+    with pytest.raises(ValueError, match=r"1 to 2 batches.*even_batches"):
+        iter(loader)
+    even = fd.ParquetStream(
+        data, columns=["id"], batch_size=BATCH, rank=0, world_size=4, even_batches="drop"
+    )
+    assert len(list(fdl.DataLoader(even, batch_size=None, trainer=trainer()))) == 1
+
+
+def _ddp_rank(rank: int, port: int, root: str, out: str) -> None:
+    """One of two processes that Lightning's "ddp" strategy joins into a gloo group, as under
+    torchrun: the Trainer sets the group up from the environment, not the test."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WORLD_SIZE="2",
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        NODE_RANK="0",
+    )
+    ddp = {"devices": 2, "strategy": "ddp"}
+    checkpoint = Path(out) / "stop.ckpt"
+    reference, first, rest = Recorder(), Recorder(), Recorder()
+    data = Rows(root)
+    trainer(max_epochs=2, **ddp).fit(reference, data)
+    trainer(callbacks=[SaveAt(checkpoint, step=2)], max_steps=2, **ddp).fit(first, Rows(root))
+    trainer(max_epochs=2, **ddp).fit(rest, Rows(root), ckpt_path=checkpoint)
+    result = {
+        "layout": data.layout,
+        "reference": reference.seen,
+        "resumed": first.seen + rest.seen,
+        "saved": torch.load(checkpoint, weights_only=False)["loops"]["fit_loop"]["state_dict"],
+    }
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_ranks_are_disjoint_and_resume_exactly(data: str, tmp_path: Path) -> None:
+    """Two CPU processes under Lightning's DDP (gloo): the streams take their rank from the
+    process group Lightning set up, the ranks' rows are disjoint and cover each epoch, and a
+    fit stopped mid-epoch resumes on both ranks from the one checkpoint rank 0 wrote."""
+    mp.spawn(_ddp_rank, args=(free_port(), data, str(tmp_path)), nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+    assert [r["layout"] for r in ranks] == [[0, 2], [1, 2]]
+    states = ranks[0]["saved"]["combined_loader"][0]["ranks"]
+    assert [(s["dataset"]["rank"], s["dataset"]["world_size"]) for s in states] == [(0, 2), (1, 2)]
+    for r in ranks:
+        assert r["resumed"] == r["reference"]  # each rank: the same batches, in order
+        assert len(r["reference"]) == 2 * ROWS // BATCH // 2  # 3 steps per epoch per rank
+    for epoch in range(2):
+        rank_ids = [per_epoch(r["reference"])[epoch] for r in ranks]
+        assert not set(rank_ids[0]) & set(rank_ids[1])  # disjoint
+        counts = Counter(rank_ids[0] + rank_ids[1])
+        assert sorted(counts) == list(range(ROWS)) and set(counts.values()) == {1}

@@ -1,0 +1,146 @@
+"""Tests of fastdata.config: LoaderConfig's validation, merging rule and JSON round trips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fastdata.config import LoaderConfig, load_config
+from fastdata.tune import Trial, TuneResult
+
+# ------------------------------------------------------------------------------ LoaderConfig
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"num_workers": -1}, ValueError, r"num_workers=-1: expected an integer >= 0"),
+        ({"num_workers": True}, TypeError, r"num_workers=True: expected an integer >= 0"),
+        ({"num_workers": 2.0}, TypeError, r"num_workers=2.0: expected an integer >= 0"),
+        (
+            {"num_workers": 2, "prefetch_factor": 0},
+            ValueError,
+            r"prefetch_factor=0: expected an integer >= 1, or None for torch's default",
+        ),
+        (
+            {"prefetch_factor": 2},
+            ValueError,
+            r"prefetch_factor=2 with num_workers=0: .* use prefetch_factor",
+        ),
+        ({"pin_memory": "yes"}, TypeError, r"pin_memory='yes': expected True or False"),
+        ({"persistent_workers": 1}, TypeError, r"persistent_workers=1: expected True or False"),
+        ({"persistent_workers": True}, ValueError, r"persistent_workers=True with num_workers=0"),
+    ],
+)
+def test_config_rejects_invalid_values_listing_valid_ones(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        LoaderConfig(**kwargs)
+
+
+def test_config_accepts_numpy_integers_as_plain_ints() -> None:
+    config = LoaderConfig(num_workers=np.int64(2), prefetch_factor=np.int32(3))
+    assert config.num_workers == 2 and type(config.num_workers) is int
+    assert LoaderConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+def test_config_to_dict_is_what_torch_accepts() -> None:
+    config = LoaderConfig(num_workers=2, prefetch_factor=4, pin_memory=False)
+    assert config.to_dict() == {
+        "num_workers": 2,
+        "prefetch_factor": 4,
+        "pin_memory": False,
+        "persistent_workers": False,
+    }
+    loader = torch.utils.data.DataLoader(range(8), batch_size=4, **config.to_dict())
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    zero = LoaderConfig().to_dict()
+    assert torch.utils.data.DataLoader(range(3), **zero).prefetch_factor is None
+
+
+def test_config_merged_lets_explicit_arguments_win() -> None:
+    config = LoaderConfig(num_workers=2, prefetch_factor=4, persistent_workers=True)
+    assert config.merged({}) == config.to_dict()
+    assert config.merged({"pin_memory": True, "batch_size": 8}) == {
+        **config.to_dict(),
+        "pin_memory": True,
+        "batch_size": 8,
+    }
+    no_workers = config.merged({"num_workers": 0})
+    assert no_workers == {
+        "num_workers": 0,
+        "prefetch_factor": None,
+        "pin_memory": False,
+        "persistent_workers": False,
+    }
+    assert torch.utils.data.DataLoader(range(4), **no_workers).num_workers == 0
+    assert config.merged({"num_workers": 0, "prefetch_factor": 3})["prefetch_factor"] == 3
+
+
+configs = st.integers(0, 64).flatmap(
+    lambda w: st.builds(
+        LoaderConfig,
+        num_workers=st.just(w),
+        prefetch_factor=st.none() if w == 0 else st.none() | st.integers(1, 16),
+        pin_memory=st.booleans(),
+        persistent_workers=st.just(False) if w == 0 else st.booleans(),
+    )
+)
+
+
+@given(configs)
+def test_config_round_trips_through_dicts_and_json(config: LoaderConfig) -> None:
+    assert LoaderConfig.from_dict(config.to_dict()) == config
+    assert LoaderConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+def test_config_from_dict_names_unknown_keys_and_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown .*'workers'.*valid settings are num_workers"):
+        LoaderConfig.from_dict({"workers": 2})
+    assert LoaderConfig.from_dict({"num_workers": 3}) == LoaderConfig(num_workers=3)
+
+
+def test_config_save_load_and_every_load_config_form(tmp_path: Path) -> None:
+    config = LoaderConfig(num_workers=3, prefetch_factor=4, persistent_workers=True)
+    path = config.save(tmp_path / "c.json")
+    assert json.loads(path.read_text())["format"] == "fastdata.LoaderConfig"
+    assert LoaderConfig.load(path) == config
+    flat = tmp_path / "flat.json"
+    flat.write_text('{"num_workers": 3, "prefetch_factor": 4, "persistent_workers": true}')
+    trial = Trial(params={"num_workers": 3, "prefetch_factor": 4, "pin_memory": False})
+    result = TuneResult(trials=(trial,), chosen=0, config=config, reason="test")
+    forms: list[Any] = [
+        config,
+        config.to_dict(),
+        {"config": config.to_dict()},
+        str(path),
+        path,
+        flat,
+        result,
+        result.save(tmp_path / "result.json"),
+    ]
+    for form in forms:
+        assert load_config(form) == config, form
+    with pytest.raises(TypeError, match=r"expected a LoaderConfig, a TuneResult, a mapping"):
+        load_config(3)
+
+
+def test_config_load_names_the_bad_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=r"bad.json: not a fastdata loader config"):
+        LoaderConfig.load(bad)
+    bad.write_text('{"config": {"num_workers": -2}}')
+    with pytest.raises(ValueError, match=r"bad.json: .*num_workers=-2"):
+        LoaderConfig.load(bad)
+    bad.write_text('{"config": {"num_workers": "2"}}')  # a wrong kind is named with the file too
+    with pytest.raises(ValueError, match=r"bad.json: .*num_workers='2': expected an integer"):
+        LoaderConfig.load(bad)

@@ -1,0 +1,110 @@
+"""Tests of fastdata.tune.compare: rebuilding a torch DataLoader as a fastdata one with other
+settings (same batches), the ratio and its interval on made-up rounds, and one short real
+comparison."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import fastdata
+from fastdata.config import LoaderConfig
+from fastdata.tune import Trial
+from fastdata.tune.compare import Comparison, compare, rebuild
+
+from fakes import settings
+
+DATA = torch.utils.data.TensorDataset(torch.arange(40.0))
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield from range(10)
+
+
+def batches(loader: object) -> list[list[float]]:
+    return [b[0].tolist() if isinstance(b, list) else b.tolist() for b in loader]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.utils.data.DataLoader(
+            DATA,
+            batch_size=6,
+            shuffle=True,
+            drop_last=True,
+            generator=torch.Generator().manual_seed(3),
+        ),
+        lambda: torch.utils.data.DataLoader(
+            DATA,
+            batch_sampler=[[0, 1], [5, 4, 3]],
+            collate_fn=lambda items: torch.stack([i[0] for i in items]),
+        ),
+        lambda: torch.utils.data.DataLoader(DATA, batch_size=None),
+        lambda: torch.utils.data.DataLoader(Stream(), batch_size=4, drop_last=True),
+    ],
+    ids=["shuffled-batches", "batch-sampler", "no-batching", "iterable"],
+)
+def test_rebuild_keeps_the_data_and_takes_the_new_settings(make: object) -> None:
+    mine = make()  # type: ignore[operator]
+    rebuilt = rebuild(make(), num_workers=1, prefetch_factor=3, pin_memory=False)  # type: ignore[operator]
+    assert isinstance(rebuilt, fastdata.DataLoader)
+    assert (rebuilt.num_workers, rebuilt.prefetch_factor) == (1, 3)
+    assert batches(rebuilt) == batches(mine)
+
+
+def test_rebuild_refuses_what_is_not_a_dataloader() -> None:
+    with pytest.raises(
+        TypeError, match=r"expected a torch.utils.data.DataLoader to rebuild, got list"
+    ):
+        rebuild([1, 2])
+
+
+def rounds(yours: list[float], fast: list[float]) -> Comparison:
+    return Comparison(
+        yours=tuple(Trial(params=settings(0), throughput=r) for r in yours),
+        fastdata=tuple(Trial(params=settings(2), throughput=r) for r in fast),
+        config=LoaderConfig(num_workers=2, prefetch_factor=2),
+        step="no step",
+    )
+
+
+def test_the_ratio_is_the_geometric_mean_of_the_rounds_with_a_t_interval() -> None:
+    comparison = rounds([10.0, 10.0, 10.0], [20.0, 24.0, 20.0])
+    logs = [math.log(2.0), math.log(2.4), math.log(2.0)]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / 2)
+    assert comparison.ratio == pytest.approx(math.exp(mean))
+    low, high = comparison.ratio_interval
+    assert low == pytest.approx(math.exp(mean - 4.302652730 * sd / math.sqrt(3)))  # t, 2 df
+    assert high == pytest.approx(math.exp(mean + 4.302652730 * sd / math.sqrt(3)))
+    report = comparison.report()
+    assert "your loader  num_workers=0, prefetch_factor=None, pin_memory=False" in report
+    assert f"fastdata / yours: {math.exp(mean):.2f}x (95% CI {low:.2f}-{high:.2f}x)" in report
+    assert "includes 1x" not in report
+
+
+def test_a_difference_within_the_noise_is_said_to_be_one() -> None:
+    report = rounds([10.0, 12.0, 9.0], [11.0, 10.0, 10.0]).report()
+    assert "the interval includes 1x: no difference these rounds can show" in report
+
+
+def test_compare_alternates_real_rounds_and_checks_its_arguments() -> None:
+    seen: list[int] = []
+
+    def make() -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(2048)),
+                                           batch_size=8)  # fmt: skip
+
+    result = compare(make, config={"num_workers": 0}, rounds=2, budget_s=1.0,
+                     on_trial=lambda t: seen.append(t.batches))  # fmt: skip
+    assert len(result.yours) == len(result.fastdata) == 2 and len(seen) == 4
+    assert all(t.throughput > 0 for t in result.yours + result.fastdata)
+    assert result.config == LoaderConfig()
+    with pytest.raises(ValueError, match=r"rounds=1: expected an integer >= 2"):
+        compare(make, config={}, rounds=1)
+    with pytest.raises(TypeError, match=r"num_workers='2'"):
+        compare(make, config={"num_workers": "2"})

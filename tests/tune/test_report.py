@@ -1,0 +1,56 @@
+"""Tests of fastdata.tune.report: the result's JSON round trip, its table, sizes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from fastdata.config import LoaderConfig
+from fastdata.tune import Trial, TuneResult
+from fastdata.tune.report import format_size, parse_size
+
+from fakes import GiB, settings
+
+
+def test_sizes_parse_and_format() -> None:
+    assert parse_size("8GiB") == 8 * GiB
+    assert parse_size("512 MB") == 512 * 10**6
+    assert parse_size("2g") == 2 * 10**9
+    assert parse_size("1e9") == 10**9
+    assert parse_size(123) == 123
+    for bad in ("lots", "-1GB", "0", "5iB"):
+        with pytest.raises(ValueError, match=r"expected a size|positive|needs a unit"):
+            parse_size(bad)
+    assert format_size(3 * GiB) == "3 GiB"
+    assert format_size(612 * 2**20) == "612 MiB"
+    assert format_size(1.5 * GiB) == "1.5 GiB"
+
+
+def test_tune_result_json_round_trip_and_report(tmp_path: Path) -> None:
+    trials = [
+        Trial(params=settings(0), throughput=5.0, busy=0.15, peak_rss=GiB, startup_s=0.2),
+        Trial(params=settings(2), throughput=12.0, busy=0.4, rel_ci=math.inf, gpu_util=0.35),
+        Trial(params=settings(4), error="RuntimeError('killed')"),
+    ]
+    result = TuneResult(
+        trials=tuple(trials),
+        chosen=1,
+        config=LoaderConfig(num_workers=2, prefetch_factor=2),
+        reason="because",
+        step="simulated 30 ms step",
+        step_ms=30.0,
+        cores=2,
+    )
+    again = TuneResult.load(result.save(tmp_path / "r.json"))
+    assert again == result
+    table = again.report()
+    assert "simulated 30 ms step" in table
+    lines = table.splitlines()
+    assert lines[4].startswith(">") and "12.0" in lines[4] and "35%" in lines[4]
+    assert "failed: RuntimeError('killed')" in lines[5]
+    assert "chosen: num_workers=2, prefetch_factor=2" in table
+    (tmp_path / "other.json").write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match=r"other.json: not a fastdata tune result"):
+        TuneResult.load(tmp_path / "other.json")

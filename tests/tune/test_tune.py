@@ -1,0 +1,145 @@
+"""Tests of fastdata.tune.tune: its arguments, Ctrl-C, the transfer, and real loaders end to
+end with short budgets (a sleep-bound dataset whose best num_workers is known analytically,
+a tiny ImageStream)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+
+import fastdata
+from fastdata.config import LoaderConfig, load_config
+from fastdata.tune import TuneResult, tune
+
+from fakes import Paced
+
+
+def list_factory(**params: Any) -> list[int]:
+    """A loader without processes: a list (re-iterable, instant batches)."""
+    return list(range(200))
+
+
+def test_tune_validates_its_arguments() -> None:
+    with pytest.raises(ValueError, match=r"step= \(your step\) or step_ms="):
+        tune(list_factory, step=print, step_ms=3)
+    with pytest.raises(ValueError, match=r"budget_s=0: expected a number > 0"):
+        tune(list_factory, budget_s=0)
+    with pytest.raises(TypeError, match=r"budget_s='60': expected a number > 0, got str"):
+        tune(list_factory, budget_s="60")
+    with pytest.raises(ValueError, match=r"target_utilization=1.5: expected a number in"):
+        tune(list_factory, target_utilization=1.5)
+    with pytest.raises(TypeError, match=r"expected a loader factory"):
+        tune(42)
+    with pytest.raises(ValueError, match=r"loader_kwargs= goes with a dataset"):
+        tune(list_factory, loader_kwargs={"batch_size": 2})
+    with pytest.raises(ValueError, match=r"loader_kwargs sets num_workers, which the tuner"):
+        tune(torch.utils.data.TensorDataset(torch.zeros(4)), loader_kwargs={"num_workers": 2})
+    with pytest.raises(ValueError, match=r"expected a size"):
+        tune(list_factory, max_memory="lots")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match=r"device='cuda': no cuda device is available"):
+            tune(list_factory, device="cuda")
+    with pytest.raises(ValueError, match=r"device='gpu': not a device"):
+        tune(list_factory, device="gpu")
+
+
+def test_tune_returns_the_best_so_far_on_ctrl_c() -> None:
+    def factory(**params: Any) -> Paced:
+        if params["num_workers"] == 2:
+            raise KeyboardInterrupt
+        return Paced(300, 0.004 / (params["num_workers"] + 1))  # faster with more "workers"
+
+    result = tune(factory, budget_s=10, search_space={"num_workers": [0, 1, 2, 3]})
+    assert result.stopped == "interrupted"
+    assert [t.params["num_workers"] for t in result.trials] == [0, 1]
+    assert result.config.num_workers == 1
+
+
+def test_the_transfer_moves_every_tensor_of_a_nested_batch() -> None:
+    from collections import namedtuple
+
+    from fastdata.tune import _Transfer
+
+    Pair = namedtuple("Pair", ["image", "label"])
+    synced = []
+    move = _Transfer(torch.device("meta"), lambda: synced.append(True))
+    moved = move({"pair": Pair(torch.zeros(2), [torch.ones(1), "text"]), "n": 3})
+    assert moved["pair"].image.device.type == "meta"
+    assert isinstance(moved["pair"], Pair)
+    assert moved["pair"].label[0].device.type == "meta" and moved["pair"].label[1] == "text"
+    assert moved["n"] == 3
+    assert synced == [True]  # waited once for the copies
+
+
+class SleepyBatches(torch.utils.data.IterableDataset):
+    """Batches that each cost ``cost_s`` of sleeping in the worker (I/O-bound, no CPU)."""
+
+    def __init__(self, batches: int, cost_s: float) -> None:
+        self.batches, self.cost_s = batches, cost_s
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        for _ in range(worker, self.batches, workers):
+            time.sleep(self.cost_s)
+            yield torch.zeros(16)
+
+
+@pytest.mark.slow
+def test_tune_finds_the_analytic_num_workers_of_an_io_bound_loader() -> None:
+    # Each batch costs 120 ms of waiting in a worker; the step takes 50 ms. w workers supply
+    # w / 0.12 batches/s, the consumer takes 20: ceil(120 / 50) = 3 workers keep it busy.
+    dataset = SleepyBatches(10_000, 0.120)
+
+    def factory(**params: Any) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(dataset, batch_size=None, **params)
+
+    result = tune(
+        factory,
+        step_ms=50,
+        budget_s=30,
+        target_utilization=0.9,
+        search_space={"num_workers": range(7)},
+    )
+    chosen = result.chosen_trial
+    assert abs(result.config.num_workers - 3) <= 1, result.report()
+    assert chosen.busy >= 0.9, result.report()
+    assert result.stopped == "target", result.report()
+
+
+@pytest.fixture(scope="module")
+def tiny_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("images")
+    fastdata.synthetic.make_images(root, 48, classes=3, seed=0, min_short=96, max_short=128)
+    return root
+
+
+@pytest.mark.slow
+def test_tune_end_to_end_on_an_image_stream(tiny_images: Path, tmp_path: Path) -> None:
+    stream = fastdata.ImageStream.from_folder(tiny_images, size=64, batch_size=4)
+    result = tune(
+        stream,
+        loader_kwargs={"batch_size": None},
+        step_ms=5,
+        budget_s=6,
+        search_space={"num_workers": [0, 1], "prefetch_factor": [2]},
+        device="cpu",  # batches are "moved" (a no-op) and the transfer timed as data wait
+    )
+    assert result.device == "cpu"
+    assert {t.params["num_workers"] for t in result.trials} == {0, 1}
+    for trial in result.trials:
+        assert trial.ok and trial.throughput > 0 and trial.batches > 0
+        assert 0 < trial.busy < 1 and trial.startup_s > 0
+        assert trial.peak_rss > psutil.Process().memory_info().rss / 2
+    assert result.config == load_config(TuneResult.load(result.save(tmp_path / "t.json")))
+    assert result.reason.startswith("Chose num_workers=")
+    loader = torch.utils.data.DataLoader(
+        stream, batch_size=None, **LoaderConfig.load(tmp_path / "t.json").to_dict()
+    )
+    assert sum(len(labels) for _, labels in loader) == 48
