@@ -20,8 +20,8 @@ import torchvision
 import torchvision.transforms.v2.functional as tvf2
 from PIL import Image
 
-import fastdata.sources._segments as segments
-import fastdata.sources._stream as stream_module
+import fastdata.sources.stream as stream_module
+import fastdata.workers as segments
 from fastdata import DataLoader, DecodeError, SourceError
 from fastdata.decode import ImageTransform, decode_image, sample_rng
 from fastdata.sources.images import ImageStream
@@ -205,9 +205,9 @@ def test_a_failing_batch_returns_once_every_decode_thread_is_done(layouts: Path)
         return i
 
     with pytest.raises(DecodeError):
-        stream._map(load, range(6))
+        stream.decoder._map(load, range(6))
     assert sorted(done) == [1, 2, 3, 4, 5]
-    assert stream._map(lambda i: i * 2, range(5)) == [0, 2, 4, 6, 8]
+    assert stream.decoder._map(lambda i: i * 2, range(5)) == [0, 2, 4, 6, 8]
 
 
 def samples(batches) -> list[tuple[str, int]]:
@@ -482,9 +482,47 @@ def test_tar_member_names_are_never_paths(tmp_path: Path) -> None:
 def test_missing_folder_and_empty_folder(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="no such directory"):
         ImageStream.from_folder(tmp_path / "nope")
-    (tmp_path / "cls").mkdir()
-    with pytest.raises(SourceError, match="no images"):
+    with pytest.raises(SourceError, match="no class folders"):
         ImageStream.from_folder(tmp_path)
+    (tmp_path / "cls").mkdir()
+    with pytest.raises(SourceError, match=r"no valid file in the class folder\(s\) cls"):
+        ImageStream.from_folder(tmp_path)
+    with pytest.raises(SourceError, match="no images in any class folder"):
+        ImageStream.from_folder(tmp_path, allow_empty=True)
+
+
+def test_folder_options_match_torchvisions_image_folder(tmp_path: Path) -> None:
+    from torchvision.datasets import ImageFolder
+
+    make_images(tmp_path, 12, classes=3, min_short=20, max_short=24)
+    (tmp_path / "class_03").mkdir()  # an empty class
+    (tmp_path / "class_00" / "notes.txt").write_text("not an image")
+    with pytest.raises(SourceError, match="class_03"):
+        ImageStream.from_folder(tmp_path)
+    ours = ImageStream.from_folder(tmp_path, allow_empty=True)
+    theirs = ImageFolder(tmp_path, allow_empty=True)
+    assert ours.classes == theirs.classes and ours.class_to_idx == theirs.class_to_idx
+    assert ours.reader.paths == [path for path, _ in theirs.samples]
+    assert ours.reader.labels == theirs.targets
+
+    def odd(path: str) -> bool:
+        return path.endswith(".jpg") and int(path[-9:-4]) % 2 == 1
+
+    ours = ImageStream.from_folder(tmp_path, extensions=None, is_valid_file=odd, allow_empty=True)
+    theirs = ImageFolder(tmp_path, is_valid_file=odd, allow_empty=True)
+    assert ours.reader.paths == [path for path, _ in theirs.samples]
+    mapping = {"class_02": 0, "class_00": 1}
+    ours = ImageStream.from_folder(tmp_path, class_to_idx=mapping)
+    assert ours.classes == ["class_02", "class_00"]
+    assert set(ours.reader.labels) == {0, 1}
+    assert all(
+        ("class_02" in p) == (label == 0)
+        for p, label in zip(ours.reader.paths, ours.reader.labels, strict=True)
+    )
+    with pytest.raises(SourceError, match="do not exist"):
+        ImageStream.from_folder(tmp_path, class_to_idx={"nope": 0})
+    with pytest.raises(ValueError, match="not both"):
+        ImageStream.from_folder(tmp_path, is_valid_file=odd)
 
 
 # --------------------------------------------------------------------------- decode_device

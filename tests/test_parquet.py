@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
-import fastdata.sources._stream as stream_module
+import fastdata.sources.stream as stream_module
 from fastdata import DataLoader, ParquetStream, Ragged, ResumeError, SchemaError, SourceError
 from fastdata.sources._arrow import converter, to_batch
 from fastdata.synthetic import make_parquet

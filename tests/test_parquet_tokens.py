@@ -23,7 +23,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fastdata.sources._stream as stream_module
+import fastdata.sources.stream as stream_module
 from fastdata import DataLoader, ParquetStream, Ragged, nested_collate, pad_collate
 from fastdata.synthetic import make_tokens
 

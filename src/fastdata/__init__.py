@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
     from fastdata.sources.parquet import ParquetStream
+    from fastdata.sources.stream import PlannedStream
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -64,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "ImageStream": "fastdata.sources.images",
     "ImageTransform": "fastdata.decode",
     "ParquetStream": "fastdata.sources.parquet",
+    "PlannedStream": "fastdata.sources.stream",
     "ResumeError": "fastdata.errors",
     "SchemaError": "fastdata.errors",
     "SourceError": "fastdata.errors",

@@ -12,22 +12,29 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import signal
 import threading
 import time
 import weakref
 from typing import Any
 
+import torch
 import torch.utils.data.dataloader as _dataloader
 
 __all__ = [
     "CHECKED_TORCH",
+    "WORKER_RERAISE",
+    "DataLoaderHooks",
     "IteratorRecord",
     "SingleIterator",
     "WorkerIterator",
     "drain_sampler",
     "num_yielded",
     "pin_memory",
+    "shared_fd_storage",
+    "shared_storage",
+    "upsample_bilinear_aa",
     "worker_iterator",
 ]
 
@@ -97,6 +104,45 @@ def drain_sampler(iterator: Any) -> None:
     sampler_iter = getattr(iterator, "_sampler_iter", None)
     for _ in sampler_iter or ():
         pass
+
+
+def shared_storage(nbytes: int) -> torch.UntypedStorage:
+    """A fresh shared-memory storage of ``nbytes`` (``UntypedStorage._new_shared``), what
+    torch's ``default_collate`` allocates in a worker."""
+    return torch.UntypedStorage._new_shared(nbytes)
+
+
+def shared_fd_storage(fd: int, nbytes: int) -> torch.UntypedStorage:
+    """torch's file-descriptor shared storage over the memfd ``fd`` (duplicated:
+    ``UntypedStorage._new_shared_fd_cpu``), so the tensor is shared as torch shares its own."""
+    return torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)
+
+
+def upsample_bilinear_aa(image: torch.Tensor, hw: tuple[int, int], out: torch.Tensor) -> None:
+    """torch's antialiased bilinear resize (``F.interpolate(..., antialias=True)``'s kernel),
+    written into ``out``: ``F.interpolate`` has no ``out=``, and the copy cost ~15 us an image."""
+    torch._C._nn._upsample_bilinear2d_aa(image, hw, False, None, None, out=out)
+
+
+class DataLoaderHooks:
+    """The private hooks of torch's DataLoader that ``fastdata.DataLoader`` overrides (put it
+    first among the bases): the iterator it makes (:func:`worker_iterator`), and the index
+    sampler that iterator draws from (the loader's ``_resumed_sampler(torch's own)``)."""
+
+    def _get_iterator(self) -> Any:
+        iterator, _ = worker_iterator(self)
+        return iterator
+
+    @property
+    def _index_sampler(self) -> Any:
+        base = _dataloader.DataLoader._index_sampler.fget(self)  # type: ignore[attr-defined]
+        return self._resumed_sampler(base)  # type: ignore[attr-defined]
+
+
+# torch's ExceptionWrapper.reraise(): "Caught DecodeError in DataLoader worker process 1.\n
+# Original Traceback (most recent call last): ...\nfastdata.errors.DecodeError: why [where]".
+WORKER_RERAISE = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\n")
+"""The start of the message torch gives an exception it re-raises from a worker."""
 
 
 def pin_memory(batch: Any, device: Any = None) -> Any:

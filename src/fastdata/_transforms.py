@@ -185,6 +185,8 @@ def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | No
     """:func:`resize` with torch's antialiased bilinear (``interpolation="antialias"``)."""
     import torch  # only this interpolation needs torch: the rest of the stage runs without
 
+    from fastdata._torch_compat import upsample_bilinear_aa
+
     if not img.flags.writeable or min(img.strides) < 0:
         img = img.copy()  # torch refuses negative strides and warns on read-only arrays
     if out is None:
@@ -198,7 +200,7 @@ def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | No
     # uint8 path and, written into the HWC ``out`` seen as channels-last NCHW, answers HWC
     # without a transposing copy. F.interpolate has no out=, its kernel does.
     nchw = _nchw(img).contiguous(memory_format=torch.channels_last)
-    torch._C._nn._upsample_bilinear2d_aa(nchw, hw, False, None, None, out=_nchw(out))
+    upsample_bilinear_aa(nchw, hw, _nchw(out))
     return out
 
 

@@ -45,7 +45,7 @@ class SourceError(FastDataError):
         self.row = row
         self.column = column
         self.reason = message
-        if not self.location and _FROM_WORKER.match(message):
+        if not self.location and _from_worker(message):
             # torch re-raises a worker's exception as ``type(exc)(message)``, the message
             # holding the worker id and the original traceback; recover the location.
             self._restore_location(message)
@@ -93,9 +93,17 @@ class SourceError(FastDataError):
         return (_rebuild, (type(self), self.reason, *where))
 
 
-# torch's ExceptionWrapper.reraise(): "Caught DecodeError in DataLoader worker process 1.\n
-# Original Traceback (most recent call last): ...\nfastdata.errors.DecodeError: why [where]".
-_FROM_WORKER = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\n")
+def _from_worker(message: str) -> bool:
+    """Whether ``message`` is torch's re-raise of an exception from a DataLoader worker."""
+    if "DataLoader worker process" not in message:
+        return False
+    from fastdata._torch_compat import WORKER_RERAISE  # torch loaded by then: it re-raised
+
+    return WORKER_RERAISE.match(message) is not None
+
+
+# The end of what torch's ExceptionWrapper.reraise() gives (_torch_compat.WORKER_RERAISE):
+# "...\nfastdata.errors.DecodeError: why [where]".
 _RAISED = re.compile(r"^fastdata\.errors\.\w+: ", re.MULTILINE)
 _WHERE = re.compile(r" \[(?=(?:file|row_group|member|row|column)=)")
 _FIELD_SPLIT = re.compile(r" (?=(?:row_group|member|row|column)=)")

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from fastdata.errors import ResumeError
 from fastdata.loader import DataLoader as _FastDataLoader
-from fastdata.sources._stream import PlannedStream
+from fastdata.sources import PlannedStream
 
 __all__ = ["DataLoader"]
 

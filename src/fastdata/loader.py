@@ -22,11 +22,8 @@ seeds ``random``, ``numpy`` and torch itself per worker from the loader's seed.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
-import multiprocessing
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -42,68 +39,18 @@ from fastdata._resume import (
     index_sampler_skipping,
 )
 from fastdata._stats import StageTimes, TimedCollate, WaitClock
-from fastdata._torch_compat import IteratorRecord, drain_sampler, length, worker_iterator
+from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sampler, length
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
+from fastdata.sources import PlannedStream
 from fastdata.sources._state import require_int, require_mapping, short, validate
-from fastdata.sources._stream import PlannedStream
 from fastdata.sources.plan import round_robin_consumed
+from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 
 __all__ = ["DataLoader"]
 
 STATE_VERSION = 2
 _TORCH_INIT = torch.utils.data.DataLoader.__init__
-
-
-class _WorkerInit:
-    """fastdata's worker set-up, then the user's ``worker_init_fn`` (picklable for spawn).
-
-    In a fresh (spawned or forkserver) worker, OpenCV's own thread pool is capped at one
-    thread: the workers are the parallelism. A forked worker is left alone: reconfiguring the
-    pool it inherited from a parent that already used it deadlocks in OpenCV (the parent caps
-    it around the fork instead, see :func:`_opencv_single_threaded_fork`).
-    """
-
-    def __init__(self, user_fn: Any, *, limit_opencv: bool) -> None:
-        self.user_fn = user_fn
-        self.limit_opencv = limit_opencv
-
-    def __call__(self, worker_id: int) -> None:
-        cv2 = sys.modules.get("cv2")  # only if the pipeline uses OpenCV at all
-        if cv2 is not None and self.limit_opencv:
-            cv2.setNumThreads(1)
-        if self.user_fn is not None:
-            self.user_fn(worker_id)
-
-
-@contextlib.contextmanager
-def _opencv_single_threaded_fork(loader: DataLoader) -> Iterator[None]:
-    """While forking workers, cap OpenCV's pool at one thread so each forked worker runs
-    single-threaded OpenCV (the workers are the parallelism); the parent's setting is put
-    back once they are started."""
-    cv2 = sys.modules.get("cv2")
-    forking = loader.num_workers > 0 and _start_method(loader.multiprocessing_context) == "fork"
-    if cv2 is None or not forking:
-        yield
-        return
-    previous = cv2.getNumThreads()
-    cv2.setNumThreads(1)
-    try:
-        yield
-    finally:
-        cv2.setNumThreads(previous)
-
-
-def _start_method(context: Any) -> str:
-    if isinstance(context, str):
-        return context
-    if context is not None:  # anything else is torch's to reject, with its own message
-        return context.get_start_method() if hasattr(context, "get_start_method") else ""
-    # Without pinning the process-wide default (unlike multiprocessing.get_context()).
-    return (
-        multiprocessing.get_start_method(allow_none=True)
-        or (multiprocessing.get_all_start_methods()[0])
-    )
 
 
 _T_co = TypeVar("_T_co", covariant=True)
@@ -121,7 +68,7 @@ class _Progress:
         self.wall = 0.0
 
 
-class DataLoader(torch.utils.data.DataLoader[_T_co]):
+class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
     """A drop-in for :class:`torch.utils.data.DataLoader` with opt-in extras.
 
     Every positional and keyword argument of torch's DataLoader is accepted with torch's
@@ -150,11 +97,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     @property  # type: ignore[override]
     def worker_init_fn(self) -> Any:
         """The ``worker_init_fn`` passed in. Workers run it after fastdata's own set-up
-        (:class:`_WorkerInit`), which torch is handed while it starts them."""
+        (:class:`fastdata.workers.WorkerInit`), which torch is handed while it starts them."""
         if not self._fd_starting:
             return self._fd_user_init
-        limit_opencv = _start_method(self.multiprocessing_context) != "fork"
-        return _WorkerInit(self._fd_user_init, limit_opencv=limit_opencv)
+        limit_opencv = start_method(self.multiprocessing_context) != "fork"
+        return WorkerInit(self._fd_user_init, limit_opencv=limit_opencv)
 
     @worker_init_fn.setter
     def worker_init_fn(self, fn: Any) -> None:
@@ -182,7 +129,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         if self._fd_times is not None:
             self.collate_fn = TimedCollate(self.collate_fn, self._fd_times, pin=self.pin_memory)
             if isinstance(self.dataset, PlannedStream):
-                self.dataset._stage_times = self._fd_times
+                self.dataset.attach_stats(self._fd_times)
         self._fd_progress = _Progress()
 
     def __iter__(self) -> Any:
@@ -193,7 +140,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 self._fd_sampler_state = SamplerState.capture(self)
             except ResumeError as exc:  # raised by state_dict(), never by iteration
                 self._fd_sampler_state = exc
-        with _opencv_single_threaded_fork(self):
+        with opencv_single_threaded_fork(self):
             self._fd_starting = True
             try:
                 iterator = super().__iter__()
@@ -252,13 +199,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             now = clock()  # the consumer's step is not waiting
         progress.wall = wall_before + clock() - start
 
-    def _get_iterator(self) -> Any:
-        iterator, _ = worker_iterator(self)
-        return iterator
-
-    @property
-    def _index_sampler(self) -> Any:
-        base = super()._index_sampler
+    def _resumed_sampler(self, base: Any) -> Any:
+        """The index sampler torch's iterator draws from: ``base``, less the items a loaded
+        state consumed while that state's iterator is being made (see DataLoaderHooks)."""
         if self._fd_skip is None or not self._fd_starting:
             return base
         return index_sampler_skipping(self, base, self._fd_skip)
@@ -351,7 +294,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
     def _per_worker(self, stream: PlannedStream, consumed: int, epoch: int, readers: int) -> Any:
         """Items each reader had delivered, and whose turn is next, after ``consumed``
         batches of this loader's round-robin over the readers."""
-        items = [plan.items for plan in stream._slot_plans(readers, epoch)]
+        items = stream.reader_items(readers, epoch)
         rows = 1 if self.batch_size is None else self.batch_size
         if self.batch_size is None:
             batches = items

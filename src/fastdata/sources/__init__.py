@@ -1,2 +1,19 @@
-"""Sources: ParquetStream, ImageStream (folders, file lists, Parquet, tar shards)
-and the plan they share."""
+"""Sources: streams of a reader's units (see :class:`fastdata.PlannedStream`).
+
+The public pieces for writing a source of your own: :class:`Reader` (count and read units),
+:class:`Decoder` and :class:`Context` (turn rows into items; :class:`ArrowDecoder` is the
+default), and :class:`PlannedStream` to put them together.
+"""
+
+from fastdata.sources.base import INDEX, ArrowDecoder, Context, Decoder, Reader
+from fastdata.sources.stream import PlannedStream, StreamOptions
+
+__all__ = [
+    "INDEX",
+    "ArrowDecoder",
+    "Context",
+    "Decoder",
+    "PlannedStream",
+    "Reader",
+    "StreamOptions",
+]

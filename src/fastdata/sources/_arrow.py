@@ -37,7 +37,7 @@ from torch.utils.data import get_worker_info
 
 from fastdata.errors import SourceError
 from fastdata.ragged import Ragged, RaggedKind
-from fastdata.sources._segments import shared_batch
+from fastdata.workers import shared_batch
 
 Converter = Callable[[pa.Array], Any]
 
@@ -188,7 +188,7 @@ def to_batch(
     In a DataLoader worker, each Ragged is copied from the Arrow buffers straight into one
     shared-memory segment (values, offsets and validity back to back), which is then handed
     to the main process without another copy, and reused for a later batch once nothing
-    holds this one (see :mod:`fastdata.sources._segments`; ``reuse=False`` where the main
+    holds this one (see :mod:`fastdata.workers`; ``reuse=False`` where the main
     process shares by ``file_system``). A fresh segment per batch would cost about as much
     CPU as decoding the column: every page of it is zeroed and faulted in.
     """

@@ -46,7 +46,11 @@ class Listing(NamedTuple):
 
 
 def resolve_files(
-    source: Any, *, filesystem: Any = None, suffixes: tuple[str, ...] = ()
+    source: Any,
+    *,
+    filesystem: Any = None,
+    suffixes: tuple[str, ...] = (),
+    repeats: bool = False,
 ) -> Listing:
     """The filesystem, files and file sizes ``source`` names, in a deterministic order.
 
@@ -58,7 +62,8 @@ def resolve_files(
     Raises:
         SourceError: a path that does not exist, a directory/glob that matches no file, or
             a file reached twice (listed twice, or by two items that overlap: every row
-            would be read twice).
+            would be read twice), unless ``repeats`` (a list of samples that may name a file
+            more than once on purpose).
     """
     if hasattr(source, "files") and hasattr(source, "filesystem"):  # pyarrow FileSystemDataset
         files = list(source.files)
@@ -81,7 +86,7 @@ def resolve_files(
                 path=os.fspath(item),
             )
         for path, size in entries:
-            if path in reached_by:
+            if path in reached_by and not repeats:
                 raise SourceError(
                     f"the file is reached twice (by {reached_by[path]!r} and {os.fspath(item)!r}),"
                     " so its rows would be read twice; list each file once",
@@ -188,13 +193,18 @@ def _glob(
     parts = pattern.split("/")
     fixed = next(i for i, part in enumerate(parts) if _has_glob(part))
     base = "/".join(parts[:fixed]) or "/"
+    tail = "/".join(parts[fixed:])
     # Like glob: "*" stays within one directory level unless the pattern says "**".
     same_depth = "**" not in pattern
-    found = [
-        (p, n)
-        for p, n in walk(fs, base, suffixes)
-        if fnmatch.fnmatchcase(p, pattern) and (not same_depth or p.count("/") == len(parts) - 1)
-    ]
+    found = []
+    for path, size in walk(fs, base, suffixes):
+        # Matched below the base, as the filesystem lists it (an fsspec filesystem may put
+        # a root "/" before a relative base: "/datasets/x" for "datasets").
+        relative = path.lstrip("/")[len(base.strip("/")) :].lstrip("/")
+        if fnmatch.fnmatchcase(relative, tail) and (
+            not same_depth or relative.count("/") == tail.count("/")
+        ):
+            found.append((path, size))
     if not found:
         raise SourceError("glob matched no files: check the pattern and the directory", path=shown)
     return found

@@ -1,23 +1,23 @@
-"""The machinery every planned source shares: epochs, layout, resume state and batching.
+"""PlannedStream: a reader's units, planned, read ahead, batched and resumable.
 
-A source subclass describes its data as units with row counts and knows how to read one unit
-as an Arrow table and how to turn tables into items. :class:`PlannedStream` does the rest:
-it asks :mod:`fastdata.sources.plan` what this ``(rank, worker)`` reads, skips by metadata to
-the resume cursor, reads window by window, and cuts items of ``batch_size`` rows (or single
-rows) across window boundaries.
+A stream puts a :class:`~fastdata.sources.base.Reader` (counts and reads units) and a
+:class:`~fastdata.sources.base.Decoder` (turns rows into items) together with everything the
+sources share: it asks :mod:`fastdata.sources.plan` what this ``(rank, worker)`` reads, skips
+by metadata to a resume position, reads window by window on background threads, and cuts
+items of ``batch_size`` rows (or single rows) across window boundaries. ``ParquetStream`` and
+``ImageStream`` are such streams, built by constructors that pick the reader and decoder.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
-from abc import abstractmethod
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, TypedDict
 
+import numpy as np
 import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
@@ -27,10 +27,10 @@ from fastdata._stats import StageTimes
 from fastdata._validate import check_bool, check_choice, check_int
 from fastdata.errors import ResumeError
 from fastdata.sources._state import MAX_EPOCH, STATE_VERSION, check_matches, validate
+from fastdata.sources.base import INDEX, ArrowDecoder, Context, Decoder, Reader
 from fastdata.sources.plan import (
     EvenBatches,
     Layout,
-    Piece,
     Policy,
     SlotPlan,
     Summary,
@@ -39,37 +39,75 @@ from fastdata.sources.plan import (
     plan_slot,
     window_permutation,
 )
+from fastdata.workers import ThreadPools
+
+__all__ = ["PlannedStream", "StreamOptions"]
+
+
+class StreamOptions(TypedDict, total=False):
+    """The options every stream takes (keyword-only), documented on :class:`PlannedStream`."""
+
+    batch_size: int | None
+    shuffle: bool
+    seed: int
+    shuffle_buffer: int
+    drop_last: bool
+    even_batches: EvenBatches
+    rank: int | None
+    world_size: int | None
+    read_ahead: int
 
 
 class PlannedStream(IterableDataset):
-    """Base class of fastdata's streams (see the module docstring).
+    """Stream a reader's rows exactly once across DDP ranks x DataLoader workers.
 
-    Subclasses implement :meth:`_unit_rows`, :meth:`_read_unit` (and, where a part of a unit
-    can be read alone, :meth:`_read_piece`), :meth:`_make_batch`, :meth:`_make_rows` and
-    :meth:`_identity`.
+    Args:
+        reader: the source's units (see :class:`fastdata.sources.Reader`).
+        decoder: turns rows into items; :class:`~fastdata.sources.ArrowDecoder` (dicts of
+            tensors) when None.
+        batch_size: rows per yielded item (use it with ``DataLoader(batch_size=None)``);
+            ``None`` yields one item per row for the DataLoader's own batching (slower:
+            Python work per row).
+        shuffle: shuffle unit order and the rows within windows of ``shuffle_buffer`` rows.
+        seed: with the epoch (:meth:`set_epoch`), fixes the order.
+        shuffle_buffer: rows mixed together when shuffling; memory grows with it.
+        drop_last: drop the globally last partial batch (see :meth:`summary`).
+        even_batches: ``"drop"`` or ``"pad"`` to give every rank exactly the same number of
+            items (default: counts differ by at most one).
+        rank: this process's rank; with ``world_size``, or neither: then it comes from
+            torch.distributed or the ``RANK``/``WORLD_SIZE`` variables.
+        world_size: the number of ranks; with ``rank``, or neither.
+        read_ahead: windows read on background threads ahead of the one being consumed; 0
+            reads in line. Memory holds up to ``1 + read_ahead`` windows per reader.
     """
-
-    _stage_times: StageTimes | None = None  # set by DataLoader(stats=True)
 
     def __init__(
         self,
+        reader: Reader,
+        /,
         *,
-        batch_size: int | None,
-        shuffle: bool,
-        seed: int,
-        shuffle_buffer: int,
-        drop_last: bool,
-        even_batches: EvenBatches,
-        rank: int | None,
-        world_size: int | None,
-        read_ahead: int,
+        decoder: Decoder | None = None,
+        batch_size: int | None = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        shuffle_buffer: int = 16_384,
+        drop_last: bool = False,
+        even_batches: EvenBatches = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        read_ahead: int = 2,
     ) -> None:
+        for name, obj, kind in (("reader", reader, Reader), ("decoder", decoder, Decoder)):
+            if obj is not None and not isinstance(obj, kind):
+                raise TypeError(f"{name}={obj!r}: expected a fastdata.sources.{kind.__name__}")
         batch_size = check_int("batch_size", batch_size, minimum=1, none="None to yield rows")
         if check_bool("drop_last", drop_last) and batch_size is None:
             raise ValueError(
                 "drop_last=True needs batch_size: with batch_size=None the stream yields rows "
                 "and DataLoader(drop_last=...) drops the partial batch"
             )
+        self.reader = reader
+        self.decoder: Decoder = decoder if decoder is not None else ArrowDecoder()
         self.batch_size = batch_size
         self.read_ahead = check_int("read_ahead", read_ahead, minimum=0)
         self._policy = Policy(
@@ -86,47 +124,42 @@ class PlannedStream(IterableDataset):
             resolve_rank(rank, world_size)  # raises the explanatory error
         self._rank_args = (rank, world_size)
         self._resolved_rank: tuple[int, int] | None = None
+        self._rows: tuple[int, ...] | None = None  # the reader's unit rows, asked once
+        self._offsets = np.zeros(1, dtype=np.int64)  # first index of each unit
+        self._times: StageTimes | None = None
         # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._pending: dict[str, Any] | None = None
         self._continues_from: int | None = None  # epoch of a loaded end-of-epoch state
         self._consumed = 0
-        self._pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+        self._pools = ThreadPools()
 
-    def _thread_pool(self, name: str, threads: int) -> ThreadPoolExecutor:
-        """This process's pool ``name``. A forked DataLoader worker inherits the pool object
-        but not its threads, and a pickled stream none at all: each process starts its own."""
-        owner, pool = self._pools.get(name, (None, None))
-        if pool is None or owner != os.getpid():
-            pool = ThreadPoolExecutor(threads, f"fastdata-{name}")
-            self._pools[name] = (os.getpid(), pool)
-        return pool
+    # ----------------------------------------------------------------- units
+    def unit_rows(self) -> tuple[int, ...]:
+        """Rows of every unit of the reader (asked once; filters may make it costly)."""
+        if self._rows is None:
+            rows = tuple(int(n) for n in self.reader.unit_rows())
+            if any(n < 0 for n in rows):
+                raise ValueError(f"{self.reader!r} counts a negative number of rows in a unit")
+            self._rows = rows
+            self._offsets = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
+        return self._rows
 
-    # ----------------------------------------------------------------- subclass hooks
-    @abstractmethod
-    def _unit_rows(self) -> Sequence[int]:
-        """Rows of every unit, from metadata; cached by the subclass."""
+    @property
+    def num_rows(self) -> int:
+        """Rows in the data, over all ranks."""
+        return sum(self.unit_rows())
 
-    @abstractmethod
-    def _read_unit(self, unit: int) -> pa.Table:
-        """All rows of one unit, as the plan counted them."""
+    def location(self, index: int) -> dict[str, Any]:
+        """Where the row with :data:`~fastdata.sources.base.INDEX` ``index`` is."""
+        self.unit_rows()
+        unit = int(np.searchsorted(self._offsets, index, side="right")) - 1
+        return self.reader.location(unit, index - int(self._offsets[unit]))
 
-    def _read_piece(self, piece: Piece) -> pa.Table:
-        """Rows ``[start, stop)`` of a unit; sources that can read part of a unit override it."""
-        return self._read_unit(piece.unit).slice(piece.start, piece.rows)
-
-    @abstractmethod
-    def _make_batch(self, table: pa.Table) -> Any:
-        """One item of ``batch_size`` rows."""
-
-    @abstractmethod
-    def _make_rows(self, table: pa.Table) -> Iterator[Any]:
-        """One item per row."""
-
-    @abstractmethod
-    def _identity(self) -> dict[str, Any]:
-        """Named, small, JSON-able facts about the data (counts, hashes of paths and
-        contents) that a state must match; a mismatch is refused naming the field."""
+    def attach_stats(self, times: StageTimes | None) -> None:
+        """Record read (and the decoder's) stage times in ``times`` (``DataLoader(stats=True)``
+        attaches its table; None stops recording)."""
+        self._times = times
 
     # ----------------------------------------------------------------- epochs and layout
     @property
@@ -156,6 +189,7 @@ class PlannedStream(IterableDataset):
 
     @property
     def policy(self) -> Policy:
+        """The settings that shape each epoch (batch size, shuffling, seed, ...)."""
         return self._policy
 
     def rank_and_world_size(self) -> tuple[int, int]:
@@ -169,7 +203,7 @@ class PlannedStream(IterableDataset):
         """This epoch's totals: rows used, dropped by ``drop_last`` / ``even_batches="drop"``,
         padded by ``even_batches="pad"``, and the item count of every rank."""
         rank, world = self.rank_and_world_size()
-        _, _, summary = plan_epoch(self._unit_rows(), Layout(rank, world), self._policy, self.epoch)
+        _, _, summary = plan_epoch(self.unit_rows(), Layout(rank, world), self._policy, self.epoch)
         return summary
 
     def __len__(self) -> int:
@@ -177,19 +211,17 @@ class PlannedStream(IterableDataset):
         rank, _ = self.rank_and_world_size()
         return self.summary().items_per_rank[rank]
 
-    def worker_items(self, num_workers: int) -> list[int]:
-        """Items each of ``num_workers`` DataLoader workers of this rank yields this epoch."""
-        return [self._slot_plan(w, num_workers).items for w in range(num_workers)]
+    def reader_items(self, num_readers: int, epoch: int | None = None) -> list[int]:
+        """Items each of ``num_readers`` readers of this rank (DataLoader workers, or 1)
+        yields in ``epoch`` (the current one when None)."""
+        return [self._slot_plan(w, num_readers, epoch).items for w in range(num_readers)]
 
-    def _slot_plan(self, slot: int, num_workers: int, epoch: int | None = None) -> SlotPlan:
+    def _slot_plan(self, slot: int, num_readers: int, epoch: int | None = None) -> SlotPlan:
         rank, world = self.rank_and_world_size()
-        layout = Layout(rank, world, slot, num_workers)
+        layout = Layout(rank, world, slot, num_readers)
         epoch = self.epoch if epoch is None else epoch
-        plan, _ = plan_slot(self._unit_rows(), layout, self._policy, epoch)
+        plan, _ = plan_slot(self.unit_rows(), layout, self._policy, epoch)
         return plan
-
-    def _slot_plans(self, num_workers: int, epoch: int) -> list[SlotPlan]:
-        return [self._slot_plan(w, num_workers, epoch) for w in range(num_workers)]
 
     # ----------------------------------------------------------------- resume
     def state_dict(self) -> dict[str, Any]:
@@ -213,8 +245,8 @@ class PlannedStream(IterableDataset):
         }
 
     def state_at(self, consumed: Sequence[int], *, rotation: int = 0) -> dict[str, Any]:
-        """The state after each worker slot delivered ``consumed[slot]`` items; ``rotation`` is
-        the slot whose turn is next in the loader's round-robin (see :mod:`._state`)."""
+        """The state after each reader delivered ``consumed[reader]`` items; ``rotation`` is
+        the reader whose turn is next in the loader's round-robin (see :mod:`._state`)."""
         rank, world = self.rank_and_world_size()
         return {
             "type": type(self).__name__,
@@ -226,7 +258,7 @@ class PlannedStream(IterableDataset):
             "consumed": [int(c) for c in consumed],
             "rotation": int(rotation),
             "settings": self._settings(),
-            "data": self._identity(),
+            "data": self.reader.identity(),
         }
 
     def load_state_dict(self, state: dict[str, Any], *, num_workers: int | None = None) -> None:
@@ -243,7 +275,7 @@ class PlannedStream(IterableDataset):
         """
         checked = validate(state, type_name=type(self).__name__)
         check_matches(checked["settings"], self._settings(), "settings")
-        check_matches(checked["data"], self._identity(), "data")
+        check_matches(checked["data"], self.reader.identity(), "data")
         rank, world = self.rank_and_world_size()
         if checked["world_size"] != world:
             raise ResumeError(
@@ -263,7 +295,7 @@ class PlannedStream(IterableDataset):
                 f"{num_workers}; resume with the same num_workers"
             )
         epoch = checked["epoch"]
-        items = [plan.items for plan in self._slot_plans(readers, epoch)]
+        items = self.reader_items(readers, epoch)
         for slot, (done, total) in enumerate(zip(checked["consumed"], items, strict=True)):
             if done > total:
                 raise ResumeError(
@@ -275,14 +307,11 @@ class PlannedStream(IterableDataset):
             if epoch + 1 > MAX_EPOCH:
                 raise ResumeError(f"cannot resume: the state's epoch={epoch} is the last one")
             self._epoch[0] = epoch + 1
-            self._consumed = 0
-            self._pending = None
-            self._continues_from = epoch
+            self._consumed, self._pending, self._continues_from = 0, None, epoch
             return
         self._epoch[0] = epoch
         self._consumed = sum(checked["consumed"]) if readers == 1 else 0
-        self._pending = checked
-        self._continues_from = None
+        self._pending, self._continues_from = checked, None
 
     @property
     def resuming(self) -> bool:
@@ -298,10 +327,9 @@ class PlannedStream(IterableDataset):
     def __getstate__(self) -> dict[str, Any]:
         # Pickled for DataLoader workers: plan once here (metadata), resolve the rank while
         # torch.distributed is visible, and send the result along.
-        self._unit_rows()
+        self.unit_rows()
         state = self.__dict__.copy()
         state["_resolved_rank"] = self.rank_and_world_size()
-        state["_pools"] = {}  # threads stay in the process that started them
         return state
 
     def __iter__(self) -> Iterator[Any]:
@@ -318,11 +346,6 @@ class PlannedStream(IterableDataset):
             slot = (worker + pending["rotation"]) % num_workers
             skip = pending["consumed"][slot]
         plan = self._slot_plan(slot, num_workers)
-        if skip > plan.items:
-            raise ResumeError(
-                f"cannot resume: the state says {skip} items were consumed from reader {slot}, "
-                f"which has only {plan.items} this epoch; was the state saved for this data?"
-            )
         self._consumed = skip
         return self._track(self._items(plan, skip))
 
@@ -332,13 +355,14 @@ class PlannedStream(IterableDataset):
             yield item
 
     def _items(self, plan: SlotPlan, skip: int) -> Iterator[Any]:
-        offset = skip * self._policy.batch_size
-        tables = self._tables(plan.windows, offset)
+        context = Context(self.epoch, self._policy.seed, self.location, self._times)
+        tables = self._tables(plan.windows, skip * self._policy.batch_size)
         if self.batch_size is None:
             for table in tables:
-                yield from self._make_rows(table)
-        else:
-            yield from self._batches(tables, self.batch_size)
+                yield from self.decoder.rows(table, context)
+            return
+        for table in _cut(tables, self.batch_size):
+            yield self.decoder.batch(table, context)
 
     def _tables(self, windows: Sequence[Window], offset: int) -> Iterator[pa.Table]:
         """The windows' rows in order, starting ``offset`` rows into the slot.
@@ -360,7 +384,7 @@ class PlannedStream(IterableDataset):
                 table = self._read_window(window)
                 yield table.slice(skip) if skip else table
             return
-        pool = self._thread_pool("read", self.read_ahead)
+        pool = self._pools.get("read", self.read_ahead)
         ahead: deque[Future[pa.Table]] = deque()
         for i, (_, skip) in enumerate(reads):
             while len(ahead) <= self.read_ahead and i + len(ahead) < len(reads):
@@ -370,34 +394,52 @@ class PlannedStream(IterableDataset):
 
     def _read_window(self, window: Window) -> pa.Table:
         start = time.perf_counter()
-        parts = [self._read_piece(p) for p in window.pieces]
+        parts = [self._read_piece(p.unit, p.start, p.stop) for p in window.pieces]
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         perm = window_permutation(window)
         table = table if perm is None else table.take(perm)
-        if self._stage_times is not None:
-            self._stage_times.add("read", time.perf_counter() - start, table.num_rows)
+        if self._times is not None:
+            self._times.add("read", time.perf_counter() - start, table.num_rows)
         return table
 
-    def _batches(self, tables: Iterator[pa.Table], size: int) -> Iterator[Any]:
-        """Items of exactly ``size`` rows across table boundaries; the plan makes only the
-        slot's last item partial."""
-        pending: list[pa.Table] = []
-        pending_rows = 0
-        for table in tables:
-            start = 0
-            if pending_rows:
-                head = table.slice(0, size - pending_rows)
-                pending.append(head)
-                pending_rows += head.num_rows
-                start = head.num_rows
-                if pending_rows < size:
-                    continue
-                yield self._make_batch(pa.concat_tables(pending))
-                pending, pending_rows = [], 0
-            while start + size <= table.num_rows:
-                yield self._make_batch(table.slice(start, size))
-                start += size
-            if start < table.num_rows:
-                pending, pending_rows = [table.slice(start)], table.num_rows - start
-        if pending:
-            yield self._make_batch(pa.concat_tables(pending))
+    def _read_piece(self, unit: int, start: int, stop: int) -> pa.Table:
+        table = self.reader.read(unit, start, stop)
+        if not self.decoder.needs_index:
+            return table
+        # Wrapped, not converted: the first pa.array(ndarray) of a process costs 6-14 ms of
+        # one-off set-up, which every DataLoader worker of every epoch would pay.
+        first = int(self._offsets[unit]) + start
+        index = np.arange(first, first + stop - start, dtype=np.int64)
+        column = pa.Array.from_buffers(pa.int64(), len(index), [None, pa.py_buffer(index)])
+        return table.append_column(INDEX, column)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.reader!r}, batch_size={self.batch_size}, "
+            f"shuffle={self._policy.shuffle})"
+        )
+
+
+def _cut(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
+    """Tables of exactly ``size`` rows across table boundaries (the plan makes only the
+    slot's last one partial)."""
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    for table in tables:
+        start = 0
+        if pending_rows:
+            head = table.slice(0, size - pending_rows)
+            pending.append(head)
+            pending_rows += head.num_rows
+            start = head.num_rows
+            if pending_rows < size:
+                continue
+            yield pa.concat_tables(pending)
+            pending, pending_rows = [], 0
+        while start + size <= table.num_rows:
+            yield table.slice(start, size)
+            start += size
+        if start < table.num_rows:
+            pending, pending_rows = [table.slice(start)], table.num_rows - start
+    if pending:
+        yield pa.concat_tables(pending)

@@ -1,12 +1,22 @@
-"""Reused shared-memory segments for the batches a DataLoader worker hands over.
+"""What runs in DataLoader workers, and what the loader does to start them.
 
-torch hands a worker's tensor to the main process as a shared-memory segment (only its file
-descriptor travels), but in a fresh segment per batch, and a fresh segment costs more than
-filling it: reserving one zeroes every page and the first touch faults each one in, about
-8 ms for a 9.6 MB image batch against 0.1 ms for the same bytes in a buffer that is reused.
-A worker here keeps a few segments (memfd), writes each batch through a mapping of its own
-that stays faulted in, and hands a segment out again once no process holds anything of the
-batch it carried before.
+- **Set-up** (:class:`WorkerInit`, :func:`opencv_single_threaded_fork`): OpenCV's own thread
+  pool is capped at one thread per worker (the workers are the parallelism): spawned workers
+  set it in fastdata's worker init, to which a user's ``worker_init_fn`` is chained; forked
+  workers inherit it from the parent, which holds the cap only while it forks them
+  (reconfiguring OpenCV inside a forked child deadlocks).
+- **Thread pools** (:class:`ThreadPools`): each process starts its own (a forked worker
+  inherits the pool objects but not their threads).
+- **Batch buffers** (:func:`batch_buffer`): a batch built in a worker lives in shared memory,
+  in a reused segment where that is safe (below).
+
+**Reused shared-memory segments.** torch hands a worker's tensor to the main process as a
+shared-memory segment (only its file descriptor travels), but in a fresh segment per batch,
+and a fresh segment costs more than filling it: reserving one zeroes every page and the
+first touch faults each one in, about 8 ms for a 9.6 MB image batch against 0.1 ms for the
+same bytes in a buffer that is reused. A worker here keeps a few segments (memfd), writes
+each batch through a mapping of its own that stays faulted in, and hands a segment out again
+once no process holds anything of the batch it carried before.
 
 What is handed over is an ordinary torch shared-memory tensor (torch's file-descriptor
 storage, ``is_shared()``), so it behaves everywhere as the batch torch's ``default_collate``
@@ -39,24 +49,135 @@ detected: set the strategy before iterating, as torch advises.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
+import multiprocessing
 import os
 import struct
 import sys
 import threading
 import weakref
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import torch
 import torch.multiprocessing
+
+from fastdata._torch_compat import shared_fd_storage, shared_storage
 
 try:
     import fcntl
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SEGMENTS_PER_WORKER", "shared_batch"]
+__all__ = [
+    "SEGMENTS_PER_WORKER",
+    "ThreadPools",
+    "WorkerInit",
+    "batch_buffer",
+    "opencv_single_threaded_fork",
+    "receiver_sharing",
+    "start_method",
+]
+
+
+class WorkerInit:
+    """fastdata's worker set-up, then the user's ``worker_init_fn`` (picklable for spawn).
+
+    In a fresh (spawned or forkserver) worker, OpenCV's own thread pool is capped at one
+    thread: the workers are the parallelism. A forked worker is left alone: reconfiguring the
+    pool it inherited from a parent that already used it deadlocks in OpenCV (the parent caps
+    it around the fork instead, see :func:`opencv_single_threaded_fork`).
+    """
+
+    def __init__(self, user_fn: Any, *, limit_opencv: bool) -> None:
+        self.user_fn = user_fn
+        self.limit_opencv = limit_opencv
+
+    def __call__(self, worker_id: int) -> None:
+        if "cv2" in sys.modules and self.limit_opencv:  # only if the pipeline uses OpenCV
+            from fastdata.decode import limit_opencv_threads
+
+            limit_opencv_threads(1)
+        if self.user_fn is not None:
+            self.user_fn(worker_id)
+
+
+@contextlib.contextmanager
+def opencv_single_threaded_fork(loader: Any) -> Iterator[None]:
+    """While forking workers, cap OpenCV's pool at one thread so each forked worker runs
+    single-threaded OpenCV (the workers are the parallelism); the parent's setting is put
+    back once they are started."""
+    forking = loader.num_workers > 0 and start_method(loader.multiprocessing_context) == "fork"
+    if "cv2" not in sys.modules or not forking:
+        yield
+        return
+    from fastdata.decode import limit_opencv_threads
+
+    previous = limit_opencv_threads(1)
+    try:
+        yield
+    finally:
+        limit_opencv_threads(previous)
+
+
+def start_method(context: Any) -> str:
+    if isinstance(context, str):
+        return context
+    if context is not None:  # anything else is torch's to reject, with its own message
+        return context.get_start_method() if hasattr(context, "get_start_method") else ""
+    # Without pinning the process-wide default (unlike multiprocessing.get_context()).
+    return (
+        multiprocessing.get_start_method(allow_none=True)
+        or (multiprocessing.get_all_start_methods()[0])
+    )
+
+
+class ThreadPools:
+    """Named thread pools, one set per process: a forked DataLoader worker inherits the pool
+    objects but not their threads, and a pickled owner none at all, so each process starts its
+    own on first use. Pickles as empty."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+
+    def get(self, name: str, threads: int) -> ThreadPoolExecutor:
+        """This process's pool ``name`` (``threads`` threads when it is started here)."""
+        owner, pool = self._pools.get(name, (None, None))
+        if pool is None or owner != os.getpid():
+            pool = ThreadPoolExecutor(threads, f"fastdata-{name}")
+            self._pools[name] = (os.getpid(), pool)
+        return pool
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_pools": {}}
+
+
+def receiver_sharing() -> str:
+    """The sharing strategy of this process, recorded by a stream when it is pickled for its
+    workers (spawned workers do not inherit it; it decides whether segments can be reused)."""
+    return torch.multiprocessing.get_sharing_strategy()
+
+
+def batch_buffer(
+    shape: tuple[int, ...], *, receiver: str | None = None
+) -> tuple[torch.Tensor, np.ndarray]:
+    """An uninitialised uint8 tensor of ``shape`` and a numpy array to fill it through.
+
+    Inside a DataLoader worker it lives in shared memory (a reused segment unless the process
+    receiving the batches, ``receiver``, shares by ``file_system``), so handing it over moves
+    no bytes, as with the batches torch's ``default_collate`` builds there.
+    """
+    from torch.utils.data import get_worker_info
+
+    if get_worker_info() is None:
+        batch = torch.empty(shape, dtype=torch.uint8)
+        return batch, batch.numpy()
+    return shared_batch(shape, reuse=receiver in (None, "file_descriptor"))
+
 
 SEGMENTS_PER_WORKER = 8
 """Segments a worker keeps: the batches in flight (``prefetch_factor``, 2 by default), the
@@ -100,7 +221,7 @@ class _Segment:
         fd = os.open(f"/proc/self/fd/{self.fd}", os.O_RDWR | os.O_CLOEXEC)
         try:
             _lock(fd, fcntl.F_OFD_SETLK, fcntl.F_RDLCK)
-            storage = torch.UntypedStorage._new_shared_fd_cpu(fd, self.nbytes)  # dups fd
+            storage = shared_fd_storage(fd, self.nbytes)  # dups fd
         finally:
             os.close(fd)
         tensor = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
@@ -125,7 +246,7 @@ def shared_batch(shape: tuple[int, ...], *, reuse: bool = True) -> tuple[torch.T
             segment = _free_segment(math.prod(shape))
             if segment is not None:
                 return segment.lend(shape)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    storage = shared_storage(math.prod(shape))
     tensor = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
     return tensor, tensor.numpy()
 

@@ -14,8 +14,8 @@ import torch.multiprocessing as tmp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import fastdata.sources._segments as segments
-from fastdata.sources._segments import SEGMENTS_PER_WORKER, shared_batch
+import fastdata.workers as segments
+from fastdata.workers import SEGMENTS_PER_WORKER, shared_batch
 
 pytestmark = pytest.mark.skipif(not segments._SUPPORTED, reason="needs memfd and OFD locks")
 

@@ -1,0 +1,115 @@
+"""What a source is made of: a :class:`Reader` of units and a :class:`Decoder` of rows.
+
+A stream (:class:`fastdata.PlannedStream`) is a reader and a decoder put together with a plan:
+
+- the **reader** knows its data as *units* (a Parquet row group, a block of image files, a tar
+  shard) whose row counts it can tell from metadata, reads any range of rows of one unit as an
+  Arrow table, names the location of a row for error messages, and describes its data for
+  resume checks. Nothing else: no sharding, shuffling, batching or state.
+- the **decoder** turns a table of rows into what the stream yields: a batch of
+  ``batch_size`` rows, or one item per row. :class:`ArrowDecoder` (the default) gives dicts
+  of torch tensors; the image streams decode image bytes.
+
+Both are sent to DataLoader workers by pickling, so they hold plain data (thread pools and
+open files are made again in each process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import pyarrow as pa
+
+from fastdata._stats import StageTimes
+from fastdata.sources._arrow import converter, iter_rows, to_batch
+from fastdata.workers import receiver_sharing
+
+__all__ = ["INDEX", "ArrowDecoder", "Context", "Decoder", "Reader"]
+
+INDEX = "__index__"
+"""The column a stream adds for a decoder that asks for it (:attr:`Decoder.needs_index`): each
+row's index among all rows of the source (the units' rows, in unit order)."""
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """How a source counts and reads its units (see the module docstring)."""
+
+    def unit_rows(self) -> Sequence[int]:
+        """Rows of every unit, from metadata (no data read); the same on every call."""
+        ...
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        """Rows ``[start, stop)`` of unit ``unit``, exactly ``stop - start`` of them.
+
+        Raises:
+            fastdata.SourceError: the data cannot be read, naming where.
+        """
+        ...
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        """Where row ``row`` of unit ``unit`` is, as :class:`fastdata.SourceError` keywords
+        (``path``, ``row_group``, ``member``, ``row``)."""
+        ...
+
+    def identity(self) -> dict[str, Any]:
+        """Small, JSON-able facts about the data (counts, hashes of names and contents) that a
+        resume state must match; a state whose facts differ is refused naming the fact."""
+        ...
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a decoder may need besides the rows: the epoch and seed (per-sample randomness
+    that a resumed run repeats), where a row is (for errors), and the stage timer."""
+
+    epoch: int
+    seed: int
+    locate: Callable[[int], dict[str, Any]]
+    times: StageTimes | None = None
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """Turns tables of rows into the items a stream yields."""
+
+    needs_index: bool
+    """Whether tables should carry the :data:`INDEX` column."""
+
+    def batch(self, table: pa.Table, context: Context) -> Any:
+        """One item from all rows of ``table`` (``batch_size`` rows, fewer at the end)."""
+        ...
+
+    def rows(self, table: pa.Table, context: Context) -> Iterator[Any]:
+        """One item per row of ``table``."""
+        ...
+
+
+class ArrowDecoder:
+    """Arrow rows as torch: a batch is ``{column: tensor | list}``, a row a dict of values.
+
+    Conversions per Arrow type are those of :mod:`fastdata.sources._arrow`; they are chosen
+    once per schema.
+    """
+
+    needs_index = False
+
+    def __init__(self) -> None:
+        self._converters: tuple[pa.Schema, dict[str, Any]] | None = None
+        # The sharing strategy of the process that pickled this decoder for its workers:
+        # ragged columns reuse shared-memory segments only where it shares by descriptor.
+        self._receiver: str | None = None
+
+    def batch(self, table: pa.Table, context: Context) -> dict[str, Any]:
+        if self._converters is None or self._converters[0] != table.schema:
+            self._converters = (table.schema, {f.name: converter(f)[0] for f in table.schema})
+        reuse = self._receiver in (None, "file_descriptor")
+        return to_batch(table, self._converters[1], reuse=reuse)
+
+    def rows(self, table: pa.Table, context: Context) -> Iterator[dict[str, Any]]:
+        return iter_rows(table)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_converters": None, "_receiver": receiver_sharing()}
