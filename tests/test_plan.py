@@ -11,11 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastdata.sources.plan import (
+    Handover,
     Layout,
     Policy,
     plan_slot,
     round_robin_consumed,
+    segment_rows,
     slot_rows,
+    slot_segments,
 )
 
 unit_rows = st.lists(st.integers(0, 40), min_size=0, max_size=12)
@@ -178,3 +181,94 @@ def test_invalid_arguments_are_explained():
         Policy(even_batches="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="consumed=5"):
         round_robin_consumed([1, 2], 5)
+
+
+# --------------------------------------------------------------------------- layout changes
+def slots_of(world: int, workers: int) -> list[Layout]:
+    return [Layout(r, world, w, workers) for r in range(world) for w in range(workers)]
+
+
+@st.composite
+def handover_cases(draw):
+    rows = draw(st.lists(st.integers(0, 30), min_size=0, max_size=10))
+    policy = draw(policies)
+    epoch = draw(st.integers(0, 2))
+    layouts = draw(
+        st.lists(st.tuples(st.integers(1, 4), st.integers(1, 3)), min_size=2, max_size=3)
+    )
+    return rows, policy, epoch, layouts, draw(st.randoms(use_true_random=False))
+
+
+def consume_prefixes(per_slot: list[list], policy: Policy, rng) -> list[int]:
+    """A random number of whole items consumed by each slot (its last item may be partial)."""
+    counts = []
+    for slot in per_slot:
+        items = -(-len(slot) // policy.batch_size)
+        counts.append(min(rng.randint(0, items) * policy.batch_size, len(slot)))
+    return counts
+
+
+@settings(max_examples=400, deadline=None)
+@given(handover_cases())
+def test_a_layout_change_reads_every_remaining_row_once(case):
+    rows, policy, epoch, layouts, rng = case
+    # Reference: the whole epoch under the first layout (what any layout must cover).
+    first = layouts[0]
+    per_slot, _, summary = run_epoch(rows, first[0], first[1], policy, epoch)
+    used = Counter(r for slot in per_slot.values() for r in slot)
+    consumed: Counter = Counter()
+    handovers: list[Handover] = []
+    for world, workers in layouts[:-1]:
+        reading = [
+            segment_rows(slot_segments(rows, layout, policy, epoch, handovers))
+            for layout in slots_of(world, workers)
+        ]
+        counts = consume_prefixes(reading, policy, rng)
+        for slot, n in zip(reading, counts, strict=True):
+            consumed.update(slot[:n])
+        handovers.append(Handover(world, workers, tuple(counts)))
+    final = layouts[-1]
+    rest = Counter(
+        r
+        for layout in slots_of(*final)
+        for r in segment_rows(slot_segments(rows, layout, policy, epoch, handovers))
+    )
+    assert not (set(consumed) & set(rest)) or policy.even_batches == "pad", "read twice"
+    if policy.even_batches is None:
+        assert consumed + rest == used, "lost or repeated rows"
+    elif policy.even_batches == "drop":
+        assert not (consumed & rest) and set(consumed + rest) <= set(used)
+    else:  # pad repeats rows of what remains so that ranks even out; nothing is lost
+        assert set(consumed) | set(rest) == set(used)
+    if policy.even_batches is not None and final[0] > 1:
+        items = [
+            sum(
+                -(
+                    -len(
+                        segment_rows(
+                            slot_segments(
+                                rows, Layout(r, final[0], w, final[1]), policy, epoch, handovers
+                            )
+                        )
+                    )
+                    // policy.batch_size
+                )
+                for w in range(final[1])
+            )
+            for r in range(final[0])
+        ]
+        assert len(set(items)) == 1, f"ranks' item counts differ: {items}"
+    assert summary is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(unit_rows, st.integers(1, 4), st.integers(1, 4), policies, st.integers(0, 3))
+def test_segments_of_a_fresh_epoch_are_the_slot_plan(rows, world, workers, policy, epoch):
+    for layout in slots_of(world, workers):
+        plan, _ = plan_slot(rows, layout, policy, epoch)
+        assert segment_rows(slot_segments(rows, layout, policy, epoch)) == slot_rows(plan)
+
+
+def test_a_handover_needs_one_count_per_slot():
+    with pytest.raises(ValueError, match="3 consumed counts for 2 x 2 slots"):
+        Handover(2, 2, (0, 0, 0))

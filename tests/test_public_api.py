@@ -1,0 +1,62 @@
+"""The public surface: what ``import fastdata`` offers and what it costs, and the rule that
+modules reach each other through public names only."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import fastdata
+
+SRC = Path(fastdata.__file__).parent
+
+
+def test_all_is_sorted_and_every_name_imports() -> None:
+    assert fastdata.__all__ == sorted(fastdata.__all__)
+    for name in fastdata.__all__:
+        assert getattr(fastdata, name) is not None, name
+    assert set(dir(fastdata)) == set(fastdata.__all__)
+
+
+def test_import_fastdata_loads_neither_torch_nor_numpy() -> None:
+    heavy = "('torch', 'numpy', 'cv2', 'pyarrow')"
+    code = f"import sys, fastdata; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def private_imports() -> list[str]:
+    """``from fastdata.<a> import _name``: a private name (not a module) of another package
+    (``fastdata`` and ``fastdata.sources`` are different packages)."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        if path.name == "_torch_compat.py":
+            continue
+        here = ".".join(("fastdata", *path.relative_to(SRC).parent.parts))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(
+                "fastdata"
+            ):
+                continue
+            module_dir = SRC.joinpath(*node.module.split(".")[1:])
+            package = node.module if module_dir.is_dir() else node.module.rpartition(".")[0]
+            for alias in node.names:
+                is_module = (module_dir / f"{alias.name}.py").exists() or (
+                    module_dir / alias.name
+                ).is_dir()
+                private = alias.name.startswith("_") and alias.name != "__version__"
+                if private and not is_module and package != here:
+                    found.append(f"{path.relative_to(SRC)}: {node.module}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports() == []
+
+
+def test_sources_modules_stay_small() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / "sources").rglob("*.py")}
+    assert max(sizes.values()) <= 420, sizes
