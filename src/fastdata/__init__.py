@@ -15,7 +15,7 @@ from fastdata.config import LoaderConfig, load_config
 from fastdata.tune import TuneResult, tune  # eager: the subpackage name would shadow a lazy one
 
 if TYPE_CHECKING:
-    from fastdata import decode, synthetic
+    from fastdata import augment, decode, synthetic
     from fastdata._stats_out import flatten_stats, log_stats
     from fastdata.collate import (
         Padded,
@@ -83,7 +83,7 @@ _EXPORTS: dict[str, str] = {
     "limit_opencv_threads": "fastdata.decode",
     "sample_rng": "fastdata.decode",
 }
-_SUBMODULES = {"decode", "synthetic"}
+_SUBMODULES = {"augment", "decode", "synthetic"}
 
 __all__ = sorted(
     [*_EXPORTS, *_SUBMODULES, "LoaderConfig", "TuneResult", "__version__", "load_config", "tune"]

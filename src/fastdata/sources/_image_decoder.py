@@ -1,9 +1,10 @@
 """ImageDecoder: rows of encoded images (or image paths) to uint8 tensors, off the GIL.
 
 Each row's bytes are decoded and transformed by :func:`fastdata.decode.decode_for` (reduced
-resolution and region decoding where the crop allows) on a pool of decode threads; OpenCV and
-libjpeg release the GIL. With a fixed output size, every image is written straight into its
-slot of one ``(N, H, W, C)`` batch, which a DataLoader worker allocates in shared memory
+resolution and region decoding where the crop allows) and augmented (``augment=``, see
+:mod:`fastdata.augment`) on a pool of decode threads; OpenCV and libjpeg release the GIL.
+With a fixed output size, every image is written straight into its slot of one
+``(N, H, W, C)`` batch, which a DataLoader worker allocates in shared memory
 (:func:`fastdata.workers.batch_buffer`). A bad image raises a
 :class:`~fastdata.DecodeError` / :class:`~fastdata.SourceError` naming where it is, or, with
 ``on_error="skip"``, is left out and counted.
@@ -17,6 +18,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import wait
+from contextlib import contextmanager
 from typing import Any, Literal
 
 import cv2
@@ -25,6 +27,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import torch
 
+from fastdata._augment import SampleAugment
 from fastdata._device_decode import decode_on_device
 from fastdata._env import worker_slot
 from fastdata._transforms import ImageTransform, sample_rng
@@ -64,6 +67,7 @@ class ImageDecoder:
         decode_threads: int,
         decode_device: torch.device | None,
         on_error: OnError,
+        augment: SampleAugment | None = None,
         keep_alpha: bool,
         max_pixels: int | None,
         reduced_decode: bool,
@@ -76,7 +80,8 @@ class ImageDecoder:
         self.keep_alpha = keep_alpha
         self.max_pixels = max_pixels
         self.reduced_decode = reduced_decode
-        self.random = transform.crop == "random-resized" or transform.flip
+        self.augment = augment
+        self.random = transform.crop == "random-resized" or transform.flip or augment is not None
         self.skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
         self._skip_lock = threading.Lock()
         self._warned = False
@@ -144,22 +149,28 @@ class ImageDecoder:
         ``out`` when given), and the seconds spent decoding (reading included) and
         transforming."""
         index = row[INDEX]
+        rng = self._rng(index, context)
         start = time.perf_counter()
         try:
             image, geometry = decode_for(
                 self._bytes(row),
                 self.transform,
-                self._rng(index, context),
+                rng,
                 keep_alpha=self.keep_alpha,
                 max_pixels=self.max_pixels,
                 reduce=self.reduced_decode,
             )
             decoded = time.perf_counter()
             result = self.transform.apply(image, geometry, out=out)
-            return result, decoded - start, time.perf_counter() - decoded
         except _FAILURES as exc:
             self._failed(index, exc, context)
             return None, time.perf_counter() - start, 0.0
+        if self.augment is not None:
+            assert rng is not None  # augment makes the decoder random
+            with _naming(index, context):
+                augmented = self.augment(result, rng, fixed=out is not None)
+            result = augmented if out is None else _into(out, augmented)
+        return result, decoded - start, time.perf_counter() - decoded
 
     def _failed(self, index: int, exc: Exception, context: Context) -> None:
         """Raise ``exc`` as an error naming the item at ``index``, or (``on_error="skip"``)
@@ -220,14 +231,20 @@ class ImageDecoder:
                 fetched.append(row)
             except _FAILURES as exc:
                 self._failed(row[INDEX], exc, context)
+        rngs = [self._rng(row[INDEX], context) for row in fetched]
         images = decode_on_device(
             data,
             self.decode_device,
             transform=self.transform,
-            rngs=[self._rng(row[INDEX], context) for row in fetched],
+            rngs=rngs,
             max_pixels=self.max_pixels,
             on_error=lambda i, exc: self._failed(fetched[i][INDEX], exc, context),
         )
+        if self.augment is not None:  # which makes every rng a generator
+            for i, (row, rng) in enumerate(zip(fetched, rngs, strict=True)):
+                if images[i] is not None:
+                    with _naming(row[INDEX], context):
+                        images[i] = self.augment.on_device(images[i], rng)  # type: ignore[arg-type]
         by_index = {row[INDEX]: image for row, image in zip(fetched, images, strict=True)}
         return [by_index.get(row[INDEX]) for row in rows]
 
@@ -267,6 +284,24 @@ class ImageDecoder:
         if len(kept) < len(rows):  # skipped images: close the gaps (a copy, rarely taken)
             batch = batch[kept]
         return batch.permute(0, 3, 1, 2), [self._label(rows[i]) for i in kept]
+
+
+@contextmanager
+def _naming(index: int, context: Context) -> Iterator[None]:
+    """Add the image's location to an error raised inside (an augmentation's)."""
+    try:
+        yield
+    except Exception as exc:
+        where = ", ".join(f"{k}={v}" for k, v in context.locate(index).items() if v is not None)
+        exc.add_note(f"while augmenting the image at {where}")
+        raise
+
+
+def _into(out: np.ndarray, image: np.ndarray) -> np.ndarray:
+    """``out`` holding ``image`` (of its shape)."""
+    if image is not out:
+        np.copyto(out, image)
+    return out
 
 
 def _chw(image: np.ndarray) -> torch.Tensor:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import torch
 
+from fastdata._augment import SampleAugment
 from fastdata._device_decode import check_decode_device
 from fastdata._transforms import ImageTransform, Size
 from fastdata._validate import check_bool, check_choice, check_int, check_size
@@ -45,6 +46,7 @@ class ImageOptions(StreamOptions, total=False):
     flip: bool
     interpolation: str | None
     transform: ImageTransform | None
+    augment: Callable[..., Any] | Sequence[Callable[..., Any]] | None
     decode_threads: int
     decode_device: str | torch.device | None
     on_error: OnError
@@ -83,6 +85,16 @@ class ImageStream(PlannedStream):
             enlarging), ...; None takes :class:`fastdata.ImageTransform`'s default.
         transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``/
             ``interpolation``.
+        augment: per-sample augmentation after the decode, crop and flip, in the decode
+            threads (see :mod:`fastdata.augment`): a fastdata augmentation
+            (``fastdata.augment.TrivialAugmentWide()``, ``RandomErasing()``; on the HWC
+            array, drawing from the sample's generator), any callable of a uint8
+            ``(C, H, W)`` tensor returning one (a torchvision ``transforms.v2`` pipeline,
+            run with torch's generator seeded per sample, one call at a time per process),
+            or a list of these, applied in order. Seeded by ``(seed, epoch, index)`` like the
+            crop: a resumed run repeats it, with any ``num_workers`` and ``decode_threads``.
+            RGB only (not with ``keep_alpha``); with ``decode_device``, tensor callables
+            only, run on the device.
         decode_threads: threads decoding in each process (OpenCV releases the GIL).
         decode_device: ``"cuda"`` (or ``"cuda:N"``) decodes JPEGs with nvJPEG
             (``torchvision.io.decode_jpeg``) and crops, resizes and flips on that device;
@@ -309,13 +321,23 @@ def _decoder(
             fixed["interpolation"] = shape["interpolation"]
         transform = ImageTransform(**fixed)
     max_pixels = mine.get("max_pixels", DEFAULT_MAX_PIXELS)
+    decode_device = check_decode_device(mine.get("decode_device"), transform)
+    augment = None if mine.get("augment") is None else SampleAugment(mine["augment"])
+    if augment is not None and mine.get("keep_alpha"):
+        raise ValueError("augment= works on RGB images; it cannot be combined with keep_alpha")
+    if augment is not None and decode_device is not None and augment.has_arrays:
+        raise ValueError(
+            "augment= with decode_device: fastdata.augment's augmentations run on CPU arrays; "
+            "pass tensor callables (torchvision transforms), which run on the device"
+        )
     return ImageDecoder(
         transform=transform,
         image_column=image_column,
         label_column=label_column,
         filesystem=filesystem,
         decode_threads=check_int("decode_threads", mine.get("decode_threads", 1), minimum=1),
-        decode_device=check_decode_device(mine.get("decode_device"), transform),
+        decode_device=decode_device,
+        augment=augment,
         on_error=check_choice("on_error", mine.get("on_error", "raise"), ("raise", "skip")),
         keep_alpha=check_bool("keep_alpha", mine.get("keep_alpha", False)),
         max_pixels=check_int("max_pixels", max_pixels, minimum=1, none="None for no limit"),

@@ -1,0 +1,372 @@
+"""fastdata.augment: the per-sample augmentations (against torchvision's kernels), their
+seeding inside ImageStream (threads, workers, resume) and BatchAugment."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import threading
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2.functional as tvf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torchvision.transforms import v2
+
+import fastdata.augment as augment_module
+from fastdata import DataLoader, ImageStream
+from fastdata._augment import torch_seeded
+from fastdata.augment import _WIDE, BatchAugment, RandomErasing, TrivialAugmentWide, _apply_op
+from fastdata.synthetic import make_images, synth_image
+
+from resume_helper import check_resume
+
+N = 20
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("augment")
+    make_images(root, N, classes=2, min_short=40, max_short=64)
+    return root
+
+
+@pytest.fixture(scope="module")
+def photo() -> np.ndarray:
+    return np.ascontiguousarray(synth_image(np.random.default_rng(1), 60, 76))
+
+
+def digest(image: torch.Tensor) -> str:
+    return hashlib.sha1(image.contiguous().numpy().tobytes()).hexdigest()[:12]
+
+
+# ----------------------------------------------------------------- the operations
+def torchvision_op(x: torch.Tensor, op: str, m: float, interpolation: str) -> torch.Tensor:
+    """What torchvision's auto-augment policies do for ``op`` at magnitude ``m`` (public
+    functional API), on a uint8 CHW tensor."""
+    mode = v2.InterpolationMode(interpolation)
+    shear = math.degrees(math.atan(m))
+    corner = {"interpolation": mode, "center": [0, 0], "angle": 0.0, "scale": 1.0}
+    plain = {"interpolation": mode, "angle": 0.0, "scale": 1.0, "shear": [0.0, 0.0]}
+    table = {
+        "Identity": lambda: x,
+        "ShearX": lambda: tvf.affine(x, translate=[0, 0], shear=[shear, 0.0], **corner),
+        "ShearY": lambda: tvf.affine(x, translate=[0, 0], shear=[0.0, shear], **corner),
+        "TranslateX": lambda: tvf.affine(x, translate=[int(m), 0], **plain),
+        "TranslateY": lambda: tvf.affine(x, translate=[0, int(m)], **plain),
+        "Rotate": lambda: tvf.rotate(x, m, interpolation=mode),
+        "Brightness": lambda: tvf.adjust_brightness(x, 1.0 + m),
+        "Color": lambda: tvf.adjust_saturation(x, 1.0 + m),
+        "Contrast": lambda: tvf.adjust_contrast(x, 1.0 + m),
+        "Sharpness": lambda: tvf.adjust_sharpness(x, 1.0 + m),
+        "Posterize": lambda: tvf.posterize(x, int(m)),
+        "Solarize": lambda: tvf.solarize(x, 255.0 * m),
+        "AutoContrast": lambda: tvf.autocontrast(x),
+        "Equalize": lambda: tvf.equalize(x),
+    }
+    return table[op]()
+
+
+def test_the_op_space_is_torchvisions_trivial_augment_wide() -> None:
+    theirs = v2.TrivialAugmentWide._AUGMENTATION_SPACE
+    assert [op for op, _, _ in _WIDE] == list(theirs)
+    for op, magnitudes, signed in _WIDE:
+        fn, their_signed = theirs[op]
+        assert signed == their_signed, op
+        expected = fn(31, 224, 224)
+        if expected is None:
+            assert magnitudes is None, op
+        else:
+            np.testing.assert_allclose(magnitudes(31), expected.numpy(), rtol=1e-6, err_msg=op)
+
+
+CASES = [
+    (op, float(sign * (0.0 if mags is None else mags(31)[k])), interpolation)
+    for op, mags, signed in _WIDE
+    for k in ([0] if mags is None else [1, 12, 30])
+    for sign in ([1, -1] if signed else [1])
+    for interpolation in ("nearest", "bilinear")
+]
+
+
+@pytest.mark.parametrize(("op", "magnitude", "interpolation"), CASES)
+def test_each_op_gives_torchvisions_pixels(
+    photo: np.ndarray, op: str, magnitude: float, interpolation: str
+) -> None:
+    ours = _apply_op(photo.copy(), op, magnitude, interpolation=interpolation, fill=(0, 0, 0))
+    x = torch.from_numpy(photo).permute(2, 0, 1).contiguous()
+    theirs = torchvision_op(x, op, magnitude, interpolation).permute(1, 2, 0).numpy()
+    assert ours.shape == theirs.shape and ours.dtype == np.uint8
+    diff = np.abs(ours.astype(int) - theirs)
+    if op == "Rotate" and interpolation == "nearest":
+        # A point half-way between two pixels (as on the diagonals through the centre at
+        # 45 degrees) is rounded up by OpenCV and to even by torch: a few lines of pixels
+        differing = int((diff > 1).any(axis=2).sum())
+        assert differing <= 2 * sum(photo.shape[:2]), f"{differing} pixels differ"
+    else:
+        assert diff.max() <= 1, f"{op} at {magnitude}: {diff.max()} grey levels off"
+
+
+def test_the_input_is_never_changed_by_the_ops(photo: np.ndarray) -> None:
+    for op, mags, _ in _WIDE:
+        image = photo.copy()
+        _apply_op(
+            image,
+            op,
+            0.5 if mags is None else float(mags(31)[20]),
+            interpolation="nearest",
+            fill=(0,) * 3,
+        )
+        assert np.array_equal(image, photo), op
+
+
+def test_trivial_augment_draws_op_magnitude_and_sign_from_the_sample_generator(
+    photo: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn = []
+    monkeypatch.setattr(
+        augment_module, "_apply_op", lambda img, op, m, **_: drawn.append((op, m)) or img
+    )
+    augment = TrivialAugmentWide(num_magnitude_bins=11)
+    for i in range(1400):
+        augment(photo, np.random.default_rng(i))
+    ops = Counter(op for op, _ in drawn)
+    assert set(ops) == {op for op, _, _ in _WIDE} and min(ops.values()) > 60  # 100 expected
+    space = {op: (mags, signed) for op, mags, signed in _WIDE}
+    for op, m in drawn:
+        mags, signed = space[op]
+        allowed = (
+            [0.0] if mags is None else list(mags(11)) + ([-v for v in mags(11)] if signed else [])
+        )
+        assert any(np.isclose(m, v) for v in allowed), (op, m)
+    assert Counter(m > 0 for op, m in drawn if op == "Rotate")[True] in range(30, 80)
+    first = drawn[:5]
+    drawn.clear()
+    for i in range(5):
+        augment(photo, np.random.default_rng(i))
+    assert drawn == first  # the generator alone decides
+
+
+def test_fastdata_ops_leave_every_global_random_state_alone(photo: np.ndarray) -> None:
+    states = (random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state())
+    for i in range(50):
+        RandomErasing(p=1, value="random")(
+            TrivialAugmentWide()(photo.copy(), np.random.default_rng(i)), np.random.default_rng(i)
+        )
+    assert random.getstate() == states[0]
+    assert np.array_equal(np.random.get_state()[1], states[1])
+    assert torch.equal(torch.get_rng_state(), states[2])
+
+
+def test_random_erasing_erases_one_box_within_its_scale_and_ratio(photo: np.ndarray) -> None:
+    h, w, _ = photo.shape
+    erase = RandomErasing(p=1.0, scale=(0.1, 0.2), ratio=(0.5, 2.0), value=(1, 2, 3))
+    for i in range(40):
+        out = erase(photo.copy(), np.random.default_rng(i))
+        rows, cols = np.nonzero((out != photo).any(axis=2))
+        box = out[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+        assert (box == (1, 2, 3)).all()  # one rectangle, of the value
+        area = box.shape[0] * box.shape[1] / (h * w)
+        assert 0.09 <= area <= 0.21 and 0.4 <= box.shape[0] / box.shape[1] <= 2.5
+    never = RandomErasing(p=0.0)
+    assert all(
+        np.array_equal(never(photo.copy(), np.random.default_rng(i)), photo) for i in range(20)
+    )
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="num_magnitude_bins"):
+        TrivialAugmentWide(num_magnitude_bins=1)
+    with pytest.raises(ValueError, match="interpolation"):
+        TrivialAugmentWide(interpolation="cubic")
+    with pytest.raises(ValueError, match="fill"):
+        TrivialAugmentWide(fill=300)
+    with pytest.raises(ValueError, match="p="):
+        RandomErasing(p=1.5)
+    with pytest.raises(ValueError, match="scale"):
+        RandomErasing(scale=(0.5, 0.1))
+    with pytest.raises(TypeError, match="transform"):
+        BatchAugment(3)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- inside ImageStream
+TORCHVISION = v2.Compose([v2.TrivialAugmentWide(), v2.RandomErasing(p=0.5)])
+MIXED = [TrivialAugmentWide(interpolation="bilinear"), v2.ColorJitter(0.4, 0.4), RandomErasing()]
+
+
+def stream(folder: Path, augment, **options) -> ImageStream:
+    options = {"size": 32, "crop": "random-resized", "flip": True, "seed": 4, **options}
+    return ImageStream.from_folder(folder, augment=augment, **options)
+
+
+@pytest.mark.parametrize(
+    "augment", [TrivialAugmentWide(), TORCHVISION, MIXED], ids=["fastdata", "torchvision", "mixed"]
+)
+def test_threads_and_workers_give_the_same_augmentations(folder: Path, augment) -> None:
+    def run(threads: int, workers: int) -> list[str]:
+        images = stream(folder, augment, batch_size=6, decode_threads=threads)
+        loader = DataLoader(images, batch_size=None, num_workers=workers)
+        return [digest(img) for batch, _ in loader for img in batch]
+
+    one = run(1, 0)
+    assert run(4, 0) == one
+    assert sorted(run(3, 2)) == sorted(one)
+    plain = [digest(img) for batch, _ in stream(folder, None, batch_size=6) for img in batch]
+    assert sum(a != b for a, b in zip(one, plain, strict=True)) > N // 2  # it augments
+
+
+@pytest.mark.parametrize(
+    "augment", [TrivialAugmentWide(), TORCHVISION], ids=["fastdata", "torchvision"]
+)
+def test_types_and_layout_are_kept(folder: Path, augment) -> None:
+    images, labels = next(iter(stream(folder, augment, batch_size=5)))
+    assert images.dtype == torch.uint8 and images.shape == (5, 3, 32, 32)
+    assert images.is_contiguous(memory_format=torch.channels_last)
+    assert labels.dtype == torch.int64
+    image, label = next(iter(stream(folder, augment)))
+    assert image.shape == (3, 32, 32) and image.dtype == torch.uint8 and isinstance(label, int)
+    resized = stream(folder, v2.RandomRotation(30, expand=True), crop=None, size=24, batch_size=4)
+    batch, _ = next(iter(resized))  # sizes vary: a list, as without augment
+    assert isinstance(batch, list) and all(img.dtype == torch.uint8 for img in batch)
+
+
+def test_a_torchvision_augment_leaves_the_global_generator_alone(folder: Path) -> None:
+    torch.manual_seed(7)
+    expected = torch.rand(3)
+    torch.manual_seed(7)
+    first = [digest(img) for batch, _ in stream(folder, TORCHVISION, batch_size=4) for img in batch]
+    assert torch.equal(torch.rand(3), expected)
+    torch.manual_seed(99)
+    again = [digest(img) for batch, _ in stream(folder, TORCHVISION, batch_size=4) for img in batch]
+    assert again == first  # neither read nor changed
+
+
+def test_new_epoch_new_augmentations(folder: Path) -> None:
+    images = stream(folder, TrivialAugmentWide(), crop="center", flip=False, batch_size=4)
+    first = [digest(img) for batch, _ in images for img in batch]
+    images.set_epoch(1)
+    assert [digest(img) for batch, _ in images for img in batch] != first
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_repeats_the_augmentations(folder: Path, num_workers: int) -> None:
+    def make() -> DataLoader:
+        images = stream(folder, MIXED, batch_size=3, shuffle=True, decode_threads=2)
+        return DataLoader(images, batch_size=None, num_workers=num_workers)
+
+    check_resume(make, key=lambda batch: [digest(img) for img in batch[0]], stops=[0, 2, 5])
+
+
+@settings(max_examples=8, deadline=None)
+@given(batch=st.integers(1, 7), stop=st.integers(0, 6), threads=st.integers(1, 3))
+def test_resume_anywhere_equals_the_uninterrupted_run(
+    folder: Path, batch: int, stop: int, threads: int
+) -> None:
+    def make() -> DataLoader:
+        images = stream(folder, MIXED, batch_size=batch, shuffle=True, decode_threads=threads)
+        return DataLoader(images, batch_size=None)
+
+    stop = min(stop, math.ceil(N / batch))
+    check_resume(make, key=lambda b: [digest(img) for img in b[0]], stops=[stop])
+
+
+def test_bad_augment_options_and_results_are_explained(folder: Path) -> None:
+    with pytest.raises(TypeError, match="callable"):
+        stream(folder, [TrivialAugmentWide(), "flip"])
+    with pytest.raises(ValueError, match="None for no augmentation"):
+        stream(folder, [])
+    with pytest.raises(ValueError, match="keep_alpha"):
+        stream(folder, TrivialAugmentWide(), keep_alpha=True)
+    with pytest.raises(TypeError, match="uint8") as info:
+        next(iter(stream(folder, v2.ToDtype(torch.float32, scale=True), batch_size=2)))
+    assert any("img_0" in note for note in info.value.__notes__)  # names the image
+    with pytest.raises(TypeError, match="shape"):
+        next(iter(stream(folder, v2.Resize(20), batch_size=2)))
+
+
+# ----------------------------------------------------------------- seeding and batches
+def test_seeded_scopes_on_threads_see_only_their_own_seed() -> None:
+    expected = {}
+    for seed in range(8):
+        with torch_seeded(seed):
+            expected[seed] = torch.rand(64)
+    got = {}
+
+    def draw(seed: int) -> None:
+        for _ in range(20):
+            with torch_seeded(seed):
+                got[seed] = torch.rand(64)
+
+    threads = [threading.Thread(target=draw, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(torch.equal(got[s], expected[s]) for s in range(8))
+
+
+MIX = v2.RandomChoice([v2.MixUp(num_classes=3), v2.CutMix(num_classes=3)])
+
+
+def test_batch_augment_is_a_function_of_seed_and_step() -> None:
+    images, labels = torch.rand(6, 3, 8, 8), torch.tensor([0, 1, 2, 0, 1, 2])
+    mix = BatchAugment(MIX, seed=1)
+    before = torch.get_rng_state()
+    a = mix(images.clone(), labels, step=3)
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's state is restored
+    b = BatchAugment(MIX, seed=1)(images.clone(), labels, step=3)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert a[1].shape == (6, 3) and a[1].dtype == torch.float32  # soft labels
+    others = [mix(images.clone(), labels, step=s)[1] for s in range(4, 12)]
+    assert any(not torch.equal(a[1], other) for other in others)
+    other = BatchAugment(MIX, seed=2)
+    pairs = [
+        (mix(images.clone(), labels, step=s), other(images.clone(), labels, step=s))
+        for s in range(8)
+    ]
+    assert any(not torch.equal(ours[1], theirs[1]) for ours, theirs in pairs)
+    with pytest.raises(ValueError, match="step"):
+        mix(images, labels, step=-1)
+
+
+def test_batch_augment_after_a_resume_mixes_as_the_uninterrupted_run(folder: Path) -> None:
+    mix = BatchAugment(v2.CutMix(num_classes=2), seed=5)  # CutMix works on uint8 batches
+
+    def make() -> DataLoader:
+        images = stream(folder, TrivialAugmentWide(), batch_size=4, shuffle=True)
+        return DataLoader(images, batch_size=None, device="cpu")
+
+    def mixed(loader, start: int = 0) -> list[str]:
+        out = []
+        for step, (images, labels) in enumerate(loader, start=start):
+            images, labels = mix(images, labels, step=step)
+            assert images.dtype == torch.uint8 and labels.shape == (len(images), 2)
+            out.append(digest(images) + digest(labels))
+        return out
+
+    full = mixed(make())
+    first = make()
+    iterator = iter(first)
+    head = mixed([next(iterator) for _ in range(2)])
+    state = first.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert head + mixed(resumed, start=2) == full
+
+
+@pytest.mark.cuda
+def test_batch_augment_on_cuda_is_reproducible() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    images = torch.rand(8, 3, 16, 16, device="cuda")
+    labels = torch.arange(8, device="cuda") % 3
+    noisy = BatchAugment(lambda x, y: (x + torch.rand_like(x), y), seed=0)  # a CUDA draw
+    mix = BatchAugment(MIX, seed=0)
+    for fn in (noisy, mix):
+        a, b = fn(images.clone(), labels, step=1), fn(images.clone(), labels, step=1)
+        assert a[0].device.type == "cuda" and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
