@@ -183,12 +183,11 @@ def resize(
 
 def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | None) -> np.ndarray:
     """:func:`resize` with torch's antialiased bilinear (``interpolation="antialias"``)."""
-    import torch  # only this interpolation needs torch: the rest of the stage runs without
-
+    # only this interpolation needs torch: the rest of the stage runs without
     from fastdata._torch_compat import upsample_bilinear_aa
 
-    if not img.flags.writeable or min(img.strides) < 0:
-        img = img.copy()  # torch refuses negative strides and warns on read-only arrays
+    if not img.flags.writeable:
+        img = img.copy()  # torch warns on read-only arrays
     if out is None:
         out = np.empty((*hw, *img.shape[2:]), img.dtype)
     if hw[1] == 1 and hw[0] not in (1, img.shape[0]) and img.dtype == np.float32:
@@ -196,11 +195,13 @@ def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | No
         # when the channels are contiguous, as one always is; the transposed problem is exact.
         out.swapaxes(0, 1)[...] = _resize_antialias(img.swapaxes(0, 1), hw[::-1], None)
         return out
-    # Marked channels-last (a copy only for a cropped view), torch takes its vectorised
-    # uint8 path and, written into the HWC ``out`` seen as channels-last NCHW, answers HWC
-    # without a transposing copy. F.interpolate has no out=, its kernel does.
-    nchw = _nchw(img).contiguous(memory_format=torch.channels_last)
-    upsample_bilinear_aa(nchw, hw, _nchw(out))
+    # A contiguous HWC array is a channels-last NCHW tensor: torch takes its vectorised uint8
+    # path and, written into the HWC ``out`` seen the same way, answers HWC without a
+    # transposing copy. A cropped (or flipped) view is copied by numpy, on this thread:
+    # torch's copy would start its intra-op thread pool, whose barrier waits on busy cores
+    # (6x slower per image with num_workers=0 on a loaded 2-core machine). F.interpolate has
+    # no out=, its kernel does.
+    upsample_bilinear_aa(_nchw(np.ascontiguousarray(img)), hw, _nchw(out))
     return out
 
 

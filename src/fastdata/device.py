@@ -31,6 +31,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import torch
 from torch import nn
 
+from fastdata._normalize_cpu import normalize_on_this_thread
 from fastdata.ragged import Ragged
 
 __all__ = ["IMAGENET", "DeviceNormalize", "DevicePrefetcher", "MeanStd", "to_device"]
@@ -40,8 +41,6 @@ T = TypeVar("T")
 KeyPath = tuple[Any, ...]
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# Elements per slice of DeviceNormalize's CPU path: 1 MiB of float32 output, cache-sized.
-_SLICE_ELEMENTS = 2**18
 
 
 class MeanStd(NamedTuple):
@@ -66,8 +65,9 @@ class DeviceNormalize(nn.Module):
     per-channel ``a = 1 / (scale * std)`` and ``b = -mean / std`` precomputed in float64 and
     written straight into the one output tensor: no float copy of the input is ever made. On
     CUDA that is a single kernel that reads uint8 and computes in float32 (one rounding to
-    ``dtype``); elsewhere the input is converted into the output, then multiplied and shifted
-    in place there, a few images at a time so the data stays in the CPU cache.
+    ``dtype``). On the CPU it runs on the calling thread, a few images at a time so the data
+    stays in the CPU cache: torch's intra-op threads would wait on cores busy with the
+    DataLoader's workers (see :mod:`fastdata._normalize_cpu`).
 
     It is an ``nn.Module`` so it can sit in an ``nn.Sequential`` in front of a model. It works on
     whatever device the input is on: its constants are made once per device, so ``.to()`` is
@@ -136,36 +136,14 @@ class DeviceNormalize(nn.Module):
             # computes in float32 (CPU kernels would first materialize a float copy of x).
             multiplier, offset = self._constants(x.device, torch.float32)
             torch.addcmul(offset, batch, multiplier, out=out)
-        else:
-            self._normalize_in_slices(batch, out)
+        elif x.device.type == "cpu":
+            normalize_on_this_thread(
+                batch, out, self._multiplier, self._offset, channels_last=self.channels_last
+            )
+        else:  # another accelerator: convert, then multiply and shift in place
+            multiplier, offset = self._constants(x.device, self.dtype)
+            out.copy_(batch).mul_(multiplier).add_(offset)
         return out if x.dim() == 4 else out.squeeze(0)
-
-    def _normalize_in_slices(self, batch: torch.Tensor, out: torch.Tensor) -> None:
-        """Convert ``batch`` into ``out``, then multiply and add in place, a few images at a time.
-
-        Slices of about ``_SLICE_ELEMENTS`` stay in the CPU cache between the three passes, so
-        only the conversion touches main memory (measured 1.3x faster than whole-batch passes
-        for 224 x 224 images on one core).
-        """
-        multiplier, offset = self._constants(out.device, self.dtype)
-        channels, width = out.shape[1], out.shape[3]
-        if self.channels_last:
-            # Channels are innermost in memory, and broadcasting (C,) constants would make the
-            # CPU kernels loop over C elements at a time. Instead treat each image row as one
-            # (W * C) vector and repeat the constants along it.
-            multiplier = multiplier.view(-1).repeat(width)
-            offset = offset.view(-1).repeat(width)
-        images_per_slice = max(1, _SLICE_ELEMENTS // max(1, math.prod(out.shape[1:])))
-        for part_in, part_out in zip(
-            batch.split(images_per_slice), out.split(images_per_slice), strict=True
-        ):
-            part_out.copy_(part_in)
-            if self.channels_last:
-                images, height = part_out.shape[0], part_out.shape[2]
-                rows = part_out.permute(0, 2, 3, 1).view(images * height, width * channels)
-                rows.mul_(multiplier).add_(offset)
-            else:
-                part_out.mul_(multiplier).add_(offset)
 
     def extra_repr(self) -> str:
         return (
