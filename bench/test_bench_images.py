@@ -55,8 +55,10 @@ import pytest
 import torch
 import torchvision
 from torchvision import transforms
+from torchvision.transforms import v2
 
-from fastdata import DataLoader
+from fastdata import IMAGENET, DataLoader
+from fastdata.augment import RandomErasing, TrivialAugmentWide
 from fastdata.decode import ImageTransform, limit_opencv_threads, sample_rng
 from fastdata.sources.images import ImageStream
 from fastdata.synthetic import make_images
@@ -75,8 +77,8 @@ WORKERS = os.cpu_count() or 1
 # in every comparison on a quiet 2-core machine).
 DECODE_THREADS = 1
 ROUNDS = scaled(5, 3)  # rounds timed per test, after one warm-up round
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+ERASE = 0.1  # RandomErasing's probability in torchvision's ImageNet recipe
+MEAN_PIXEL = tuple(round(255 * m) for m in IMAGENET.mean)  # 0 once normalized
 
 
 @pytest.fixture(scope="module")
@@ -98,33 +100,68 @@ TRAIN = ImageTransform(size=SIZE, crop="random-resized", flip=True, interpolatio
 AREA = ImageTransform(size=SIZE, crop="random-resized", flip=True, interpolation="auto")
 
 
-def fastdata_epoch(root: Path, transform: ImageTransform = TRAIN) -> int:
-    """Images delivered by one epoch of the fastdata training pipeline."""
+# fastdata's augmentations of torchvision's ImageNet recipe (TrivialAugment + RandomErasing)
+AUGMENT = [
+    TrivialAugmentWide(interpolation="bilinear"),
+    RandomErasing(p=ERASE, value=MEAN_PIXEL),
+]
+# the same with torchvision's own transforms, run by fastdata on the uint8 tensors
+TORCHVISION_AUGMENT = v2.Compose(
+    [
+        v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+        v2.RandomErasing(p=ERASE, value=MEAN_PIXEL),
+    ]
+)
+
+
+def fastdata_epoch(
+    root: Path, transform: ImageTransform = TRAIN, *, augment: Any = None, float32: bool = False
+) -> int:
+    """Images delivered by one epoch of the fastdata training pipeline: uint8 batches, or
+    with ``float32`` normalized on the CPU (``DataLoader(device="cpu", normalize=...)``)."""
     stream = ImageStream.from_folder(
         root,
         transform=transform,
+        augment=augment,
         batch_size=BATCH,
         decode_threads=DECODE_THREADS,
         shuffle=True,
         seed=SEED,
     )
+    on_cpu = {"device": "cpu", "normalize": IMAGENET} if float32 else {}
+    dtype = torch.float32 if float32 else torch.uint8
     n = 0
-    for images, labels in DataLoader(stream, batch_size=None, num_workers=WORKERS):
-        assert images.dtype == torch.uint8 and images.shape[1:] == (3, SIZE, SIZE)
+    for images, labels in DataLoader(stream, batch_size=None, num_workers=WORKERS, **on_cpu):
+        assert images.dtype == dtype and images.shape[1:] == (3, SIZE, SIZE)
         n += len(labels)
     return n
 
 
-def torchvision_epoch(root: Path) -> int:
-    """Images delivered by one epoch of the standard torchvision training recipe."""
-    recipe = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(SIZE),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-        ]
-    )
+RECIPE = transforms.Compose(
+    [
+        transforms.RandomResizedCrop(SIZE),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+        transforms.Normalize(IMAGENET.mean, IMAGENET.std),
+    ]
+)
+# torchvision's ImageNet recipe with TrivialAugment and RandomErasing, in transforms.v2 on PIL
+AUGMENTED_RECIPE = v2.Compose(
+    [
+        v2.RandomResizedCrop(SIZE, antialias=True),
+        v2.RandomHorizontalFlip(),
+        v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR),
+        v2.PILToTensor(),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(IMAGENET.mean, IMAGENET.std),
+        v2.RandomErasing(p=ERASE),
+        v2.ToPureTensor(),
+    ]
+)
+
+
+def torchvision_epoch(root: Path, recipe: Any = RECIPE) -> int:
+    """Images delivered by one epoch of a torchvision training recipe."""
     dataset = torchvision.datasets.ImageFolder(root, transform=recipe)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=BATCH, shuffle=True, num_workers=WORKERS
@@ -148,6 +185,40 @@ def test_train(benchmark: Any, folder: Path, paths: list[Path]) -> None:
             "torchvision-pil": lambda: torchvision_epoch(folder),
             "parallel-ceiling": lambda: parallel_pass(paths),
             "area-interpolation": lambda: fastdata_epoch(folder, AREA),
+        },
+        items=IMAGES,
+        rounds=ROUNDS,
+    )
+    assert set(got.values()) == {IMAGES}
+    benchmark.extra_info["data"] = describe_images(path.read_bytes() for path in paths)
+
+
+@pytest.mark.benchmark(group="images-train-float")
+def test_train_float(benchmark: Any, folder: Path, paths: list[Path]) -> None:
+    """Like for like with the recipe: fastdata also hands over normalized float32 batches,
+    normalized on the CPU (``DataLoader(device="cpu", normalize=IMAGENET)``, no GPU)."""
+    got = measure_interleaved(
+        benchmark,
+        lambda: fastdata_epoch(folder, float32=True),
+        {"torchvision-pil": lambda: torchvision_epoch(folder)},
+        items=IMAGES,
+        rounds=ROUNDS,
+    )
+    assert set(got.values()) == {IMAGES}
+    benchmark.extra_info["data"] = describe_images(path.read_bytes() for path in paths)
+
+
+@pytest.mark.benchmark(group="images-augment")
+def test_augment(benchmark: Any, folder: Path, paths: list[Path]) -> None:
+    """The training epoch with TrivialAugment and RandomErasing: fastdata's own (on the
+    uint8 arrays, in the decode threads) against torchvision's v2 recipe on PIL images, and
+    against fastdata running torchvision's v2 transforms on the uint8 tensors."""
+    got = measure_interleaved(
+        benchmark,
+        lambda: fastdata_epoch(folder, augment=AUGMENT),
+        {
+            "torchvision-pil": lambda: torchvision_epoch(folder, AUGMENTED_RECIPE),
+            "torchvision-ops": lambda: fastdata_epoch(folder, augment=TORCHVISION_AUGMENT),
         },
         items=IMAGES,
         rounds=ROUNDS,

@@ -275,6 +275,30 @@ def test_resume_anywhere_equals_the_uninterrupted_run(
     check_resume(make, key=lambda b: [digest(img) for img in b[0]], stops=[stop])
 
 
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)],
+)
+def test_the_decode_device_path_augments_on_the_device_seeded_per_sample(
+    folder: Path, device: str
+) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+
+    def run(global_seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(global_seed)  # plays no part
+        images = stream(folder, TORCHVISION, decode_device=device, batch_size=5)
+        return [batch for batch, _ in images]
+
+    first = run(1)
+    assert all(b.device.type == device and b.dtype == torch.uint8 for b in first)
+    assert all(torch.equal(a, b) for a, b in zip(first, run(2), strict=True))
+    plain = [batch for batch, _ in stream(folder, None, decode_device=device, batch_size=5)]
+    assert any(not torch.equal(a, b) for a, b in zip(first, plain, strict=True))
+    with pytest.raises(ValueError, match="decode_device"):
+        stream(folder, TrivialAugmentWide(), decode_device=device)
+
+
 def test_bad_augment_options_and_results_are_explained(folder: Path) -> None:
     with pytest.raises(TypeError, match="callable"):
         stream(folder, [TrivialAugmentWide(), "flip"])
