@@ -41,10 +41,14 @@ class Augmentation:
 def _generators(devices: Iterable[torch.device]) -> list[torch.Generator]:
     """torch's default CPU generator and that of each CUDA device in ``devices``."""
     found = [torch.default_generator]
-    for device in dict.fromkeys(devices):
-        if device.type == "cuda":
-            index = torch.cuda.current_device() if device.index is None else device.index
-            found.append(torch.cuda.default_generators[index])
+    cuda = [d for d in dict.fromkeys(devices) if d.type == "cuda"]
+    if cuda:
+        # torch.cuda.default_generators is filled by Python's CUDA set-up, which a library
+        # starting CUDA from C++ (nvJPEG through torchvision) does not run: run it
+        torch.cuda.init()
+    for device in cuda:
+        index = torch.cuda.current_device() if device.index is None else device.index
+        found.append(torch.cuda.default_generators[index])
     return found
 
 
