@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         SchemaError,
         SourceError,
     )
-    from fastdata.loader import DataLoader
+    from fastdata.loader import DataLoader, gather_state
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
     from fastdata.sources.parquet import ParquetStream
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
+    "gather_state": "fastdata.loader",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",
