@@ -230,7 +230,13 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             "data_wait_s": progress.wait,
             "wait_fraction": progress.wait / wall if wall else 0.0,
             "stages": self._fd_times.totals(),
+            **self._source_counts(),
         }
+
+    def _source_counts(self) -> dict[str, Any]:
+        """``{"sources": {name: rows}}`` for a mix of sources (``fastdata.mix``), else {}."""
+        counts = getattr(self.dataset, "source_counts", None)
+        return {"sources": counts()} if callable(counts) else {}
 
     # ----------------------------------------------------------------- resume
     def _batches_consumed(self) -> int:

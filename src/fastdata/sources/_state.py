@@ -324,7 +324,7 @@ def resume_point(
     else:  # another layout: what is left is shared anew
         handovers += (Handover(*saved, tuple(checked["consumed"])),)
         resume = Resume(num_workers, (0,) * num_workers, 0)
-        finished = not remaining(stream.unit_rows(), stream.policy, epoch, handovers)
+        finished = not remaining(stream.unit_rows(epoch), stream.policy, epoch, handovers)
     if finished and epoch + 1 > MAX_EPOCH:
         raise ResumeError(f"cannot resume: the state's epoch={epoch} is the last one")
     return epoch, handovers, None if finished else resume

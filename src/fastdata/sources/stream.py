@@ -10,6 +10,7 @@ items of ``batch_size`` rows (or single rows) across window boundaries. ``Parque
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from typing import Any, TypedDict
@@ -118,8 +119,7 @@ class PlannedStream(IterableDataset):
             resolve_rank(rank, world_size)  # raises the explanatory error
         self._rank_args = (rank, world_size)
         self._resolved_rank: tuple[int, int] | None = None
-        self._rows: tuple[int, ...] | None = None  # the reader's unit rows, asked once
-        self._offsets = np.zeros(1, dtype=np.int64)  # first index of each unit
+        self._views: dict[int | None, tuple[Reader, tuple[int, ...], np.ndarray]] = {}
         self._times: StageTimes | None = None
         # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -130,26 +130,36 @@ class PlannedStream(IterableDataset):
         self._pools = ThreadPools()
 
     # ----------------------------------------------------------------- units
-    def unit_rows(self) -> tuple[int, ...]:
-        """Rows of every unit of the reader (asked once; filters may make it costly)."""
-        if self._rows is None:
-            rows = tuple(int(n) for n in self.reader.unit_rows())
+    def _view(self, epoch: int | None = None) -> tuple[Reader, tuple[int, ...], np.ndarray]:
+        """The reader of ``epoch`` (a reader whose units change by epoch has ``for_epoch``),
+        its unit rows (asked once; filters may make it costly) and each unit's first index."""
+        epoch = self.epoch if epoch is None else epoch
+        key = epoch if hasattr(self.reader, "for_epoch") else None
+        if key not in self._views:
+            reader = self.reader if key is None else self.reader.for_epoch(epoch)
+            rows = tuple(int(n) for n in reader.unit_rows())
             if any(n < 0 for n in rows):
-                raise ValueError(f"{self.reader!r} counts a negative number of rows in a unit")
-            self._rows = rows
-            self._offsets = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
-        return self._rows
+                raise ValueError(f"{reader!r} counts a negative number of rows in a unit")
+            offsets = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
+            while len(self._views) >= 2:  # the epoch read and the one planned next
+                self._views.pop(next(iter(self._views)))
+            self._views[key] = (reader, rows, offsets)
+        return self._views[key]
+
+    def unit_rows(self, epoch: int | None = None) -> tuple[int, ...]:
+        """Rows of every unit of the reader in ``epoch`` (the current one when None)."""
+        return self._view(epoch)[1]
 
     @property
     def num_rows(self) -> int:
-        """Rows in the data, over all ranks."""
+        """Rows in the data, over all ranks (in the current epoch)."""
         return sum(self.unit_rows())
 
-    def location(self, index: int) -> dict[str, Any]:
+    def location(self, index: int, epoch: int | None = None) -> dict[str, Any]:
         """Where the row with :data:`~fastdata.sources.base.INDEX` ``index`` is."""
-        self.unit_rows()
-        unit = int(np.searchsorted(self._offsets, index, side="right")) - 1
-        return self.reader.location(unit, index - int(self._offsets[unit]))
+        reader, _, offsets = self._view(epoch)
+        unit = int(np.searchsorted(offsets, index, side="right")) - 1
+        return reader.location(unit, index - int(offsets[unit]))
 
     def attach_stats(self, times: StageTimes | None) -> None:
         """Record read (and the decoder's) stage times in ``times`` (``DataLoader(stats=True)``
@@ -250,7 +260,7 @@ class PlannedStream(IterableDataset):
             num_readers,
         )
         return slot_segments(
-            self.unit_rows(),
+            self.unit_rows(epoch),
             layout,
             self._policy,
             self.epoch if epoch is None else epoch,
@@ -375,10 +385,13 @@ class PlannedStream(IterableDataset):
             yield item
 
     def _items(self, segments: list[Segment]) -> Iterator[Any]:
-        context = Context(self.epoch, self._policy.seed, self.location, self._times)
-        index = self._offsets if self.decoder.needs_index else None
+        epoch = self.epoch
+        reader, _, offsets = self._view(epoch)
+        locate = functools.partial(self.location, epoch=epoch)
+        context = Context(epoch, self._policy.seed, locate, self._times)
+        index = offsets if self.decoder.needs_index else None
         pool = self._pools.get("read", self.read_ahead) if self.read_ahead else None
-        tables = read_segments(self.reader, segments, pool, self.read_ahead, index, self._times)
+        tables = read_segments(reader, segments, pool, self.read_ahead, index, self._times)
         if self.batch_size is None:
             for table in tables:
                 yield from self.decoder.rows(table, context)
