@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
     from fastdata.sources.mix import MixedStream, mix
+    from fastdata.sources.pack import PackedStream, pack
     from fastdata.sources.parquet import ParquetStream
     from fastdata.sources.stream import PlannedStream
 
@@ -69,6 +70,8 @@ _EXPORTS: dict[str, str] = {
     "ParquetStream": "fastdata.sources.parquet",
     "PlannedStream": "fastdata.sources.stream",
     "MixedStream": "fastdata.sources.mix",
+    "PackedStream": "fastdata.sources.pack",
+    "pack": "fastdata.sources.pack",
     "mix": "fastdata.sources.mix",
     "ResumeError": "fastdata.errors",
     "SchemaError": "fastdata.errors",

@@ -38,7 +38,7 @@ from fastdata._resume import (
     index_sampler_skipping,
 )
 from fastdata._stats import StageTimes, TimedCollate, WaitClock
-from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sampler, length
+from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sampler
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
 from fastdata.sources import PlannedStream
@@ -137,8 +137,10 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         self._fd_progress = _Progress()
 
     def __iter__(self) -> Any:
-        if isinstance(self.dataset, PlannedStream) and not self.dataset.resuming:
-            self._fd_resume_base = 0  # set_epoch() after load_state_dict() started afresh
+        if isinstance(self.dataset, PlannedStream):
+            if not self.dataset.resuming:
+                self._fd_resume_base = 0  # set_epoch() after load_state_dict() started afresh
+            self.dataset.begin_iteration(self._readers())
         if not isinstance(self.dataset, tud.IterableDataset):
             try:
                 self._fd_sampler_state = SamplerState.capture(self)
@@ -152,7 +154,7 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
                 self._fd_starting = False
         self._fd_record = getattr(iterator, "_fd_record", None)
         if self._fd_record is not None:  # persistent workers: the same iterator, reset
-            self._fd_record.length = length(iterator)
+            self._fd_record.reset(iterator)
         self._fd_base, self._fd_resume_base = self._fd_resume_base, 0
         self._fd_items_base, self._fd_resume_items = self._fd_resume_items, 0
         self._fd_skip = None  # the skip applied to this iterator only
@@ -309,7 +311,10 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         return {"items_per_batch": self.batch_size, "drop_last": self.drop_last}
 
     def _stream_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
-        state = stream.state_at(consumed, num_readers=self._readers(), **self._batching())
+        if stream.varying:
+            state = self._varying_state(stream, consumed)
+        else:
+            state = stream.state_at(consumed, num_readers=self._readers(), **self._batching())
         return {
             "version": STATE_VERSION,
             "kind": "stream",
@@ -318,6 +323,20 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             "drop_last": self.drop_last,
             "dataset": state,
         }
+
+    def _varying_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
+        """The state of a stream whose items take a varying number of rows (packing): where
+        each worker's last batch handed out left it (exact, for this rank only)."""
+        readers = self._readers()
+        record = self._fd_record
+        now = 0 if self._fd_loaded or record is None else consumed - self._fd_base
+        if self._fd_loaded:
+            stream.begin_iteration(readers)
+        if self.num_workers == 0 or record is None:
+            return stream.cursor_state([now] * readers, 0, consumed)
+        fetched = list(record.workers[:now])
+        delivered = [fetched.count(w) for w in range(readers)]
+        return stream.cursor_state(delivered, record.next_worker(now), consumed)
 
     def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
         """Resume from :meth:`state_dict`'s output on the next iteration.
@@ -398,7 +417,8 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             rows_per_item=stream.policy.batch_size,
             **self._batching(),
         )
-        if expected != (saved["consumed"], saved["rotations"]):
+        counted = (saved["consumed"], saved["rotations"])
+        if not stream.varying and expected != counted:  # varying: the counts are not batches
             raise ResumeError(
                 f"cannot resume: the state's batches={saved['batches']} disagree with its "
                 f"per-slot counts consumed={short(saved['consumed'])}; the state is corrupt"

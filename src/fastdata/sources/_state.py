@@ -11,7 +11,9 @@ A stream's state::
      "world_size": 2, "num_workers": 2, "rank": 0,   # the layout it was saved under
      "batches": [7, 7],                                # batches each rank had taken
      "consumed": [1500, 1000, 1500, 1000],             # rows per slot, every rank's slots
+     "offsets": [0, 0, 0, 0],                          # tokens into the next row (packing)
      "rotations": [1, 1],                              # each rank's next worker in turn
+     "known": [0, 1],                                  # ranks whose counts are known
      "handovers": [],                                  # earlier layout changes this epoch
      "settings": {"batch_size": 500, "shuffle": true, ...},  # what shapes the order
      "data": {"files": 4, "rows": 20000, "content": "...", ...}}  # what was read
@@ -19,11 +21,12 @@ A stream's state::
 Slots are rank-major (``rank * num_workers + worker``). The saving rank's counts are what it
 consumed; the other ranks' are what they consumed if the ranks went in lockstep (as DDP
 training does), so any rank's state describes the whole epoch, and loads on any rank of any
-layout. :func:`merge` puts the states of all ranks of a job together into one whose counts
-are each rank's own, which needs no lockstep (see :mod:`fastdata.sources.elastic` for what a
-layout change does). ``data`` is the source's :meth:`identity`: counts, names and hashes
-that are cheap to compute and change when the data does (see each reader for what its
-``content`` hash covers).
+layout. A stream whose items take a varying number of rows (packing) knows only the saving
+rank's counts (``known``). :func:`merge` puts the states of all ranks of a job together into
+one whose counts are each rank's own, which needs no lockstep (see
+:mod:`fastdata.sources.elastic` for what a layout change does). ``data`` is the source's
+:meth:`identity`: counts, names and hashes that are cheap to compute and change when the
+data does (see each reader for what its ``content`` hash covers).
 """
 
 from __future__ import annotations
@@ -126,7 +129,12 @@ def validate(state: Any, *, type_name: str) -> dict[str, Any]:
         "batches": _counts(state.get("batches"), "batches", world),
         "consumed": _counts(state.get("consumed"), "consumed", world * readers),
         "rotations": _counts(state.get("rotations"), "rotations", world, maximum=readers - 1),
+        "offsets": _counts(state.get("offsets"), "offsets", world * readers),
     }
+    known = state.get("known")
+    if not isinstance(known, list) or not known or len(set(map(repr, known))) != len(known):
+        raise _fail("known", known, "is not a list of distinct ranks; the state is corrupt")
+    out["known"] = sorted(state_int("known", r, maximum=world - 1) for r in known)
     handovers = state.get("handovers")
     if not isinstance(handovers, list):
         raise _fail("handovers", handovers, "is not a list; the state is corrupt")
@@ -244,6 +252,7 @@ class Resume:
     num_workers: int
     consumed: tuple[int, ...]
     rotation: int
+    offsets: tuple[int, ...]
 
 
 def state_of(
@@ -253,9 +262,12 @@ def state_of(
     num_readers: int,
     items_per_batch: int,
     drop_last: bool,
+    own: tuple[int, list[tuple[int, int]]] | None = None,
 ) -> dict[str, Any]:
     """The state of ``stream`` once its rank (and every rank, in lockstep) took ``batches``
-    batches from ``num_readers`` readers in turn (see the module docstring)."""
+    batches from ``num_readers`` readers in turn (see the module docstring); with ``own``
+    (the next reader and each reader's ``(rows, offset)``), this rank's exact position and
+    no other rank's."""
     rank, world = stream.rank_and_world_size()
     slot_rows = [stream.slot_rows(num_readers, rank=r) for r in range(world)]
     per_rank = [
@@ -269,6 +281,14 @@ def state_of(
         items_per_batch=items_per_batch,
         drop_last=drop_last,
     )
+    offsets = [0] * len(consumed)
+    known = list(range(world))
+    if own is not None:
+        rotations[rank], positions = own
+        mine = slice(rank * num_readers, (rank + 1) * num_readers)
+        consumed[mine] = [rows for rows, _ in positions]
+        offsets[mine] = [into for _, into in positions]
+        per_rank[rank], known = batches, [rank]
     return {
         "type": type(stream).__name__,
         "version": STATE_VERSION,
@@ -278,6 +298,8 @@ def state_of(
         "rank": rank,
         "batches": per_rank,
         "consumed": consumed,
+        "offsets": offsets,
+        "known": known,
         "rotations": rotations,
         "handovers": [handover_dict(h) for h in stream.handovers],
         "settings": stream.settings,
@@ -297,9 +319,16 @@ def check_state(stream: PlannedStream, state: Any) -> dict[str, Any]:
     checked["slot_rows"] = [
         stream.slot_rows(readers, rank=r, handovers=handovers, **where) for r in range(world)
     ]
+    if any(checked["offsets"]) and not stream.varying:
+        raise ResumeError(
+            f"cannot resume: the state's offsets={short(checked['offsets'])} but this stream "
+            "reads whole rows per item (offsets are for packing); the state is corrupt"
+        )
     flat = [n for rows in checked["slot_rows"] for n in rows]
-    for slot, (done, rows) in enumerate(zip(checked["consumed"], flat, strict=True)):
-        if done > rows:
+    for slot, (done, rows, into) in enumerate(
+        zip(checked["consumed"], flat, checked["offsets"], strict=True)
+    ):
+        if done > rows or (into and done == rows):
             raise ResumeError(
                 f"cannot resume: the state's consumed[{slot}]={done}, but slot {slot} reads "
                 f"only {rows} rows in epoch {checked['epoch']}; the state is corrupt or was "
@@ -317,13 +346,37 @@ def resume_point(
     rank, world = stream.rank_and_world_size()
     epoch, handovers = checked["epoch"], tuple(checked["handovers"])
     saved = (checked["world_size"], checked["num_workers"])
+    everyone = checked["known"] == list(range(saved[0]))
     if saved == (world, num_workers):
-        mine = checked["consumed"][rank * num_workers : (rank + 1) * num_workers]
-        resume = Resume(num_workers, tuple(mine), checked["rotations"][rank])
-        finished = checked["consumed"] == [n for rows in checked["slot_rows"] for n in rows]
+        if rank not in checked["known"]:
+            raise ResumeError(
+                f"cannot resume: the state knows the position of rank(s) {checked['known']} "
+                f"only (a stream of a varying number of rows per item), this is rank {rank}; "
+                "load every rank's state (fastdata.gather_state)"
+            )
+        mine = slice(rank * num_workers, (rank + 1) * num_workers)
+        resume = Resume(
+            num_workers,
+            tuple(checked["consumed"][mine]),
+            checked["rotations"][rank],
+            tuple(checked["offsets"][mine]),
+        )
+        flat = [n for rows in checked["slot_rows"] for n in rows]
+        finished = everyone and checked["consumed"] == flat
     else:  # another layout: what is left is shared anew
+        if not everyone or any(checked["offsets"]):
+            raise ResumeError(
+                "cannot resume under another layout: "
+                + (
+                    "the state knows only its own rank's position; load every rank's state "
+                    "(fastdata.gather_state)"
+                    if not everyone
+                    else "the state is in the middle of a document (packing), which only the "
+                    "same layout can take up; resume with the saved world size and num_workers"
+                )
+            )
         handovers += (Handover(*saved, tuple(checked["consumed"])),)
-        resume = Resume(num_workers, (0,) * num_workers, 0)
+        resume = Resume(num_workers, (0,) * num_workers, 0, (0,) * num_workers)
         finished = not remaining(stream.unit_rows(epoch), stream.policy, epoch, handovers)
     if finished and epoch + 1 > MAX_EPOCH:
         raise ResumeError(f"cannot resume: the state's epoch={epoch} is the last one")
@@ -371,6 +424,8 @@ def merge(states: list[Any]) -> dict[str, Any]:
         )
     merged["batches"] = own
     merged["consumed"] = [c for r, s in enumerate(states) for c in _own(s, "consumed", r, n)]
+    merged["offsets"] = [c for r, s in enumerate(states) for c in _own(s, "offsets", r, n)]
+    merged["known"] = list(range(world))
     merged["rotations"] = [t for r, s in enumerate(states) for t in _own(s, "rotations", r, 1)]
     return merged
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any, TypedDict
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -37,6 +38,10 @@ from fastdata.sources.plan import (
 from fastdata.workers import ThreadPools
 
 __all__ = ["PlannedStream", "StreamOptions"]
+
+
+_MAX_SLOTS = 256  # DataLoader workers per rank that a varying decoder can report for
+_RING = 256  # positions kept per worker: more than the batches in flight
 
 
 class StreamOptions(TypedDict, total=False):
@@ -128,6 +133,16 @@ class PlannedStream(IterableDataset):
         self._continues_from: int | None = None  # epoch of a loaded end-of-epoch state
         self._consumed = 0
         self._pools = ThreadPools()
+        # A decoder taking a varying number of rows per item (packing) reports the position
+        # after each item; workers write it here, per slot, for the loader's state.
+        variable = hasattr(self.decoder, "items")
+        self._cursors = (
+            torch.zeros(_MAX_SLOTS, _RING, 2, dtype=torch.int64).share_memory_()
+            if variable
+            else None
+        )
+        self._cursor = (0, 0)  # the main process's own position (num_workers=0)
+        self._began: tuple[int, list[tuple[int, int]]] = (0, [])  # rotation, slot starts
 
     # ----------------------------------------------------------------- units
     def _view(self, epoch: int | None = None) -> tuple[Reader, tuple[int, ...], np.ndarray]:
@@ -188,7 +203,7 @@ class PlannedStream(IterableDataset):
             )
         self._continues_from = None
         if epoch != self.epoch:
-            self._consumed = 0
+            self._consumed, self._cursor = 0, (0, 0)
             self._pending = None  # a resumed position belongs to its own epoch only
             self._handovers = ()
         self._epoch[0] = epoch
@@ -274,6 +289,10 @@ class PlannedStream(IterableDataset):
         With DataLoader workers use ``fastdata.DataLoader.state_dict()``, which knows how many
         items each worker delivered.
         """
+        if self.varying:
+            batching = {"items_per_batch": 1, "drop_last": False}
+            own = (0, [self._cursor])
+            return state_of(self, self._consumed, num_readers=1, own=own, **batching)
         return self.state_at(self._consumed, num_readers=1)
 
     @property
@@ -336,12 +355,14 @@ class PlannedStream(IterableDataset):
         if resume is None:  # saved at the end of the epoch: the next begins
             self._epoch[0] = epoch + 1
             self._consumed, self._pending, self._handovers = 0, None, ()
+            self._cursor = (0, 0)
             self._continues_from = epoch
             return
         self._epoch[0] = epoch
         self._handovers = handovers
         b = self._policy.batch_size
         self._consumed = -(-resume.consumed[0] // b) if num_workers == 1 else 0
+        self._cursor = (resume.consumed[0], resume.offsets[0])
         self._pending, self._continues_from = resume, None
 
     @property
@@ -353,6 +374,45 @@ class PlannedStream(IterableDataset):
     def forget_resume(self) -> None:
         """Drop a loaded position: DataLoader workers received their own copy of it."""
         self._pending = None
+
+    @property
+    def varying(self) -> bool:
+        """Whether items take a varying number of rows (a decoder with ``items``, as packing):
+        then the loader asks :meth:`cursor_state` where each reader is."""
+        return self._cursors is not None
+
+    def begin_iteration(self, num_readers: int) -> None:
+        """Note where each reader starts (a loaded position, or the epoch's start), before
+        DataLoader workers take their copies: :meth:`cursor_state` counts from there."""
+        pending = self._pending
+        if pending is None:
+            self._began = (0, [(0, 0)] * num_readers)
+        else:
+            self._began = (
+                pending.rotation,
+                list(zip(pending.consumed, pending.offsets, strict=True)),
+            )
+
+    def cursor_state(self, delivered: list[int], next_reader: int, batches: int) -> dict[str, Any]:
+        """The state of a varying stream whose readers (DataLoader workers, in torch's order)
+        delivered ``delivered[w]`` items since the iteration began, ``next_reader``'s turn
+        next: exact for this rank; the other ranks' positions are not known here."""
+        rotation, starts = self._began
+        readers = len(delivered)
+        assert self._cursors is not None  # varying streams only
+        positions = list(starts) if starts else [(0, 0)] * readers
+        for worker, count in enumerate(delivered):
+            slot = (worker + rotation) % readers
+            if count:
+                if readers == 1 and get_worker_info() is None:
+                    positions[slot] = self._cursor
+                else:
+                    rows, into = self._cursors[slot % _MAX_SLOTS, (count - 1) % _RING].tolist()
+                    positions[slot] = (int(rows), int(into))
+        own = ((next_reader + rotation) % readers, positions)
+        return state_of(
+            self, batches, num_readers=readers, items_per_batch=1, drop_last=False, own=own
+        )
 
     # ----------------------------------------------------------------- iteration
     def __getstate__(self) -> dict[str, Any]:
@@ -376,7 +436,11 @@ class PlannedStream(IterableDataset):
                 )
             slot = (worker + pending.rotation) % num_workers
             skip = pending.consumed[slot]
+        offset = pending.offsets[slot] if pending is not None else 0
         segments = after(self._segments(slot, num_workers), skip)
+        if self._cursors is not None:  # a decoder of variable rows per item
+            self._began = (0 if pending is None else pending.rotation, [(skip, offset)])
+            return self._variable(segments, slot, skip, offset)
         return self._track(self._items(segments))
 
     def _track(self, items: Iterator[Any]) -> Iterator[Any]:
@@ -384,7 +448,7 @@ class PlannedStream(IterableDataset):
             self._consumed += 1
             yield item
 
-    def _items(self, segments: list[Segment]) -> Iterator[Any]:
+    def _tables(self, segments: list[Segment]) -> tuple[Iterator[pa.Table], Context]:
         epoch = self.epoch
         reader, _, offsets = self._view(epoch)
         locate = functools.partial(self.location, epoch=epoch)
@@ -392,6 +456,27 @@ class PlannedStream(IterableDataset):
         index = offsets if self.decoder.needs_index else None
         pool = self._pools.get("read", self.read_ahead) if self.read_ahead else None
         tables = read_segments(reader, segments, pool, self.read_ahead, index, self._times)
+        return tables, context
+
+    def _variable(
+        self, segments: list[Segment], slot: int, skip: int, offset: int
+    ) -> Iterator[Any]:
+        """Items of a decoder that takes a varying number of rows per item (``items``), the
+        position after each written where the loader finds it (:meth:`cursor_state`)."""
+        tables, context = self._tables(segments)
+        assert self._cursors is not None  # the caller checked
+        ring = self._cursors[slot % _MAX_SLOTS].numpy()
+        self._cursor = (skip, offset)
+        for k, (item, (rows, into)) in enumerate(
+            self.decoder.items(tables, context, offset)  # type: ignore[attr-defined]
+        ):
+            ring[k % _RING] = (skip + rows, into)
+            self._cursor = (skip + rows, into)
+            self._consumed += 1
+            yield item
+
+    def _items(self, segments: list[Segment]) -> Iterator[Any]:
+        tables, context = self._tables(segments)
         if self.batch_size is None:
             for table in tables:
                 yield from self.decoder.rows(table, context)
