@@ -126,7 +126,17 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
         stats = check_bool("stats", stats)
+        given = inspect.signature(_TORCH_INIT).bind_partial(None, *args, **kwargs).arguments
         super().__init__(*args, **kwargs)
+        if (
+            isinstance(self.dataset, PlannedStream)
+            and self.dataset.batch_size is not None
+            and self.batch_size is None
+            and given.get("collate_fn") is None
+        ):
+            # The stream's batches are tensors already: torch's default_convert would only
+            # walk them (every element of every list column) to hand them over unchanged.
+            self.collate_fn = as_is
         self.device = device
         self.normalize = normalize
         self._fd_times = StageTimes() if stats else None
@@ -428,6 +438,11 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         same_layout = (saved["world_size"], saved["num_workers"]) == (world, self._readers())
         self._fd_resume_base = saved["batches"][rank] if stream.resuming and same_layout else 0
         self._fd_loaded = True
+
+
+def as_is(batch: Any) -> Any:
+    """The collate function of a fastdata stream's ready-made batches: the batch itself."""
+    return batch
 
 
 def gather_state(loader: DataLoader | dict[str, Any]) -> list[dict[str, Any]]:
