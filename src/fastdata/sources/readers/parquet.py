@@ -40,7 +40,7 @@ __all__ = ["ParquetRowGroups"]
 
 SUFFIXES = (".parquet", ".parq", ".pq")
 _METADATA_THREADS = 8
-_FOOTER_BATCH = 4 * _METADATA_THREADS  # footers parsed and held at once while planning
+_FOOTER_BATCH = _METADATA_THREADS
 _OPEN_FILES = 4  # parsed footers a process keeps for reading (the files read most recently)
 _MISSING_FIELD = re.compile(r"No match for FieldRef\.Name\((.*?)\) in")
 
@@ -94,12 +94,14 @@ class ParquetRowGroups:
         self._tensor = {field.name: converter(field)[1] for field in self.schema}
 
     # ----------------------------------------------------------------- metadata
-    def _footer(self, path: str) -> pq.FileMetaData:
-        """The file's parsed footer (not kept open: planning reads every file once)."""
+    def _footer(self, path: str) -> tuple[pq.FileMetaData, pa.Schema]:
+        """The file's parsed footer and Arrow schema, not kept open: planning reads every
+        file once. (Not ``footer.schema``, whose reference cycle would keep each footer,
+        megabytes for wide files, until the garbage collector runs; nor a dataset fragment,
+        which parses more of it.)"""
         try:
-            fragment = ds.ParquetFileFormat().make_fragment(path, filesystem=self.fs)
-            fragment.ensure_complete_metadata()
-            return fragment.metadata
+            with pq.ParquetFile(path, filesystem=self.fs) as file:
+                return file.metadata, file.schema_arrow.remove_metadata()
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(
                 f"cannot read the Parquet footer ({exc}); the file is not Parquet, is "
@@ -123,8 +125,7 @@ class ParquetRowGroups:
         with ThreadPoolExecutor(min(_METADATA_THREADS, len(self.files))) as pool:
             for first in range(0, len(self.files), _FOOTER_BATCH):
                 paths = self.files[first : first + _FOOTER_BATCH]
-                for f, footer in enumerate(pool.map(self._footer, paths), first):
-                    schema = footer.schema.to_arrow_schema().remove_metadata()
+                for f, (footer, schema) in enumerate(pool.map(self._footer, paths), first):
                     if footer.num_rows:
                         agreement.check(self.files[f], schema)
                         if self.filter is not None and schema not in checked:
@@ -142,10 +143,10 @@ class ParquetRowGroups:
         the columns when ``columns`` is None, and the types other files must agree with. An
         empty file contributes no rows, whatever its schema says."""
         for path in self.files:
-            footer = self._footer(path)
+            footer, schema = self._footer(path)
             if footer.num_rows:
-                return path, footer.schema.to_arrow_schema()
-        return self.files[0], self._footer(self.files[0]).schema.to_arrow_schema()
+                return path, schema
+        return self.files[0], self._footer(self.files[0])[1]
 
     def _check_filter(self, path: str, schema: pa.Schema) -> None:
         """Bind the filter to a file's columns (on no rows): a column it names that the file
@@ -238,13 +239,11 @@ class ParquetRowGroups:
         and dropped); with a filter, the row group is read whole and sliced.
         """
         f, rg, rows = self.units[unit]
-        if self.filter is None and stop < rows:
-            table, expected = self._guarded(lambda: self._head(f, rg, stop), f, rg), stop
-        else:
-            read_all = lambda: self._row_group(f, rg).to_table(  # noqa: E731
-                columns=self.schema.names, filter=self.filter
-            )
-            table, expected = self._guarded(read_all, f, rg), rows
+        head = self.filter is None and stop < rows
+        table = self._guarded(
+            lambda: self._head(f, rg, stop) if head else self._whole(f, rg), f, rg
+        )
+        expected = stop if head else rows
         if table.num_rows != expected:
             raise SourceError(
                 f"row group holds {table.num_rows} rows where {expected} were planned; the "
@@ -255,14 +254,17 @@ class ParquetRowGroups:
         table = self._conform(table, f, rg)
         return table if (start, stop) == (0, table.num_rows) else table.slice(start, stop - start)
 
+    def _whole(self, f: int, rg: int) -> pa.Table:
+        return self._row_group(f, rg).to_table(columns=self.schema.names, filter=self.filter)
+
     def _head(self, f: int, rg: int, stop: int) -> pa.Table:
         """The first ``stop`` rows of a row group, decoding no further."""
         path = self.files[f]
-        metadata = self._fragment(path).metadata
-        file = pq.ParquetFile(path, filesystem=self.fs, metadata=metadata)
-        batches = file.iter_batches(batch_size=stop, row_groups=[rg], columns=self.schema.names)
-        batch = next(batches, None)
-        return pa.Table.from_batches([] if batch is None else [batch], batch and batch.schema)
+        file = pq.ParquetFile(path, filesystem=self.fs, metadata=self._fragment(path).metadata)
+        columns = self.schema.names
+        batches = file.iter_batches(batch_size=max(stop, 1), row_groups=[rg], columns=columns)
+        first = next(batches, None)  # None: the row group is gone (the file changed)
+        return self.schema.empty_table() if first is None else pa.table(first).slice(0, stop)
 
     def _conform(self, table: pa.Table, f: int, rg: int) -> pa.Table:
         """The table in :attr:`schema` (one schema for every file), nulls filled or refused
