@@ -46,15 +46,17 @@ if TYPE_CHECKING:
         SchemaError,
         SourceError,
     )
-    from fastdata.loader import DataLoader
+    from fastdata.loader import DataLoader, gather_state
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
+    from fastdata.sources.mix import MixedStream, mix
     from fastdata.sources.parquet import ParquetStream
     from fastdata.sources.stream import PlannedStream
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
+    "gather_state": "fastdata.loader",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",
@@ -66,6 +68,8 @@ _EXPORTS: dict[str, str] = {
     "ImageTransform": "fastdata.decode",
     "ParquetStream": "fastdata.sources.parquet",
     "PlannedStream": "fastdata.sources.stream",
+    "MixedStream": "fastdata.sources.mix",
+    "mix": "fastdata.sources.mix",
     "ResumeError": "fastdata.errors",
     "SchemaError": "fastdata.errors",
     "SourceError": "fastdata.errors",

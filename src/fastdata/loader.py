@@ -23,7 +23,6 @@ seeds ``random``, ``numpy`` and torch itself per worker from the loader's seed.
 from __future__ import annotations
 
 import inspect
-import math
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
@@ -43,13 +42,18 @@ from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sample
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
 from fastdata.sources import PlannedStream
-from fastdata.sources._state import require_int, require_mapping, short, validate
-from fastdata.sources.plan import round_robin_consumed
+from fastdata.sources._state import (
+    consumed_after,
+    merge,
+    require_int,
+    require_mapping,
+    short,
+)
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 
-__all__ = ["DataLoader"]
+__all__ = ["DataLoader", "gather_state"]
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 _TORCH_INIT = torch.utils.data.DataLoader.__init__
 
 
@@ -226,7 +230,13 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             "data_wait_s": progress.wait,
             "wait_fraction": progress.wait / wall if wall else 0.0,
             "stages": self._fd_times.totals(),
+            **self._source_counts(),
         }
+
+    def _source_counts(self) -> dict[str, Any]:
+        """``{"sources": {name: rows}}`` for a mix of sources (``fastdata.mix``), else {}."""
+        counts = getattr(self.dataset, "source_counts", None)
+        return {"sources": counts()} if callable(counts) else {}
 
     # ----------------------------------------------------------------- resume
     def _batches_consumed(self) -> int:
@@ -291,62 +301,68 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
     def _readers(self) -> int:
         return max(self.num_workers, 1)
 
-    def _per_worker(self, stream: PlannedStream, consumed: int, epoch: int, readers: int) -> Any:
-        """Items each reader had delivered, and whose turn is next, after ``consumed``
-        batches of this loader's round-robin over the readers."""
-        items = stream.reader_items(readers, epoch)
-        rows = 1 if self.batch_size is None else self.batch_size
+    def _batching(self) -> dict[str, Any]:
+        """How this loader groups a stream's items: per batch, and whether a worker's last
+        partial batch is dropped (torch's batching of an iterable dataset, per worker)."""
         if self.batch_size is None:
-            batches = items
-        elif self.drop_last:
-            batches = [c // rows for c in items]
-        else:
-            batches = [math.ceil(c / rows) for c in items]
-        consumed = min(consumed, sum(batches))
-        done, turn = round_robin_consumed(batches, consumed)
-        # A reader whose batches were all handed out is done, including the rows drop_last
-        # dropped after its last full batch.
-        per_reader = [
-            c if d == b else d * rows for d, b, c in zip(done, batches, items, strict=True)
-        ]
-        return consumed, per_reader, turn
+            return {"items_per_batch": 1, "drop_last": False}
+        return {"items_per_batch": self.batch_size, "drop_last": self.drop_last}
 
     def _stream_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
-        readers = self._readers()
-        consumed, per_worker, turn = self._per_worker(stream, consumed, stream.epoch, readers)
+        state = stream.state_at(consumed, num_readers=self._readers(), **self._batching())
         return {
             "version": STATE_VERSION,
             "kind": "stream",
-            "batches": consumed,
+            "batches": state["batches"][state["rank"]],
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
-            "dataset": stream.state_at(per_worker, rotation=turn),
+            "dataset": state,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
         """Resume from :meth:`state_dict`'s output on the next iteration.
 
         Call it before iterating (with ``persistent_workers=True``, before the first
         iteration: running workers hold their own copy of the dataset). Everything the
         state's meaning depends on is checked here, in the calling process; a state saved at
-        the end of an epoch continues at the start of the next one.
+        the end of an epoch continues at the start of the next one. For a fastdata stream,
+        ``state`` may come from any rank of a job with any world size and ``num_workers``
+        (ranks in lockstep, as under DDP), or be the list of every rank's state, which is
+        exact without lockstep (see :func:`fastdata.gather_state`).
 
         Raises:
             ResumeError: the state is malformed or does not fit this loader; the message
                 names the field, the saved and the current value.
         """
-        state = require_mapping(state, "state")
-        if state.get("version") != STATE_VERSION:
-            raise ResumeError(
-                f"cannot resume: state version {short(state.get('version'))}, "
-                f"this fastdata reads version {STATE_VERSION}"
-            )
         if self._iterator is not None:
             raise ResumeError(
                 "cannot resume: this loader's persistent workers are already running; call "
                 "load_state_dict() on a new loader, before iterating it"
             )
+        states = state if isinstance(state, list) else [state]
+        if not states:
+            raise ResumeError("cannot resume: an empty list of states")
         kind = "stream" if isinstance(self.dataset, PlannedStream) else "map"
+        for one in states:
+            self._check_loader_fields(require_mapping(one, "state"), kind)
+        if isinstance(self.dataset, PlannedStream):
+            self._load_stream_state(self.dataset, states)
+            return
+        if len(states) != 1:
+            raise ResumeError("cannot resume: a map-style loader takes one state, not a list")
+        sampler, items = check_map_state(states[0], self)
+        sampler.restore(self)
+        self._fd_skip = items
+        self._fd_resume_items = items
+        self._fd_resume_base = 0  # counted in items (see _map_state)
+        self._fd_loaded = True
+
+    def _check_loader_fields(self, state: Mapping[str, Any], kind: str) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ResumeError(
+                f"cannot resume: state version {short(state.get('version'))}, "
+                f"this fastdata reads version {STATE_VERSION}"
+            )
         if state.get("kind") != kind:
             names = {"stream": "a fastdata stream", "map": "a map-style dataset"}
             saved_kind = state.get("kind")
@@ -355,17 +371,8 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             raise ResumeError(
                 f"cannot resume: the state was saved for {saved}, this loader reads {names[kind]}"
             )
-        if kind == "stream":
-            self._load_stream_state(self.dataset, state)
+        if kind == "map":
             return
-        sampler, items = check_map_state(state, self)
-        sampler.restore(self)
-        self._fd_skip = items
-        self._fd_resume_items = items
-        self._fd_resume_base = 0  # counted in items (see _map_state)
-        self._fd_loaded = True
-
-    def _load_stream_state(self, stream: PlannedStream, state: Mapping[str, Any]) -> None:
         for field in ("batch_size", "drop_last"):
             if field not in state or state[field] != getattr(self, field):
                 raise ResumeError(
@@ -373,19 +380,53 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
                     f" this loader has {field}={getattr(self, field)}; build it with the saved "
                     "value"
                 )
-        batches = require_int(state, "batches")
-        saved = validate(state.get("dataset"), type_name=type(stream).__name__)
-        _, per_worker, turn = self._per_worker(
-            stream, batches, saved["epoch"], saved["num_workers"]
+
+    def _load_stream_state(self, stream: PlannedStream, states: list[Mapping[str, Any]]) -> None:
+        for one in states:
+            checked = stream.check_state(one.get("dataset"))
+            if require_int(one, "batches") != checked["batches"][checked["rank"]]:
+                raise ResumeError(
+                    f"cannot resume: the state's batches={one['batches']} disagrees with its "
+                    f"per-rank counts batches={checked['batches']}; the state is corrupt"
+                )
+        datasets = [one["dataset"] for one in states]
+        dataset = datasets[0] if len(datasets) == 1 else merge(datasets)
+        saved = stream.check_state(dataset)
+        expected = consumed_after(
+            saved["batches"],
+            saved["slot_rows"],
+            rows_per_item=stream.policy.batch_size,
+            **self._batching(),
         )
-        if (per_worker, turn) != (saved["consumed"], saved["rotation"]):
+        if expected != (saved["consumed"], saved["rotations"]):
             raise ResumeError(
-                f"cannot resume: the state's batches={batches} disagrees with its per-reader "
-                f"counts consumed={short(saved['consumed'])}; the state is corrupt"
+                f"cannot resume: the state's batches={saved['batches']} disagree with its "
+                f"per-slot counts consumed={short(saved['consumed'])}; the state is corrupt"
             )
-        stream.load_state_dict(state["dataset"], num_workers=self._readers())
-        self._fd_resume_base = batches if stream.resuming else 0
+        stream.load_state_dict(dataset, num_workers=self._readers())
+        rank, world = stream.rank_and_world_size()
+        same_layout = (saved["world_size"], saved["num_workers"]) == (world, self._readers())
+        self._fd_resume_base = saved["batches"][rank] if stream.resuming and same_layout else 0
         self._fd_loaded = True
+
+
+def gather_state(loader: DataLoader | dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``loader.state_dict()`` (or the state passed), in rank order, on every
+    rank (a collective: all ranks of the ``torch.distributed`` group must call it; a list of
+    one in a single process).
+
+    A fastdata stream's state from one rank resumes exactly when the ranks went in lockstep,
+    as DDP training does; the list of every rank's state resumes exactly in any case, under
+    any world size and ``num_workers``: pass it to :meth:`DataLoader.load_state_dict`.
+    """
+    import torch.distributed as dist
+
+    own = loader if isinstance(loader, dict) else loader.state_dict()
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [own]
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, own)
+    return states
 
 
 def _signature() -> inspect.Signature:
