@@ -15,8 +15,6 @@ different files concatenate. Other type differences are a :class:`~fastdata.Sche
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import threading
 from collections import OrderedDict, deque
@@ -29,18 +27,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-import pyarrow.types as pat
 
 from fastdata._validate import check_names
 from fastdata.errors import SchemaError, SourceError
-from fastdata.sources._arrow import converter, delivered_type, first_null_inside, rebuild
+from fastdata.sources._arrow import converter, first_null_inside
 from fastdata.sources._files import paths_digest, resolve_files
+from fastdata.sources.readers._footers import ContentDigest, SchemaAgreement
 
 __all__ = ["ParquetRowGroups"]
 
 SUFFIXES = (".parquet", ".parq", ".pq")
 _METADATA_THREADS = 8
-_FOOTER_BATCH = _METADATA_THREADS
+_FOOTER_BATCH = _METADATA_THREADS  # footers parsed and held at once while planning
 _OPEN_FILES = 4  # parsed footers a process keeps for reading (the files read most recently)
 _MISSING_FIELD = re.compile(r"No match for FieldRef\.Name\((.*?)\) in")
 
@@ -118,8 +116,8 @@ class ParquetRowGroups:
         construction memory grow with files x all columns."""
         ref_path, ref_schema = self._reference()
         names = ref_schema.names if columns is None else columns
-        agreement = _Agreement(ref_path, ref_schema, names)
-        content = _ContentDigest()
+        agreement = SchemaAgreement(ref_path, ref_schema, names)
+        content = ContentDigest()
         groups: list[tuple[int, int, int]] = []
         checked: deque[pa.Schema] = deque(maxlen=8)  # file schemas the filter was checked on
         with ThreadPoolExecutor(min(_METADATA_THREADS, len(self.files))) as pool:
@@ -313,111 +311,3 @@ class ParquetRowGroups:
     def __repr__(self) -> str:
         shown = self.files[0] + (f" (+{len(self.files) - 1} more)" if len(self.files) > 1 else "")
         return f"ParquetRowGroups({shown!r}, columns={self.schema.names})"
-
-
-class _Agreement:
-    """Checks, file by file, that the selected columns exist with agreeing types, and gives
-    the one schema every read is cast to."""
-
-    def __init__(self, ref_path: str, ref: pa.Schema, names: list[str]) -> None:
-        for name in names:
-            _require(ref_path, ref, name)
-        self.ref_path = ref_path
-        self.fields = {name: ref.field(name) for name in names}
-        self.exact = dict.fromkeys(names, True)  # every file has the reference's exact type
-
-    def check(self, path: str, schema: pa.Schema) -> None:
-        for name, ref in self.fields.items():
-            field = _require(path, schema, name)
-            got, expected = delivered_type(field.type), delivered_type(ref.type)
-            if _relaxed(got) != _relaxed(expected):
-                raise SchemaError(
-                    f"column {name!r} has type {field.type} here but {ref.type} in "
-                    f"{self.ref_path}; cast the files to one schema",
-                    path=path,
-                    column=name,
-                )
-            self.exact[name] = self.exact[name] and got == expected
-            if field.nullable and not ref.nullable:
-                self.fields[name] = ref.with_nullable(True)
-
-    def schema(self) -> pa.Schema:
-        """Each column's delivered type; where files differ (in nullability inside nested
-        types, or large against small), the relaxed type every file casts to losslessly."""
-        fields = []
-        for name, field in self.fields.items():
-            kind = delivered_type(field.type)
-            fields.append(field.with_type(kind if self.exact[name] else _relaxed(kind)))
-        return pa.schema(fields)
-
-
-def _require(path: str, schema: pa.Schema, name: str) -> pa.Field:
-    if name not in schema.names:
-        raise SchemaError(
-            f"column {name!r} does not exist; available columns: {', '.join(schema.names)}",
-            path=path,
-            column=name,
-        )
-    return schema.field(name)
-
-
-def _relaxed(t: pa.DataType) -> pa.DataType:
-    """``t`` with every nested field nullable and strings, binaries and lists in their large
-    form: two types equal in this form hold the same values."""
-    if pat.is_string(t):
-        return pa.large_string()
-    if pat.is_binary(t):
-        return pa.large_binary()
-    if pat.is_list(t):
-        t = pa.large_list(t.value_field)
-    return rebuild(t, lambda field: pa.field(field.name, _relaxed(field.type)))
-
-
-class _ContentDigest:
-    """A hash of what the footers say about the data read: file sizes, row counts and, for
-    the selected columns, each chunk's compressed size and min/max statistics. A file
-    rewritten with other values changes it even where the layout stays the same. Built file
-    by file, so no footer is kept for it."""
-
-    def __init__(self) -> None:
-        self._hash = hashlib.sha256()
-
-    def add(self, size: int, footer: pq.FileMetaData, schema: pa.Schema, names: list[str]) -> None:
-        leaves = _leaf_columns(schema)
-        columns = [c for name in names if name in leaves for c in leaves[name]]
-        for rg in range(footer.num_row_groups):
-            group = footer.row_group(rg)
-            part = [size, group.num_rows, *(_chunk(group.column(c)) for c in columns)]
-            self._hash.update(json.dumps(part, separators=(",", ":")).encode() + b"\n")
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()[:16]
-
-
-def _leaf_columns(schema: pa.Schema) -> dict[str, range]:
-    """The Parquet leaf columns (column chunks) of each top-level field: a struct or map
-    spans several, in schema order."""
-    out, start = {}, 0
-    for field in schema:
-        n = _leaves(field.type)
-        out[field.name] = range(start, start + n)
-        start += n
-    return out
-
-
-def _leaves(t: pa.DataType) -> int:
-    if pat.is_struct(t):
-        return sum(_leaves(t.field(i).type) for i in range(t.num_fields))
-    if pat.is_map(t):
-        return _leaves(t.key_type) + _leaves(t.item_type)
-    if pat.is_list(t) or pat.is_large_list(t) or pat.is_fixed_size_list(t):
-        return _leaves(t.value_type)
-    if isinstance(t, pa.BaseExtensionType):
-        return _leaves(t.storage_type)
-    return 1
-
-
-def _chunk(chunk: pq.ColumnChunkMetaData) -> list[Any]:
-    stats = chunk.statistics
-    bounds = [str(stats.min), str(stats.max)] if stats is not None and stats.has_min_max else []
-    return [chunk.total_compressed_size, *bounds]
