@@ -341,6 +341,17 @@ def test_an_unreachable_s3_endpoint_names_the_uri_and_what_to_check() -> None:
         assert err.value.path == source and not isinstance(err.value, SchemaError)
 
 
+def test_a_link_loop_in_a_folder_lists_each_file_once(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    pq.write_table(pa.table({"id": [0, 1]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": [2]}), tmp_path / "sub" / "b.parquet")
+    (tmp_path / "sub" / "up").symlink_to(tmp_path, target_is_directory=True)  # a loop
+    (tmp_path / "again").symlink_to(tmp_path / "sub", target_is_directory=True)
+    stream = ParquetStream(tmp_path, batch_size=8)
+    assert [Path(f).name for f in stream.files] == ["a.parquet", "b.parquet"]
+    assert sorted(i for b in stream for i in b["id"].tolist()) == [0, 1, 2]
+
+
 # --------------------------------------------------------------------------- nulls
 NULL_CASES = {
     "list<int32>": (pa.array([[1, 2], [3, None, 5], [6]], pa.list_(pa.int32())), 1),
