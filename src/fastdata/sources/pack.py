@@ -118,7 +118,7 @@ class Packer:
         split_documents: bool,
         pad_id: int,
     ) -> None:
-        self.column, self.seq_len, self.rows = column, seq_len, rows
+        self.column, self.seq_len, self.batch_rows = column, seq_len, rows
         self.overlong, self.split_documents, self.pad_id = overlong, split_documents, pad_id
         self.counts = torch.zeros(_MAX_READERS, 3, dtype=torch.int64).share_memory_()
         self._row: tuple[int, np.ndarray] | None = None
@@ -141,11 +141,11 @@ class Packer:
         reader started (``offset`` tokens into its first document)."""
         documents = _Documents(self, tables, offset)
         while True:
-            batch = [row for row in (self._row_of(documents) for _ in range(self.rows)) if row]
+            batch = [row for row in (self._row_of(documents) for _ in range(self.batch_rows)) if row]
             if not batch:
                 return
             yield self._emit(batch), documents.position
-            if len(batch) < self.rows:
+            if len(batch) < self.batch_rows:
                 return
 
     def documents(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -241,7 +241,7 @@ class PackedStream(PlannedStream):
 
     def __repr__(self) -> str:
         d = self.decoder
-        return f"PackedStream({self.reader!r}, rows={d.rows}, seq_len={d.seq_len})"
+        return f"PackedStream({self.reader!r}, rows={d.batch_rows}, seq_len={d.seq_len})"
 
 
 def pack(
@@ -291,4 +291,5 @@ def pack(
         split_documents=check_bool("split_documents", split_documents),
         pad_id=check_int("pad_id", pad_id),
     )
-    return PackedStream(source.reader, decoder=packer, batch_size=None, **options)
+    options["batch_size"] = None  # a packed batch is rows x seq_len tokens, not rows
+    return PackedStream(source.reader, decoder=packer, **options)

@@ -38,8 +38,10 @@ class ParquetStream(PlannedStream):
             ``drop_last``, ``even_batches``, ``rank``, ``world_size``, ``read_ahead``).
 
     Raises:
-        SourceError: a missing file, an empty glob, a file that is not Parquet.
-        SchemaError: unknown columns, or files whose types differ.
+        SourceError: a missing file, an empty glob, a file that is not Parquet, a file
+            reached twice, storage that cannot be reached (naming the URI).
+        SchemaError: unknown columns, files whose types differ (beyond nullability), a
+            filter naming a column the files lack or comparing it to another type.
     """
 
     reader: ParquetRowGroups
