@@ -187,7 +187,7 @@ class CachingHandler(pafs.FileSystemHandler):
     def open_input_file(self, path: str) -> pa.NativeFile:
         entry = self._entry(path)
         remote = self._remote(path)
-        opened = self._open_cached(entry, path, remote)
+        opened, _ = self._open_cached(entry, path, remote)
         if opened is not None:
             self.counts.add("hits")
             return opened
@@ -196,10 +196,14 @@ class CachingHandler(pafs.FileSystemHandler):
             return self.remote.open_input_file(path)
         os.makedirs(os.path.dirname(entry.data), exist_ok=True)
         with Lock(entry.lock):
-            opened = self._open_cached(entry, path, remote)  # fetched while this one waited
+            opened, damage = self._open_cached(entry, path, remote)  # fetched while waiting?
             if opened is not None:
                 self.counts.add("hits")
                 return opened
+            if damage is not None:
+                log.warning("fastdata: the cache entry %s of %s is corrupt (%s): fetching it "
+                            "again", entry.data, path, damage)  # fmt: skip
+                self.counts.add("invalid")
             size = self._download(entry, path, remote)
             opened = self._pinned(entry)
         self.counts.add("misses")
@@ -222,41 +226,38 @@ class CachingHandler(pafs.FileSystemHandler):
             known = self._listed[path] = _Remote(info.size, info.mtime_ns)
         return known
 
-    def _open_cached(self, entry: _Entry, path: str, remote: _Remote) -> pa.NativeFile | None:
-        """The entry opened, if it holds ``remote``'s version of ``path`` intact."""
+    def _open_cached(
+        self, entry: _Entry, path: str, remote: _Remote
+    ) -> tuple[pa.NativeFile | None, str | None]:
+        """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact;
+        else ``(None, what is wrong with it)``, or ``(None, None)`` without such an entry."""
         try:
             with open(entry.meta, "rb") as f:
                 meta = json.loads(f.read())
             stat = os.stat(entry.data)
         except FileNotFoundError:
-            return None
+            return None, None
         except (OSError, ValueError):
-            return self._invalid(entry, path, "its metadata is unreadable")
+            return None, "its metadata is unreadable"
         if (meta.get("path"), meta.get("mtime_ns")) != (path, remote.mtime_ns) or (
             remote.size is not None and meta.get("size") != remote.size
         ):
-            return None  # another version of the file: fetched again
+            return None, None  # another version of the file
         if stat.st_size != meta["size"]:
-            return self._invalid(entry, path, f"{stat.st_size} bytes, not {meta['size']}")
+            return None, f"{stat.st_size} bytes, not {meta['size']}"
         seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if [stat.st_ino, stat.st_mtime_ns] != meta.get("written") and seen not in self._verified:
             # changed on disk since it was downloaded (or copied here): its bytes decide
             if crc32_file(entry.data) != meta["crc32"]:
-                return self._invalid(entry, path, "its checksum does not match")
+                return None, "its checksum does not match"
             self._verified.add(seen)
         try:
             opened = self._pinned(entry)
         except FileNotFoundError:
-            return None  # evicted meanwhile
+            return None, None  # evicted meanwhile
         with contextlib.suppress(OSError):  # the access time orders eviction
             os.utime(entry.data, ns=(time.time_ns(), stat.st_mtime_ns))
-        return opened
-
-    def _invalid(self, entry: _Entry, path: str, why: str) -> None:
-        log.warning("fastdata: cache entry %s of %s is corrupt (%s): fetching it again",
-                    entry.data, path, why)  # fmt: skip
-        self.counts.add("invalid")
-        return None
+        return opened, None
 
     def _download(self, entry: _Entry, path: str, remote: _Remote) -> int:
         """Copy ``path`` into the entry (temporary file, then rename); returns its size."""
