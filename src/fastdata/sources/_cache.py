@@ -1,12 +1,13 @@
 """A local disk cache of a remote filesystem's files, so that later epochs read local disk.
 
 :func:`with_cache` wraps the remote filesystem of a stream in a ``pyarrow.fs.PyFileSystem``
-over :class:`CachingHandler`; the readers are unchanged. While the stream plans (Parquet
-footers, tar headers, filter counts), files are read from the remote (or from the cache
-where it already holds them); once it has planned (:func:`start_fetching`), opening a file
-first makes sure a verified local copy of the whole file exists, so the read-ahead thread
-that reads a unit fetches its file, and every later unit of that file (the other row
-groups of a Parquet file, the rest of a shard) reads local disk.
+over :class:`CachingHandler`; the readers are unchanged. While a Parquet stream plans
+(footers, filter counts), files are read from the remote (or from the cache where it
+already holds them); once it has planned (:func:`start_fetching`), opening a file first
+makes sure a verified local copy of the whole file exists, so the read-ahead thread that
+reads a unit fetches its file, and every later unit of that file (the other row groups of
+a Parquet file, the rest of a shard) reads local disk. Tar shards are fetched whole while
+planning already: indexing a shard reads the headers spread all through it.
 
 The contract, for every process sharing one ``cache_dir`` (ranks and workers of a node):
 
@@ -21,7 +22,8 @@ The contract, for every process sharing one ``cache_dir`` (ranks and workers of 
   counted (``invalid``) and fetched again, never read.
 - **Bounded.** With ``cache_limit``, after a download takes the cache over the limit, the
   least recently opened entries are deleted until it is under 90% of the limit; never a
-  file this process has open, nor one another process is downloading. Another process may
+  file this process has open (on Linux, where ``/proc/self/fd`` lists them), nor one
+  another process is downloading. Another process may
   delete a file this one has open: reading it goes on (POSIX keeps a deleted file's data
   while it is open) and the next open fetches it again. The limit is a target: the files in
   use at once must fit in it, and downloads in flight in other processes are counted once
@@ -36,15 +38,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import logging
 import os
 import threading
 import time
 import zlib
-from collections import Counter
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -57,6 +56,7 @@ from fastdata.sources._cache_disk import (
     CHUNK,
     Lock,
     crc32_file,
+    open_here,
     scan,
     temporary,
     unlink,
@@ -95,21 +95,20 @@ class CachingHandler(pafs.FileSystemHandler):
 
     def __init__(self, remote: pafs.FileSystem, cache_dir: str, limit: int | None) -> None:
         self.remote = remote
-        self.cache_dir = os.path.abspath(cache_dir)
+        self.cache_dir = os.path.realpath(cache_dir)  # as /proc/self/fd names open files
         self.limit = limit
-        self.fetch = False  # planning: read through; start_fetching() turns this on
+        self.fetch = False  # False while planning: read through (start_fetching)
         self.counts = CacheCounts()
         self._listed: dict[str, _Remote] = {}  # as the remote listed them, sent to workers
         self._process_state()
 
     def _process_state(self) -> None:
         self._mutex = threading.Lock()
-        self._verified: set[tuple[int, int, int]] = set()  # (inode, mtime, size) summed here
-        self._open: Counter[str] = Counter()  # entries open in this process (never evicted)
+        self._checked: dict[str, tuple[int, int, int]] = {}  # key -> (inode, mtime, size)
         self._estimate: int | None = None  # bytes in the cache, as this process last saw
 
     def __getstate__(self) -> dict[str, Any]:
-        local = ("_mutex", "_verified", "_open", "_estimate")
+        local = ("_mutex", "_checked", "_estimate")
         return {k: v for k, v in self.__dict__.items() if k not in local}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -205,7 +204,7 @@ class CachingHandler(pafs.FileSystemHandler):
                             "again", entry.data, path, damage)  # fmt: skip
                 self.counts.add("invalid")
             size = self._download(entry, path, remote)
-            opened = self._pinned(entry)
+            opened = _LOCAL.open_input_file(entry.data)
         self.counts.add("misses")
         self.counts.add("fetched_bytes", size)
         self._account(size)
@@ -230,34 +229,49 @@ class CachingHandler(pafs.FileSystemHandler):
         self, entry: _Entry, path: str, remote: _Remote
     ) -> tuple[pa.NativeFile | None, str | None]:
         """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact;
-        else ``(None, what is wrong with it)``, or ``(None, None)`` without such an entry."""
+        else ``(None, what is wrong with it)``, or ``(None, None)`` without such an entry.
+        An entry is checked once per process while its file stays the same (inode, mtime,
+        size): later opens cost a ``stat``."""
         try:
-            with open(entry.meta, "rb") as f:
-                meta = json.loads(f.read())
             stat = os.stat(entry.data)
         except FileNotFoundError:
             return None, None
-        except (OSError, ValueError):
-            return None, "its metadata is unreadable"
-        if (meta.get("path"), meta.get("mtime_ns")) != (path, remote.mtime_ns) or (
-            remote.size is not None and meta.get("size") != remote.size
-        ):
-            return None, None  # another version of the file
-        if stat.st_size != meta["size"]:
-            return None, f"{stat.st_size} bytes, not {meta['size']}"
         seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        if [stat.st_ino, stat.st_mtime_ns] != meta.get("written") and seen not in self._verified:
-            # changed on disk since it was downloaded (or copied here): its bytes decide
-            if crc32_file(entry.data) != meta["crc32"]:
-                return None, "its checksum does not match"
-            self._verified.add(seen)
+        if self._checked.get(entry.key) != seen:
+            intact, damage = self._check(entry, path, remote, stat)
+            if not intact:
+                return None, damage
+            self._checked[entry.key] = seen
         try:
-            opened = self._pinned(entry)
+            opened = _LOCAL.open_input_file(entry.data)
         except FileNotFoundError:
             return None, None  # evicted meanwhile
         with contextlib.suppress(OSError):  # the access time orders eviction
             os.utime(entry.data, ns=(time.time_ns(), stat.st_mtime_ns))
         return opened, None
+
+    def _check(
+        self, entry: _Entry, path: str, remote: _Remote, stat: os.stat_result
+    ) -> tuple[bool, str | None]:
+        """Whether the entry holds ``remote``'s version of ``path`` intact, and if not, what
+        is damaged (None: it holds another version, fetched again without a warning)."""
+        try:
+            with open(entry.meta, "rb") as f:
+                meta = json.loads(f.read())
+        except FileNotFoundError:
+            return False, None
+        except (OSError, ValueError):
+            return False, "its metadata is unreadable"
+        if (meta.get("path"), meta.get("mtime_ns")) != (path, remote.mtime_ns) or (
+            remote.size is not None and meta.get("size") != remote.size
+        ):
+            return False, None
+        if stat.st_size != meta["size"]:
+            return False, f"{stat.st_size} bytes, not {meta['size']}"
+        changed = [stat.st_ino, stat.st_mtime_ns] != meta.get("written")
+        if changed and crc32_file(entry.data) != meta["crc32"]:
+            return False, "its checksum does not match"  # changed since it was downloaded
+        return True, None
 
     def _download(self, entry: _Entry, path: str, remote: _Remote) -> int:
         """Copy ``path`` into the entry (temporary file, then rename); returns its size."""
@@ -283,23 +297,6 @@ class CachingHandler(pafs.FileSystemHandler):
         write_atomically(entry.meta, json.dumps(meta).encode())
         return size
 
-    def _pinned(self, entry: _Entry) -> pa.NativeFile:
-        """The entry's data opened, kept from eviction by this process until it is closed
-        (a Python file, so that its closing is seen: Arrow reads it without the GIL)."""
-        with self._mutex:
-            self._open[entry.key] += 1
-        try:
-            return pa.PythonFile(_EntryFile(entry.data, lambda: self._unpin(entry.key)), "r")
-        except BaseException:
-            self._unpin(entry.key)
-            raise
-
-    def _unpin(self, key: str) -> None:
-        with self._mutex:
-            self._open[key] -= 1
-            if not self._open[key]:
-                del self._open[key]
-
     # ----------------------------------------------------------------- eviction
     def _account(self, size: int) -> None:
         """Count a download; over the limit (as this process knows it), evict."""
@@ -309,12 +306,11 @@ class CachingHandler(pafs.FileSystemHandler):
             if self._estimate is not None and self._estimate + size <= self.limit:
                 self._estimate += size
                 return
-            pinned = set(self._open)
-        total = self._evict(pinned)
+        total = self._evict()
         with self._mutex:
             self._estimate = total
 
-    def _evict(self, pinned: set[str]) -> int | None:
+    def _evict(self) -> int | None:
         """Delete least recently opened entries until the cache is under the low-water
         mark; removes the temporary files of downloads that died. Returns the bytes left
         (None: another process is evicting now)."""
@@ -328,10 +324,11 @@ class CachingHandler(pafs.FileSystemHandler):
                 total += size
             if total <= self.limit:
                 return total
+            in_use = open_here()
             for _, size, base in sorted(entries):
                 if total <= self.limit * _LOW_WATER:
                     break
-                if os.path.basename(base) in pinned:
+                if base + ".data" in in_use:
                     continue
                 with Lock(base + ".lock", wait=False) as free:
                     if free:
@@ -343,26 +340,19 @@ class CachingHandler(pafs.FileSystemHandler):
 
 
 # --------------------------------------------------------------------------- the streams' side
-class _EntryFile(io.FileIO):
-    """A cache entry open for reading; closing it (or dropping it) calls ``release``."""
-
-    def __init__(self, path: str, release: Callable[[], None]) -> None:
-        super().__init__(path, "r")
-        self._release: Callable[[], None] | None = release
-
-    def close(self) -> None:
-        release, self._release = getattr(self, "_release", None), None
-        super().close()
-        if release is not None:
-            release()
-
-
 def with_cache(
-    source: Any, filesystem: Any, cache_dir: str | os.PathLike[str] | None, cache_limit: Any
+    source: Any,
+    filesystem: Any,
+    cache_dir: str | os.PathLike[str] | None,
+    cache_limit: Any,
+    *,
+    whole_to_plan: bool = False,
 ) -> tuple[Any, Any]:
     """``(source, filesystem)`` for a stream constructor: unchanged without ``cache_dir``;
     with it, the source's remote filesystem wrapped in a :class:`CachingHandler` (and URIs
-    turned into that filesystem's paths).
+    turned into that filesystem's paths). ``whole_to_plan``: planning fetches whole files
+    too, for sources whose planning reads all of each file (tar shards: their member
+    headers are spread through them, so one request for the file beats one per header).
 
     Raises:
         ValueError: ``cache_limit`` without ``cache_dir``, or a source on the local disk
@@ -385,7 +375,9 @@ def with_cache(
         )
     if isinstance(fs, pafs.PyFileSystem) and isinstance(fs.handler, CachingHandler):
         return source, fs
-    return source, pafs.PyFileSystem(CachingHandler(fs, os.fspath(cache_dir), limit))
+    handler = CachingHandler(fs, os.fspath(cache_dir), limit)
+    handler.fetch = whole_to_plan
+    return source, pafs.PyFileSystem(handler)
 
 
 def _from_uris(source: Any) -> tuple[pafs.FileSystem, Any]:

@@ -10,7 +10,16 @@ import uuid
 import zlib
 from collections.abc import Iterator
 
-__all__ = ["CHUNK", "Lock", "crc32_file", "scan", "temporary", "unlink", "write_atomically"]
+__all__ = [
+    "CHUNK",
+    "Lock",
+    "crc32_file",
+    "open_here",
+    "scan",
+    "temporary",
+    "unlink",
+    "write_atomically",
+]
 
 CHUNK = 8 << 20  # bytes per read while copying or checksumming
 
@@ -95,3 +104,17 @@ def unlink(path: str) -> None:
     """Delete ``path`` if it is there."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def open_here() -> set[str]:
+    """The paths of the files this process has open (Linux: ``/proc/self/fd``; elsewhere
+    none are known)."""
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return set()
+    paths = set()
+    for fd in descriptors:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            paths.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return paths

@@ -107,7 +107,8 @@ class ImageStream(PlannedStream):
     Every constructor also takes ``cache_dir=`` and ``cache_limit=`` for files on a remote
     filesystem, as :class:`fastdata.ParquetStream` does: each file (a Parquet file, a tar
     shard, an image of :meth:`from_files`) is fetched whole into the local cache when it is
-    first read, and later epochs read local disk. Refused for local files.
+    first read (a tar shard when it is indexed), and later epochs read local disk. Refused
+    for local files.
     """
 
     decoder: ImageDecoder
@@ -282,7 +283,9 @@ class ImageStream(PlannedStream):
         A sample's label is its first member with a suffix in ``label_suffixes`` (``()``
         for unlabelled data): ``.cls`` holds ASCII decimal, ``.json`` an integer or an
         object whose ``label_field`` is one."""
-        shards, filesystem = with_cache(shards, filesystem, cache_dir, cache_limit)
+        shards, filesystem = with_cache(
+            shards, filesystem, cache_dir, cache_limit, whole_to_plan=True
+        )
         listing = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
         reader = TarShards(
             listing,
