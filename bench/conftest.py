@@ -129,39 +129,28 @@ def bench_mode() -> str:
     return MODE
 
 
-@pytest.fixture(scope="session")
-def s3() -> Any:
-    """A ``pyarrow.fs.S3FileSystem`` on a local S3-protocol server (moto, in a process of
-    its own, on a free port) for the session."""
-    import shutil
-    import socket
-    import subprocess
-    import sys
-    import urllib.request
+def _tests_conftest() -> Any:
+    """tests/conftest.py, loaded under another name (both folders have a ``conftest``)."""
+    import importlib.util
     from pathlib import Path
 
+    path = Path(__file__).resolve().parents[1] / "tests" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("fastdata_tests_conftest", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+s3_endpoint = _tests_conftest().s3_endpoint
+"""The tests' local S3-protocol server (moto, in a process of its own) for the session."""
+
+
+@pytest.fixture(scope="module")
+def s3(s3_endpoint: str) -> Any:
+    """A ``pyarrow.fs.S3FileSystem`` on the local S3 server."""
     import pyarrow.fs as pafs
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
-    server = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=1)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.2)
-        yield pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="bench",
-                                secret_key="bench", region="us-east-1",
-                                allow_bucket_creation=True)  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    return pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http", access_key="bench",
+                             secret_key="bench", region="us-east-1",
+                             allow_bucket_creation=True)  # fmt: skip

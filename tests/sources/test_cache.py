@@ -154,6 +154,8 @@ def test_the_stream_pickles_with_its_cache(
     copy = pickle.loads(pickle.dumps(stream))
     handler = copy.reader.fs.handler
     assert isinstance(handler, CachingHandler) and handler.fetch  # planning is over
+    with pytest.raises(OSError, match="read-only"):
+        copy.reader.fs.delete_file(copy.files[0])
     assert ids(copy) == list(range(ROWS))
     assert len(data_files(tmp_path / "c")) == 6
 

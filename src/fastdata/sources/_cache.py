@@ -91,7 +91,7 @@ class _Entry(NamedTuple):
 class CachingHandler(pafs.FileSystemHandler):
     """A ``pyarrow.fs`` handler that reads ``remote``'s files through a local cache in
     ``cache_dir`` holding at most about ``limit`` bytes (None: no limit). See the module
-    docstring for the contract; writes and listings go to ``remote`` unchanged."""
+    docstring for the contract. Listings go to ``remote``; writes are refused."""
 
     def __init__(self, remote: pafs.FileSystem, cache_dir: str, limit: int | None) -> None:
         self.remote = remote
@@ -146,38 +146,14 @@ class CachingHandler(pafs.FileSystemHandler):
                 self._listed[info.path] = _Remote(info.size, info.mtime_ns)
         return infos
 
-    def create_dir(self, path: str, recursive: bool) -> None:
-        self.remote.create_dir(path, recursive=recursive)
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(
+            "a stream's cache filesystem is read-only: change the files through the remote "
+            "filesystem itself (and build the stream again)"
+        )
 
-    def delete_dir(self, path: str) -> None:
-        self.remote.delete_dir(path)
-
-    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
-        self.remote.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
-
-    def delete_root_dir_contents(self) -> None:
-        self.remote.delete_dir_contents("/", accept_root_dir=True)
-
-    def delete_file(self, path: str) -> None:
-        self._listed.pop(path, None)
-        self.remote.delete_file(path)
-
-    def move(self, src: str, dest: str) -> None:
-        self._listed.pop(src, None)
-        self._listed.pop(dest, None)
-        self.remote.move(src, dest)
-
-    def copy_file(self, src: str, dest: str) -> None:
-        self._listed.pop(dest, None)
-        self.remote.copy_file(src, dest)
-
-    def open_output_stream(self, path: str, metadata: Any) -> pa.NativeFile:
-        self._listed.pop(path, None)
-        return self.remote.open_output_stream(path, metadata=metadata)
-
-    def open_append_stream(self, path: str, metadata: Any) -> pa.NativeFile:
-        self._listed.pop(path, None)
-        return self.remote.open_append_stream(path, metadata=metadata)
+    create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = _read_only
+    delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
 
     # ----------------------------------------------------------------- reading
     def open_input_stream(self, path: str) -> pa.NativeFile:
