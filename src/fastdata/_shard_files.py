@@ -5,6 +5,7 @@ what each worker process or Ray task runs; everything here pickles."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import tarfile
@@ -70,13 +71,13 @@ def image_suffix(image: str | bytes, key: str) -> str:
     from fastdata.decode import image_header
 
     header = image_header(image)
-    suffix = _FORMATS.get(header.format) if header is not None else None
-    if suffix is None:
+    found = _FORMATS.get(header.format) if header is not None else None
+    if found is None:
         raise ValueError(
             f"sample {key!r}: the bytes are not a {', '.join(_FORMATS)} image "
             f"(found: {header.format if header else 'no known header'})"
         )
-    return suffix
+    return found
 
 
 @dataclass(frozen=True)
@@ -206,19 +207,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info.size, info.mtime, info.mode = len(data), 0, 0o644
     info.uid = info.gid = 0
     info.uname = info.gname = ""
-    tar.addfile(info, _Bytes(data))
-
-
-class _Bytes:
-    """``data`` as the file object ``tarfile.addfile`` copies from, without a copy."""
-
-    def __init__(self, data: bytes) -> None:
-        self.view, self.pos = memoryview(data), 0
-
-    def read(self, n: int = -1) -> bytes | memoryview:
-        end = len(self.view) if n < 0 else self.pos + n
-        chunk, self.pos = self.view[self.pos : end], min(end, len(self.view))
-        return chunk
+    tar.addfile(info, io.BytesIO(data))  # shares the bytes: BytesIO copies on write only
 
 
 def _write_parquet(path: str, task: ShardTask) -> None:

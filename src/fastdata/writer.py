@@ -273,9 +273,11 @@ def folder_samples(
     ``options`` are that method's (``class_to_idx``, ``extensions``, ``is_valid_file``,
     ``allow_empty``)."""
     from fastdata.sources.images import ImageStream
+    from fastdata.sources.readers.files import ImageFiles
 
     stream = ImageStream.from_folder(root, filesystem=filesystem, **options)
     reader = stream.reader
+    assert isinstance(reader, ImageFiles) and reader.labels is not None
     samples = [
         Sample(path, label, size=size)
         for path, label, size in zip(reader.paths, reader.labels, reader.sizes, strict=True)
