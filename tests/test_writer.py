@@ -210,10 +210,13 @@ def test_a_failing_shard_publishes_nothing(folder: Path, tmp_path: Path) -> None
     samples, _ = folder_samples(folder)
     source = tmp_path / "src.jpg"
     source.write_bytes(Path(str(samples[0].image)).read_bytes())
-    planned = [Sample(str(source), 0, size=source.stat().st_size + 1)]  # the file "changed"
+    changed = Sample(str(source), 0, size=source.stat().st_size + 1)  # the file "changed"
+    planned = [*samples[:10], changed, *samples[10:20]]
     with pytest.raises(fd.SourceError, match="changed during the conversion"):
-        write_shards(planned, tmp_path / "out", format="tar")
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["_fastdata_shards.json"]
+        write_shards(planned, tmp_path / "out", format="tar", target_shard_bytes=1, workers=2)
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert "shard-000010.tar" not in written and not [n for n in written if ".tmp-" in n]
+    assert "_fastdata_shards.json" in written
 
 
 def test_a_killed_conversion_resumes_to_the_same_shards(folder: Path, tmp_path: Path) -> None:

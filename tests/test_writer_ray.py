@@ -12,6 +12,8 @@ import ray
 import fastdata as fd
 from fastdata.writer import WriteProgress, folder_samples, write_shards
 
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")  # Ray's own
+
 
 @pytest.fixture(scope="module")
 def cluster() -> object:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -188,8 +188,13 @@ def write_shards(
             progress(write_shard(task))
     else:
         with ProcessPoolExecutor(min(workers or os.cpu_count() or 1, len(tasks))) as pool:
-            for result in pool.map(write_shard, tasks):
-                progress(result)
+            futures = [pool.submit(write_shard, task) for task in tasks]
+            try:
+                for future in as_completed(futures):
+                    progress(future.result())
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # a failed shard stops the conversion
+                raise
     paths = [destination.final(name) for name in names]
     return WriteResult(paths, len(tasks), len(done), progress.samples, progress.bytes)
 
