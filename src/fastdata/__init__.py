@@ -46,9 +46,11 @@ if TYPE_CHECKING:
         SchemaError,
         SourceError,
     )
-    from fastdata.loader import DataLoader
+    from fastdata.loader import DataLoader, gather_state
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
+    from fastdata.sources.mix import MixedStream, mix
+    from fastdata.sources.pack import PackedStream, pack
     from fastdata.sources.parquet import ParquetStream
     from fastdata.sources.stream import PlannedStream
     from fastdata.writer import write_shards
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
+    "gather_state": "fastdata.loader",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",
@@ -67,6 +70,10 @@ _EXPORTS: dict[str, str] = {
     "ImageTransform": "fastdata.decode",
     "ParquetStream": "fastdata.sources.parquet",
     "PlannedStream": "fastdata.sources.stream",
+    "MixedStream": "fastdata.sources.mix",
+    "PackedStream": "fastdata.sources.pack",
+    "pack": "fastdata.sources.pack",
+    "mix": "fastdata.sources.mix",
     "ResumeError": "fastdata.errors",
     "SchemaError": "fastdata.errors",
     "SourceError": "fastdata.errors",

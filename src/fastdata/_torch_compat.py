@@ -52,13 +52,28 @@ class IteratorRecord:
     iterator kept alive keeps its worker processes): its length, and the batches it handed out
     (live while it exists, final once it is gone)."""
 
-    __slots__ = ("batches", "length", "ref")
+    __slots__ = ("batches", "length", "ref", "workers")
     length: float
 
     def __init__(self, iterator: Any) -> None:
         self.ref = weakref.ref(iterator)
         self.length = length(iterator)
         self.batches = 0
+        self.workers = bytearray()  # the worker of every batch fetched (multi-process only)
+
+    def reset(self, iterator: Any) -> None:
+        """A new epoch of the same iterator (persistent workers)."""
+        self.length = length(iterator)
+        self.batches = 0
+        self.workers = bytearray()
+
+    def next_worker(self, consumed: int) -> int:
+        """The worker whose batch comes after the first ``consumed`` (torch's turn)."""
+        if len(self.workers) > consumed:
+            return self.workers[consumed]
+        iterator = self.ref()
+        info = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
+        return int(info[0]) if info else 0
 
     @property
     def iterator(self) -> Any:
@@ -230,6 +245,11 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
     def __del__(self) -> None:
         _close(self)
         super().__del__()
+
+    def _process_data(self, data: Any, worker_idx: int) -> Any:
+        if self._fd_record is not None:
+            self._fd_record.workers.append(worker_idx % 256)
+        return super()._process_data(data, worker_idx)
 
     def _shutdown_workers(self) -> None:
         if getattr(self, "_fd_watchdog", None) is not None:
