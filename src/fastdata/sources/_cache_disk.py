@@ -4,11 +4,15 @@ the scan that eviction sorts, checksums and atomic writes."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import uuid
 import zlib
 from collections.abc import Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows: no cache (the streams import this module all the same)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "CHUNK",
@@ -54,6 +58,8 @@ class Lock:
         self.path, self.wait, self.fd = path, wait, -1
 
     def __enter__(self) -> bool:
+        if fcntl is None:
+            raise OSError("cache_dir= needs POSIX file locks (fcntl): Linux or macOS")
         mode = fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
