@@ -15,7 +15,7 @@ from fastdata.config import LoaderConfig, load_config
 from fastdata.tune import TuneResult, tune  # eager: the subpackage name would shadow a lazy one
 
 if TYPE_CHECKING:
-    from fastdata import decode, synthetic
+    from fastdata import decode, synthetic, writer
     from fastdata._stats_out import flatten_stats, log_stats
     from fastdata.collate import (
         Padded,
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from fastdata.sources.pack import PackedStream, pack
     from fastdata.sources.parquet import ParquetStream
     from fastdata.sources.stream import PlannedStream
+    from fastdata.writer import write_shards
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
@@ -89,8 +90,9 @@ _EXPORTS: dict[str, str] = {
     "decode_many": "fastdata.decode",
     "limit_opencv_threads": "fastdata.decode",
     "sample_rng": "fastdata.decode",
+    "write_shards": "fastdata.writer",
 }
-_SUBMODULES = {"decode", "synthetic"}
+_SUBMODULES = {"decode", "synthetic", "writer"}
 
 __all__ = sorted(
     [*_EXPORTS, *_SUBMODULES, "LoaderConfig", "TuneResult", "__version__", "load_config", "tune"]

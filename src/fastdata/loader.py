@@ -37,7 +37,7 @@ from fastdata._resume import (
     epoch_items,
     index_sampler_skipping,
 )
-from fastdata._stats import StageTimes, TimedCollate, WaitClock
+from fastdata._stats import StageTimes, TimedCollate, WaitClock, cache_stats
 from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sampler
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
@@ -243,6 +243,7 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             "wait_fraction": progress.wait / wall if wall else 0.0,
             "stages": self._fd_times.totals(),
             **self._source_counts(),
+            **cache_stats(self.dataset),  # {"cache": ...} for a stream reading through a cache
         }
 
     def _source_counts(self) -> dict[str, Any]:
