@@ -42,13 +42,8 @@ from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sample
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
 from fastdata.sources import PlannedStream
-from fastdata.sources._state import (
-    consumed_after,
-    merge,
-    require_int,
-    require_mapping,
-    short,
-)
+from fastdata.sources._checks import require_int, require_mapping, short
+from fastdata.sources._state import consumed_after, merge
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 
 __all__ = ["DataLoader", "gather_state"]

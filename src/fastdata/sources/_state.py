@@ -38,6 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 from fastdata._validate import is_int
 from fastdata.errors import ResumeError
+from fastdata.sources._checks import (
+    check_matches,
+    fail,
+    require_int,
+    require_mapping,
+    short,
+    state_int,
+)
 from fastdata.sources.elastic import Handover, remaining
 from fastdata.sources.plan import round_robin_consumed
 
@@ -51,59 +59,15 @@ __all__ = [
     "MAX_EPOCH",
     "STATE_VERSION",
     "Resume",
-    "check_matches",
     "check_state",
     "consumed_after",
     "handover_dict",
     "merge",
     "rank_batches",
-    "require_int",
-    "require_mapping",
     "resume_point",
-    "short",
-    "state_int",
     "state_of",
     "validate",
 ]
-
-
-def short(value: Any) -> str:
-    """``repr(value)``, cut to 60 characters for messages."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _fail(field: str, value: Any, reason: str) -> ResumeError:
-    return ResumeError(f"cannot resume: the state's {field}={short(value)} {reason}")
-
-
-def require_int(
-    state: Mapping[str, Any], field: str, *, minimum: int = 0, maximum: int | None = None
-) -> int:
-    """``state[field]`` as an int in ``[minimum, maximum]``, or a ResumeError naming it."""
-    if field not in state:
-        raise ResumeError(f"cannot resume: the state has no {field!r}; is it a fastdata state?")
-    return state_int(field, state[field], minimum=minimum, maximum=maximum)
-
-
-def state_int(field: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
-    """``value`` (the state's ``field``) as an int in ``[minimum, maximum]``."""
-    if not is_int(value):
-        raise _fail(field, value, "is not an integer; the state is corrupt")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise _fail(field, value, f"is out of range (expected {bound}); the state is corrupt")
-    return int(value)
-
-
-def require_mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        what = "the state" if field == "state" else f"the state's {field}"
-        raise ResumeError(
-            f"cannot resume: {what} is a {type(value).__name__}, not a dict; pass what "
-            "state_dict() returned (json.load of the saved file)"
-        )
-    return value
 
 
 def validate(state: Any, *, type_name: str) -> dict[str, Any]:
@@ -133,11 +97,11 @@ def validate(state: Any, *, type_name: str) -> dict[str, Any]:
     }
     known = state.get("known")
     if not isinstance(known, list) or not known or len(set(map(repr, known))) != len(known):
-        raise _fail("known", known, "is not a list of distinct ranks; the state is corrupt")
+        raise fail("known", known, "is not a list of distinct ranks; the state is corrupt")
     out["known"] = sorted(state_int("known", r, maximum=world - 1) for r in known)
     handovers = state.get("handovers")
     if not isinstance(handovers, list):
-        raise _fail("handovers", handovers, "is not a list; the state is corrupt")
+        raise fail("handovers", handovers, "is not a list; the state is corrupt")
     out["handovers"] = [_handover(h) for h in handovers]
     for section in ("settings", "data"):
         if section not in state:
@@ -148,9 +112,9 @@ def validate(state: Any, *, type_name: str) -> dict[str, Any]:
 
 def _counts(value: Any, field: str, size: int, *, maximum: int | None = None) -> list[int]:
     if not isinstance(value, list):
-        raise _fail(field, value, "is not a list of counts; the state is corrupt")
+        raise fail(field, value, "is not a list of counts; the state is corrupt")
     if len(value) != size:
-        raise _fail(field, value, f"has {len(value)} counts where the layout has {size}")
+        raise fail(field, value, f"has {len(value)} counts where the layout has {size}")
     return [state_int(field, v, maximum=maximum) for v in value]
 
 
@@ -211,37 +175,6 @@ def rank_batches(
     """The loader batches each worker of a rank yields, its slots reading ``rows``."""
     items = [-(-n // rows_per_item) for n in rows]
     return [i // items_per_batch if drop_last else -(-i // items_per_batch) for i in items]
-
-
-def check_matches(saved: Mapping[str, Any], current: Mapping[str, Any], section: str) -> None:
-    """Refuse the first field of ``section`` whose saved value differs from the current one."""
-    for field, now in current.items():
-        then = saved.get(field, "<missing>")
-        if then != now:
-            what = _ADVICE.get(field) or _ADVICE.get(section, _ADVICE["settings"])
-            owner = "loader" if section == "sampler" else "stream"
-            raise ResumeError(
-                f"cannot resume: the state's {field}={short(then)} but this {owner} has "
-                f"{field}={short(now)}: {what}"
-            )
-    extra = sorted(set(saved) - set(current))
-    if extra:
-        raise ResumeError(
-            f"cannot resume: the state's {section} has {', '.join(extra)}, which this one "
-            "does not; was it saved by another kind of source or sampler?"
-        )
-
-
-_ADVICE = {
-    "settings": "the saved counts mean other rows under other settings; build it with the "
-    "saved value, or start the epoch afresh without load_state_dict",
-    "data": "the data changed since the state was saved; resume on the same data, or start "
-    "the epoch afresh without load_state_dict",
-    "content": "the files have other contents (sizes or Parquet statistics differ) than when "
-    "the state was saved; resume on the same data, or start the epoch afresh",
-    "rows": "the data holds another number of rows (after any filter) than when the state "
-    "was saved; resume on the same data, or start the epoch afresh",
-}
 
 
 @dataclass(frozen=True)
@@ -435,5 +368,5 @@ def _own(state: Mapping[str, Any], field: str, rank: int, size: int) -> list[Any
     ``field`` (checked for shape with the rest of the merged state)."""
     values = state.get(field)
     if not isinstance(values, list):
-        raise _fail(field, values, "is not a list; the state is corrupt")
+        raise fail(field, values, "is not a list; the state is corrupt")
     return values[rank * size : (rank + 1) * size]

@@ -26,10 +26,11 @@ from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources._files import Listing, as_filesystem, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder, OnError
 from fastdata.sources.base import Reader
+from fastdata.sources.options import StreamOptions
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
 from fastdata.sources.readers.parquet import ParquetRowGroups
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES, LABEL_SUFFIXES, TarShards
-from fastdata.sources.stream import PlannedStream, StreamOptions
+from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -48,7 +48,7 @@ from fastdata.sources.stream import PlannedStream
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from fastdata.sources.stream import StreamOptions
+    from fastdata.sources.options import StreamOptions
 
 __all__ = ["PackedStream", "Packer", "pack"]
 
@@ -141,7 +141,8 @@ class Packer:
         reader started (``offset`` tokens into its first document)."""
         documents = _Documents(self, tables, offset)
         while True:
-            batch = [row for row in (self._row_of(documents) for _ in range(self.batch_rows)) if row]
+            rows = (self._row_of(documents) for _ in range(self.batch_rows))
+            batch = [row for row in rows if row]
             if not batch:
                 return
             yield self._emit(batch), documents.position

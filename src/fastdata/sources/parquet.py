@@ -17,7 +17,7 @@ from fastdata.sources.stream import PlannedStream
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from fastdata.sources.stream import StreamOptions
+    from fastdata.sources.options import StreamOptions
 
 __all__ = ["ParquetStream"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Iterator
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -22,14 +22,15 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from fastdata._env import resolve_rank, worker_slot
 from fastdata._stats import StageTimes
-from fastdata._validate import check_bool, check_choice, check_int
+from fastdata._validate import check_int
 from fastdata.errors import ResumeError
+from fastdata.sources._cursors import Cursors
 from fastdata.sources._reading import cut, read_segments
 from fastdata.sources._state import MAX_EPOCH, Resume, check_state, resume_point, state_of
 from fastdata.sources.base import ArrowDecoder, Context, Decoder, Reader
 from fastdata.sources.elastic import Handover, Segment, after, slot_segments
+from fastdata.sources.options import StreamOptions, checked_options
 from fastdata.sources.plan import (
-    EvenBatches,
     Layout,
     Policy,
     Summary,
@@ -37,25 +38,10 @@ from fastdata.sources.plan import (
 )
 from fastdata.workers import ThreadPools
 
-__all__ = ["PlannedStream", "StreamOptions"]
+__all__ = ["PlannedStream"]
 
-
-_MAX_SLOTS = 256  # DataLoader workers per rank that a varying decoder can report for
-_RING = 256  # positions kept per worker: more than the batches in flight
-
-
-class StreamOptions(TypedDict, total=False):
-    """The options every stream takes (keyword-only), documented on :class:`PlannedStream`."""
-
-    batch_size: int | None
-    shuffle: bool
-    seed: int
-    shuffle_buffer: int
-    drop_last: bool
-    even_batches: EvenBatches
-    rank: int | None
-    world_size: int | None
-    read_ahead: int
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class PlannedStream(IterableDataset):
@@ -65,20 +51,9 @@ class PlannedStream(IterableDataset):
         reader: the source's units (see :class:`fastdata.sources.Reader`).
         decoder: turns rows into items; :class:`~fastdata.sources.ArrowDecoder` (dicts of
             tensors) when None.
-        batch_size: rows per yielded item (use it with ``DataLoader(batch_size=None)``);
-            ``None`` yields one item per row for the DataLoader's own batching (slower:
-            Python work per row).
-        shuffle: shuffle unit order and the rows within windows of ``shuffle_buffer`` rows.
-        seed: with the epoch (:meth:`set_epoch`), fixes the order.
-        shuffle_buffer: rows mixed together when shuffling; memory grows with it.
-        drop_last: drop the globally last partial batch (see :meth:`summary`).
-        even_batches: ``"drop"`` or ``"pad"`` to give every rank exactly the same number of
-            items (default: counts differ by at most one).
-        rank: this process's rank; with ``world_size``, or neither: then it comes from
-            torch.distributed or the ``RANK``/``WORLD_SIZE`` variables.
-        world_size: the number of ranks; with ``rank``, or neither.
-        read_ahead: windows read on background threads ahead of the one being consumed; 0
-            reads in line. Memory holds up to ``1 + read_ahead`` windows per reader.
+        **options: :class:`~fastdata.sources.StreamOptions` (``batch_size``, ``shuffle``,
+            ``seed``, ``shuffle_buffer``, ``drop_last``, ``even_batches``, ``rank``,
+            ``world_size``, ``read_ahead``).
     """
 
     def __init__(
@@ -87,42 +62,15 @@ class PlannedStream(IterableDataset):
         /,
         *,
         decoder: Decoder | None = None,
-        batch_size: int | None = None,
-        shuffle: bool = False,
-        seed: int = 0,
-        shuffle_buffer: int = 16_384,
-        drop_last: bool = False,
-        even_batches: EvenBatches = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        read_ahead: int = 2,
+        **options: Unpack[StreamOptions],
     ) -> None:
         for name, obj, kind in (("reader", reader, Reader), ("decoder", decoder, Decoder)):
             if obj is not None and not isinstance(obj, kind):
                 raise TypeError(f"{name}={obj!r}: expected a fastdata.sources.{kind.__name__}")
-        batch_size = check_int("batch_size", batch_size, minimum=1, none="None to yield rows")
-        if check_bool("drop_last", drop_last) and batch_size is None:
-            raise ValueError(
-                "drop_last=True needs batch_size: with batch_size=None the stream yields rows "
-                "and DataLoader(drop_last=...) drops the partial batch"
-            )
+        self._policy, self._rank_args, self.read_ahead = checked_options(**options)
         self.reader = reader
         self.decoder: Decoder = decoder if decoder is not None else ArrowDecoder()
-        self.batch_size = batch_size
-        self.read_ahead = check_int("read_ahead", read_ahead, minimum=0)
-        self._policy = Policy(
-            batch_size=batch_size or 1,
-            shuffle=check_bool("shuffle", shuffle),
-            seed=check_int("seed", seed, minimum=0, maximum=2**63 - 1),
-            drop_last=drop_last,
-            even_batches=check_choice("even_batches", even_batches, (None, "drop", "pad")),
-            shuffle_buffer=check_int("shuffle_buffer", shuffle_buffer, minimum=0),
-        )
-        rank = check_int("rank", rank, minimum=0, none="None (with world_size=None)")
-        world_size = check_int("world_size", world_size, minimum=1, none="None (with rank=None)")
-        if (rank is None) != (world_size is None) or (rank or 0) >= (world_size or 1):
-            resolve_rank(rank, world_size)  # raises the explanatory error
-        self._rank_args = (rank, world_size)
+        self.batch_size = None if options.get("batch_size") is None else self._policy.batch_size
         self._resolved_rank: tuple[int, int] | None = None
         self._views: dict[int | None, tuple[Reader, tuple[int, ...], np.ndarray]] = {}
         self._times: StageTimes | None = None
@@ -133,16 +81,8 @@ class PlannedStream(IterableDataset):
         self._continues_from: int | None = None  # epoch of a loaded end-of-epoch state
         self._consumed = 0
         self._pools = ThreadPools()
-        # A decoder taking a varying number of rows per item (packing) reports the position
-        # after each item; workers write it here, per slot, for the loader's state.
-        variable = hasattr(self.decoder, "items")
-        self._cursors = (
-            torch.zeros(_MAX_SLOTS, _RING, 2, dtype=torch.int64).share_memory_()
-            if variable
-            else None
-        )
-        self._cursor = (0, 0)  # the main process's own position (num_workers=0)
-        self._began: tuple[int, list[tuple[int, int]]] = (0, [])  # rotation, slot starts
+        # A decoder taking a varying number of rows per item (packing) reports its position.
+        self._cursors = Cursors() if hasattr(self.decoder, "items") else None
 
     # ----------------------------------------------------------------- units
     def _view(self, epoch: int | None = None) -> tuple[Reader, tuple[int, ...], np.ndarray]:
@@ -203,7 +143,7 @@ class PlannedStream(IterableDataset):
             )
         self._continues_from = None
         if epoch != self.epoch:
-            self._consumed, self._cursor = 0, (0, 0)
+            self._consumed = 0
             self._pending = None  # a resumed position belongs to its own epoch only
             self._handovers = ()
         self._epoch[0] = epoch
@@ -289,9 +229,9 @@ class PlannedStream(IterableDataset):
         With DataLoader workers use ``fastdata.DataLoader.state_dict()``, which knows how many
         items each worker delivered.
         """
-        if self.varying:
+        if self._cursors is not None:
             batching = {"items_per_batch": 1, "drop_last": False}
-            own = (0, [self._cursor])
+            own = (0, [self._cursors.own])
             return state_of(self, self._consumed, num_readers=1, own=own, **batching)
         return self.state_at(self._consumed, num_readers=1)
 
@@ -355,14 +295,14 @@ class PlannedStream(IterableDataset):
         if resume is None:  # saved at the end of the epoch: the next begins
             self._epoch[0] = epoch + 1
             self._consumed, self._pending, self._handovers = 0, None, ()
-            self._cursor = (0, 0)
             self._continues_from = epoch
             return
         self._epoch[0] = epoch
         self._handovers = handovers
         b = self._policy.batch_size
         self._consumed = -(-resume.consumed[0] // b) if num_workers == 1 else 0
-        self._cursor = (resume.consumed[0], resume.offsets[0])
+        if self._cursors is not None:
+            self._cursors.own = (resume.consumed[0], resume.offsets[0])
         self._pending, self._continues_from = resume, None
 
     @property
@@ -384,35 +324,18 @@ class PlannedStream(IterableDataset):
     def begin_iteration(self, num_readers: int) -> None:
         """Note where each reader starts (a loaded position, or the epoch's start), before
         DataLoader workers take their copies: :meth:`cursor_state` counts from there."""
-        pending = self._pending
-        if pending is None:
-            self._began = (0, [(0, 0)] * num_readers)
-        else:
-            self._began = (
-                pending.rotation,
-                list(zip(pending.consumed, pending.offsets, strict=True)),
-            )
+        if self._cursors is not None:
+            self._cursors.begin(self._pending, num_readers)
 
     def cursor_state(self, delivered: list[int], next_reader: int, batches: int) -> dict[str, Any]:
         """The state of a varying stream whose readers (DataLoader workers, in torch's order)
         delivered ``delivered[w]`` items since the iteration began, ``next_reader``'s turn
         next: exact for this rank; the other ranks' positions are not known here."""
-        rotation, starts = self._began
-        readers = len(delivered)
         assert self._cursors is not None  # varying streams only
-        positions = list(starts) if starts else [(0, 0)] * readers
-        for worker, count in enumerate(delivered):
-            slot = (worker + rotation) % readers
-            if count:
-                if readers == 1 and get_worker_info() is None:
-                    positions[slot] = self._cursor
-                else:
-                    rows, into = self._cursors[slot % _MAX_SLOTS, (count - 1) % _RING].tolist()
-                    positions[slot] = (int(rows), int(into))
-        own = ((next_reader + rotation) % readers, positions)
-        return state_of(
-            self, batches, num_readers=readers, items_per_batch=1, drop_last=False, own=own
-        )
+        in_process = len(delivered) == 1 and get_worker_info() is None
+        own = self._cursors.positions(delivered, next_reader, in_process=in_process)
+        batching = {"items_per_batch": 1, "drop_last": False}
+        return state_of(self, batches, num_readers=len(delivered), own=own, **batching)
 
     # ----------------------------------------------------------------- iteration
     def __getstate__(self) -> dict[str, Any]:
@@ -438,9 +361,10 @@ class PlannedStream(IterableDataset):
             skip = pending.consumed[slot]
         offset = pending.offsets[slot] if pending is not None else 0
         segments = after(self._segments(slot, num_workers), skip)
-        if self._cursors is not None:  # a decoder of variable rows per item
-            self._began = (0 if pending is None else pending.rotation, [(skip, offset)])
-            return self._variable(segments, slot, skip, offset)
+        if self._cursors is not None:  # a decoder of a varying number of rows per item
+            tables, context = self._tables(segments)
+            items = self.decoder.items(tables, context, offset)  # type: ignore[attr-defined]
+            return self._track(self._cursors.track(items, slot, (skip, offset)))
         return self._track(self._items(segments))
 
     def _track(self, items: Iterator[Any]) -> Iterator[Any]:
@@ -457,23 +381,6 @@ class PlannedStream(IterableDataset):
         pool = self._pools.get("read", self.read_ahead) if self.read_ahead else None
         tables = read_segments(reader, segments, pool, self.read_ahead, index, self._times)
         return tables, context
-
-    def _variable(
-        self, segments: list[Segment], slot: int, skip: int, offset: int
-    ) -> Iterator[Any]:
-        """Items of a decoder that takes a varying number of rows per item (``items``), the
-        position after each written where the loader finds it (:meth:`cursor_state`)."""
-        tables, context = self._tables(segments)
-        assert self._cursors is not None  # the caller checked
-        ring = self._cursors[slot % _MAX_SLOTS].numpy()
-        self._cursor = (skip, offset)
-        for k, (item, (rows, into)) in enumerate(
-            self.decoder.items(tables, context, offset)  # type: ignore[attr-defined]
-        ):
-            ring[k % _RING] = (skip + rows, into)
-            self._cursor = (skip + rows, into)
-            self._consumed += 1
-            yield item
 
     def _items(self, segments: list[Segment]) -> Iterator[Any]:
         tables, context = self._tables(segments)
