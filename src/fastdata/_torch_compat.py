@@ -130,13 +130,13 @@ def shared_storage(nbytes: int) -> torch.UntypedStorage:
 def shared_fd_storage(fd: int, nbytes: int) -> torch.UntypedStorage:
     """torch's file-descriptor shared storage over the memfd ``fd`` (duplicated:
     ``UntypedStorage._new_shared_fd_cpu``), so the tensor is shared as torch shares its own."""
-    return torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)
+    return torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # type: ignore[attr-defined]
 
 
 def upsample_bilinear_aa(image: torch.Tensor, hw: tuple[int, int], out: torch.Tensor) -> None:
     """torch's antialiased bilinear resize (``F.interpolate(..., antialias=True)``'s kernel),
     written into ``out``: ``F.interpolate`` has no ``out=``, and the copy cost ~15 us an image."""
-    torch._C._nn._upsample_bilinear2d_aa(image, hw, False, None, None, out=out)
+    torch._C._nn._upsample_bilinear2d_aa(image, hw, False, None, None, out=out)  # type: ignore[call-arg]
 
 
 class DataLoaderHooks:

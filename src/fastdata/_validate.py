@@ -117,7 +117,7 @@ def check_bytes(name: str, value: Any, *, minimum: int = 1, none: str | None = N
             number = float(digits) if unit is not None else None
         except ValueError:
             number = None
-        if number is None or number != number:
+        if unit is None or number is None or number != number:
             raise ValueError(f"{name}={value!r}: expected {expected}")
         value = int(number * unit)
     elif not is_int(value):

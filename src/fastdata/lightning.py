@@ -102,14 +102,14 @@ class DataLoader(_FastDataLoader):
         """
         return {"version": STATE_VERSION, "ranks": gather_state(super().state_dict())}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
         """Resume from :meth:`state_dict`'s output: every rank's position, so the resume is
         exact whether or not the ranks went in lockstep, also when the checkpoint was written
         by another number of processes or with another ``num_workers`` (see elastic resume in
         the distributed-training guide). A plain :class:`fastdata.DataLoader` state (one
         rank's) is accepted too.
         """
-        if "ranks" not in state:
+        if isinstance(state, list) or "ranks" not in state:
             super().load_state_dict(state)
             return
         if state.get("version") != STATE_VERSION:

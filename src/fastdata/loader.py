@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch.utils.data
@@ -302,7 +302,7 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             "kind": "map",
             "items": min(items, epoch_items(self)),
             "drop_last": drop_last,
-            "dataset_len": len(self.dataset),
+            "dataset_len": len(self.dataset),  # type: ignore[arg-type]
             "sampler": sampler.to_dict(),
         }
 
@@ -406,7 +406,9 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
                     "value"
                 )
 
-    def _load_stream_state(self, stream: PlannedStream, states: list[Mapping[str, Any]]) -> None:
+    def _load_stream_state(
+        self, stream: PlannedStream, states: Sequence[Mapping[str, Any]]
+    ) -> None:
         for one in states:
             checked = stream.check_state(one.get("dataset"))
             if require_int(one, "batches") != checked["batches"][checked["rank"]]:

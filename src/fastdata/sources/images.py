@@ -124,7 +124,9 @@ class ImageStream(PlannedStream):
         filesystem: pafs.FileSystem | None = None,
         **options: Unpack[ImageOptions],
     ) -> None:
-        decoder = _decoder(options, image_column, label_column, filesystem)
+        decoder = _decoder(dict(options), image_column, label_column, filesystem)
+        for name in _DECODER_OPTIONS:
+            options.pop(name, None)  # type: ignore[misc]
         options.setdefault("shuffle_buffer", 2048)
         super().__init__(reader, decoder=decoder, **options)  # type: ignore[misc]
         start_fetching(self)

@@ -91,7 +91,8 @@ class PlannedStream(IterableDataset):
         epoch = self.epoch if epoch is None else epoch
         key = epoch if hasattr(self.reader, "for_epoch") else None
         if key not in self._views:
-            reader = self.reader if key is None else self.reader.for_epoch(epoch)
+            by_epoch: Any = self.reader
+            reader = self.reader if key is None else by_epoch.for_epoch(epoch)
             rows = tuple(int(n) for n in reader.unit_rows())
             if any(n < 0 for n in rows):
                 raise ValueError(f"{reader!r} counts a negative number of rows in a unit")
@@ -230,9 +231,10 @@ class PlannedStream(IterableDataset):
         items each worker delivered.
         """
         if self._cursors is not None:
-            batching = {"items_per_batch": 1, "drop_last": False}
             own = (0, [self._cursors.own])
-            return state_of(self, self._consumed, num_readers=1, own=own, **batching)
+            return state_of(
+                self, self._consumed, num_readers=1, items_per_batch=1, drop_last=False, own=own
+            )
         return self.state_at(self._consumed, num_readers=1)
 
     @property
@@ -264,8 +266,13 @@ class PlannedStream(IterableDataset):
         """The state once this rank (and, ranks going in lockstep, every rank) took
         ``batches`` batches of ``items_per_batch`` items from ``num_readers`` readers in turn
         (see :mod:`fastdata.sources._state`)."""
-        batching = {"items_per_batch": items_per_batch, "drop_last": drop_last}
-        return state_of(self, batches, num_readers=num_readers, **batching)
+        return state_of(
+            self,
+            batches,
+            num_readers=num_readers,
+            items_per_batch=items_per_batch,
+            drop_last=drop_last,
+        )
 
     def check_state(self, state: Any) -> dict[str, Any]:
         """``state`` validated and checked against this stream (settings, data, counts), with
@@ -334,8 +341,10 @@ class PlannedStream(IterableDataset):
         assert self._cursors is not None  # varying streams only
         in_process = len(delivered) == 1 and get_worker_info() is None
         own = self._cursors.positions(delivered, next_reader, in_process=in_process)
-        batching = {"items_per_batch": 1, "drop_last": False}
-        return state_of(self, batches, num_readers=len(delivered), own=own, **batching)
+        readers = len(delivered)
+        return state_of(
+            self, batches, num_readers=readers, items_per_batch=1, drop_last=False, own=own
+        )
 
     # ----------------------------------------------------------------- iteration
     def __getstate__(self) -> dict[str, Any]:
