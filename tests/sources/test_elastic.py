@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 import fastdata as fd
 from contract_kinds import build, epoch_keys, keys, make_data, next_epoch
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # tests/, where the shared helpers are
 
 
 @pytest.fixture(scope="module")
