@@ -135,7 +135,8 @@ def shared_fd_storage(fd: int, nbytes: int) -> torch.UntypedStorage:
 
 def upsample_bilinear_aa(image: torch.Tensor, hw: tuple[int, int], out: torch.Tensor) -> None:
     """torch's antialiased bilinear resize (``F.interpolate(..., antialias=True)``'s kernel),
-    written into ``out``: ``F.interpolate`` has no ``out=``, and the copy cost ~15 us an image."""
+    written into ``out``: ``F.interpolate`` has no ``out=``, and the copy it would need is
+    saved."""
     torch._C._nn._upsample_bilinear2d_aa(image, hw, False, None, None, out=out)  # type: ignore[call-arg]
 
 
