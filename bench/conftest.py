@@ -127,3 +127,30 @@ def describe_images(encoded: Iterable[bytes]) -> dict[str, float]:
 @pytest.fixture(scope="session")
 def bench_mode() -> str:
     return MODE
+
+
+def _tests_conftest() -> Any:
+    """tests/conftest.py, loaded under another name (both folders have a ``conftest``)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("fastdata_tests_conftest", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+s3_endpoint = _tests_conftest().s3_endpoint
+"""The tests' local S3-protocol server (moto, in a process of its own) for the session."""
+
+
+@pytest.fixture(scope="module")
+def s3(s3_endpoint: str) -> Any:
+    """A ``pyarrow.fs.S3FileSystem`` on the local S3 server."""
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http", access_key="bench",
+                             secret_key="bench", region="us-east-1",
+                             allow_bucket_creation=True)  # fmt: skip

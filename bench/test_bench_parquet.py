@@ -8,7 +8,9 @@ Groups (each: fastdata and its baselines on the same files, same run):
 - ``parquet-rows``: rows/s into 256-row batches through a DataLoader (num_workers=0):
   ParquetStream batches vs a per-row ``pq.read_table(...).slice(i, 1)`` map-style dataset
   and vs an in-memory map-style table with ``default_collate``.
-- ``parquet-resume``: time to the first batch when resuming at 90% of an epoch vs at 10%.
+- ``parquet-resume``: time to the first batch when resuming at 90% of an epoch vs at 10%;
+  ``parquet-resume-elastic`` the same with a state saved under 2 ranks x 2 workers and
+  loaded by one process (the remainder of every old reader re-split).
 - memory: peak RSS streaming a dataset 10x larger (asserted < 50 MB growth).
 """
 
@@ -174,16 +176,24 @@ def test_rows_in_memory_map_style(benchmark, data: Path) -> None:
     assert n >= limit
 
 
-def first_batch_after_resume(root: Path, fraction: float) -> float:
-    """Seconds from load_state_dict to the first batch, resuming ``fraction`` into an epoch."""
-    stream = ParquetStream(root, columns=COLUMNS, batch_size=4096, shuffle=True)
-    loader = DataLoader(stream, batch_size=None)
-    total = len(loader)
-    state = loader.state_dict()
-    consumed = int(total * fraction)
-    state["batches"] = consumed
+def first_batch_after_resume(root: Path, fraction: float, *, elastic: bool = False) -> float:
+    """Seconds from load_state_dict to the first batch, resuming ``fraction`` into an epoch:
+    under the layout the state was saved with, or (``elastic``) with a state saved by rank 0
+    of 2 ranks x 2 workers, loaded by one process."""
+    saver = {"rank": 0, "world_size": 2} if elastic else {}
+    stream = ParquetStream(root, columns=COLUMNS, batch_size=4096, shuffle=True, **saver)
+    readers = 2 if elastic else 1
+    consumed = int(sum(stream.reader_items(readers)) * fraction)
     # The state a run interrupted after `consumed` batches would have saved.
-    state["dataset"]["consumed"] = [consumed]
+    dataset = stream.state_at(consumed, num_readers=readers)
+    state = {
+        "version": 3,
+        "kind": "stream",
+        "batches": dataset["batches"][0],
+        "batch_size": None,
+        "drop_last": False,
+        "dataset": dataset,
+    }
     start = time.perf_counter()
     resumed = DataLoader(
         ParquetStream(root, columns=COLUMNS, batch_size=4096, shuffle=True), batch_size=None
@@ -209,6 +219,28 @@ def test_resume_early(benchmark, data: Path) -> None:
     measure(
         benchmark,
         lambda: first_batch_after_resume(data, 0.1),
+        role="baseline:resume-at-10pct",
+        items=1,
+        unit="resumes",
+    )
+
+
+@pytest.mark.benchmark(group="parquet-resume-elastic")
+def test_elastic_resume_late(benchmark, data: Path) -> None:
+    measure(
+        benchmark,
+        lambda: first_batch_after_resume(data, 0.9, elastic=True),
+        role="fastdata",
+        items=1,
+        unit="resumes",
+    )
+
+
+@pytest.mark.benchmark(group="parquet-resume-elastic")
+def test_elastic_resume_early(benchmark, data: Path) -> None:
+    measure(
+        benchmark,
+        lambda: first_batch_after_resume(data, 0.1, elastic=True),
         role="baseline:resume-at-10pct",
         items=1,
         unit="resumes",

@@ -123,16 +123,21 @@ def next_epoch(loader: fd.DataLoader, epoch: int) -> None:
         loader.dataset.set_epoch(epoch)
 
 
-def resume_runs(spec: dict[str, Any]) -> list[list[list[list[Any]]]]:
+def resume_runs(spec: dict[str, Any]) -> list[Any]:
     """For each saved state in ``spec``: a fresh loader loads it, then yields the rest of the
-    epoch and, after ``next_epoch``, the following one."""
-    out = []
+    epoch and, after ``next_epoch``, the following one. With ``spec["ranks"]`` (option sets,
+    one per rank of a new layout), every rank loads each state and the result holds a run
+    per rank."""
+    out: list[Any] = []
     for state in spec["states"]:
-        loader = build(spec["kind"], spec["root"], **spec["options"])
-        loader.load_state_dict(state)
-        first = epoch_keys(loader)
-        next_epoch(loader, spec["epoch"] + 1)
-        out.append([first, epoch_keys(loader)])
+        runs = []
+        for extra in spec.get("ranks", [{}]):
+            loader = build(spec["kind"], spec["root"], **spec["options"], **extra)
+            loader.load_state_dict(state)
+            first = epoch_keys(loader)
+            next_epoch(loader, spec["epoch"] + 1)
+            runs.append([first, epoch_keys(loader)])
+        out.append(runs if "ranks" in spec else runs[0])
     return out
 
 

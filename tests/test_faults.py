@@ -40,9 +40,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_child(data: Path, kind: str, how: str, moment: str, timeout: float) -> dict:
     args = [sys.executable, str(HERE / "fault_child.py"), str(data), kind, how, moment]
     try:
-        out = subprocess.run([*args, str(timeout)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([*args, str(timeout)], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
-        return {"outcome": "hang (no result within 60 s)"}
+        return {"outcome": "hang (no result within 120 s)"}
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if not lines:
         return {"outcome": f"no result (rc={out.returncode})", "stderr": out.stderr[-2000:]}
@@ -52,7 +52,7 @@ def run_child(data: Path, kind: str, how: str, moment: str, timeout: float) -> d
 @pytest.fixture(scope="module")
 def results(data: Path) -> dict:
     """Every case, run in child processes a few at a time (they mostly wait)."""
-    with ThreadPoolExecutor(6) as pool:
+    with ThreadPoolExecutor(3) as pool:
         found = pool.map(lambda case: run_child(data, *case), CASES)
         return dict(zip(CASES, found, strict=True))
 

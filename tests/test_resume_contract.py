@@ -55,8 +55,6 @@ REFUSED = [
     *[(k, {"shuffle": False}, "shuffle") for k in STREAM_KINDS],
     *[(k, {"shuffle_buffer": 3}, "shuffle_buffer") for k in STREAM_KINDS],
     *[(k, {"even_batches": "pad"}, "even_batches") for k in STREAM_KINDS],
-    *[(k, {"num_workers": 2}, "num_workers") for k in STREAM_KINDS],
-    *[(k, {"rank": 1, "world_size": 2}, "world_size") for k in STREAM_KINDS],
     ("parquet", {"drop_last": True}, "drop_last"),
     ("parquet-rows", {"loader_batch_size": 4}, "batch_size"),
     ("parquet-rows", {"drop_last": True}, "drop_last"),
@@ -79,12 +77,6 @@ def test_a_changed_field_is_refused_by_name(root: Path, kind: str, change, field
     other = build(kind, root, **change)
     with pytest.raises(fd.ResumeError, match=rf"\b{field}\b"):
         other.load_state_dict(state)
-
-
-def test_the_rank_must_be_the_savers_own(root: Path) -> None:
-    state = saved_after(build("parquet", root, rank=0, world_size=2), 1)
-    with pytest.raises(fd.ResumeError, match="belongs to rank 0, this is rank 1"):
-        build("parquet", root, rank=1, world_size=2).load_state_dict(state)
 
 
 def test_map_style_sampler_type_and_generator_are_checked(root: Path) -> None:

@@ -485,3 +485,20 @@ def test_tar_shards_fewer_samples_than_shards_and_png(tmp_path: Path) -> None:
         with tarfile.open(path) as tar:
             counts.append(tar.getnames())
     assert counts == [["sample-000000.png", "sample-000000.cls"], [], []]
+
+
+def test_a_writer_replaces_its_earlier_output_and_leaves_other_files(tmp_path: Path) -> None:
+    from fastdata.synthetic import make_images, make_parquet, make_tar_shards
+
+    (tmp_path / "notes.txt").write_text("mine")
+    make_parquet(tmp_path, 100, files=5)
+    make_parquet(tmp_path, 100, files=4)
+    assert len(list(tmp_path.glob("*.parquet"))) == 4  # part-00004 of the first call is gone
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    make_images(tmp_path / "img", 8, classes=4, min_short=20, max_short=24, texture="smooth")
+    make_images(tmp_path / "img", 4, classes=2, min_short=20, max_short=24, texture="smooth")
+    assert len(list((tmp_path / "img").rglob("*.jpg"))) == 4
+    assert sorted(p.name for p in (tmp_path / "img").iterdir()) == ["class_00", "class_01"]
+    make_tar_shards(tmp_path / "tar", 8, shards=4, min_short=20, max_short=24, texture="smooth")
+    make_tar_shards(tmp_path / "tar", 8, shards=2, min_short=20, max_short=24, texture="smooth")
+    assert len(list((tmp_path / "tar").glob("*.tar"))) == 2

@@ -8,6 +8,7 @@ import torch
 
 from fastdata._validate import (
     check_bool,
+    check_bytes,
     check_choice,
     check_device,
     check_int,
@@ -67,6 +68,21 @@ def test_check_names():
         check_names("columns", ["a", "a"])
     with pytest.raises(TypeError, match="names must be strings"):
         check_names("columns", ["a", 1])
+
+
+def test_check_bytes_takes_integers_and_units():
+    assert check_bytes("n", 256) == 256
+    assert check_bytes("n", "256MB") == 256_000_000
+    assert check_bytes("n", "1.5 GiB") == 3 * 2**29
+    assert check_bytes("n", "64kib") == 65_536
+    assert check_bytes("n", None, none="None for no limit") is None
+    for text in ("lots", "12XB", "", "1e", "nan"):
+        with pytest.raises(ValueError, match=r"n='.*': expected a number of bytes >= 1"):
+            check_bytes("n", text)
+    with pytest.raises(ValueError, match="n=0"):
+        check_bytes("n", 0)
+    with pytest.raises(TypeError, match="got float"):
+        check_bytes("n", 1.5)
 
 
 def test_check_size():

@@ -15,7 +15,7 @@ from fastdata.config import LoaderConfig, load_config
 from fastdata.tune import TuneResult, tune  # eager: the subpackage name would shadow a lazy one
 
 if TYPE_CHECKING:
-    from fastdata import augment, decode, synthetic
+    from fastdata import augment, decode, synthetic, writer
     from fastdata._stats_out import flatten_stats, log_stats
     from fastdata.collate import (
         Padded,
@@ -46,15 +46,19 @@ if TYPE_CHECKING:
         SchemaError,
         SourceError,
     )
-    from fastdata.loader import DataLoader
+    from fastdata.loader import DataLoader, gather_state
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
+    from fastdata.sources.mix import MixedStream, mix
+    from fastdata.sources.pack import PackedStream, pack
     from fastdata.sources.parquet import ParquetStream
     from fastdata.sources.stream import PlannedStream
+    from fastdata.writer import write_shards
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
+    "gather_state": "fastdata.loader",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",
@@ -66,6 +70,10 @@ _EXPORTS: dict[str, str] = {
     "ImageTransform": "fastdata.decode",
     "ParquetStream": "fastdata.sources.parquet",
     "PlannedStream": "fastdata.sources.stream",
+    "MixedStream": "fastdata.sources.mix",
+    "PackedStream": "fastdata.sources.pack",
+    "pack": "fastdata.sources.pack",
+    "mix": "fastdata.sources.mix",
     "ResumeError": "fastdata.errors",
     "SchemaError": "fastdata.errors",
     "SourceError": "fastdata.errors",
@@ -82,8 +90,9 @@ _EXPORTS: dict[str, str] = {
     "decode_many": "fastdata.decode",
     "limit_opencv_threads": "fastdata.decode",
     "sample_rng": "fastdata.decode",
+    "write_shards": "fastdata.writer",
 }
-_SUBMODULES = {"augment", "decode", "synthetic"}
+_SUBMODULES = {"augment", "decode", "synthetic", "writer"}
 
 __all__ = sorted(
     [*_EXPORTS, *_SUBMODULES, "LoaderConfig", "TuneResult", "__version__", "load_config", "tune"]

@@ -76,7 +76,9 @@ class SampleAugment:
     sample's generator)."""
 
     def __init__(self, augment: Callable[..., Any] | Sequence[Callable[..., Any]]) -> None:
-        steps = list(augment) if isinstance(augment, (list, tuple)) else [augment]
+        steps: list[Callable[..., Any]] = (
+            list(augment) if isinstance(augment, (list, tuple)) else [augment]  # type: ignore[list-item]
+        )
         for step in steps:
             if not callable(step):
                 raise TypeError(

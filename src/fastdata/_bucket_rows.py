@@ -160,11 +160,11 @@ def bucketed_rows(
                 rest = len(joined_lengths) - len(joined_lengths) % batch_size
                 tail = torch.arange(rest, len(joined_lengths))
                 bucket.add(take(joined, tail), joined_lengths[rest:])
-    rest = _Rows()
+    leftover = _Rows()
     for bucket in buckets:
         for part, lengths in zip(bucket.parts, bucket.lengths, strict=True):
-            rest.add(part, lengths)
-    yield from _cut(rest, batch_size, rng, final=True, drop_last=drop_last)
+            leftover.add(part, lengths)
+    yield from _cut(leftover, batch_size, rng, final=True, drop_last=drop_last)
 
 
 def _quantiles(lengths: np.ndarray, n: int) -> list[int]:

@@ -107,7 +107,7 @@ def _batched(value: Any, path: KeyPath, where: str, walk: Walk) -> Any:
         return _assemble(value, collated, where, walk)
     if isinstance(value, tuple):
         named = hasattr(value, "_fields")
-        names = value._fields if named else range(len(value))
+        names = value._fields if named else range(len(value))  # type: ignore[attr-defined]
         values = [
             _batched(v, (*path, n), f"{where}.{n}" if named else f"{where}[{n}]", walk)
             for v, n in zip(value, names, strict=True)
@@ -165,7 +165,7 @@ def _assemble(elem: cabc.Mapping, collated: dict[Any, Any], where: str, walk: Wa
             clone = copy.copy(elem)
             clone.update(result)
             return clone
-        return type(elem)(result)
+        return type(elem)(result)  # type: ignore[call-arg]
     except TypeError:
         return result
 

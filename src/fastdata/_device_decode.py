@@ -63,9 +63,13 @@ def check_decode_device(device: str | torch.device | None, transform: ImageTrans
     """
     if device is None:
         return None
-    dev = torch.device(device)
+    expected = "expected 'cuda', 'cuda:N', 'cpu' or None"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"decode_device={device!r}: not a device; {expected}") from None
     if dev.type not in ("cuda", "cpu"):
-        raise ValueError(f"decode_device={device!r}: expected 'cuda', 'cuda:N', 'cpu' or None")
+        raise ValueError(f"decode_device={device!r}: {expected}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(
             f"decode_device={device!r}: CUDA is not available here "

@@ -145,7 +145,8 @@ def pad_ragged(
         flat = torch.arange(n, device=device)
         flat += torch.repeat_interleave(shift, lengths, output_size=n)
         placed = (_placed(d, p, spec.left) for d, p in zip(inner, padded[1:], strict=True))
-        region = out[(slice(None), slice(None), *placed)]
+        index = (slice(None), slice(None), *placed)
+        region = out[index]
         region.view(batch * padded[0], *region.shape[2:])[flat] = values
     return out, sizes[:, 0] if not inner else sizes, mask
 

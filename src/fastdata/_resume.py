@@ -28,13 +28,8 @@ from torch.utils.data import (
 )
 
 from fastdata.errors import ResumeError
-from fastdata.sources._state import (
-    MAX_EPOCH,
-    check_matches,
-    require_int,
-    require_mapping,
-    short,
-)
+from fastdata.sources._checks import check_matches, require_int, require_mapping, short
+from fastdata.sources._state import MAX_EPOCH
 
 _SEEDED = (RandomSampler, SubsetRandomSampler, WeightedRandomSampler)
 

@@ -1,15 +1,18 @@
-"""Per-stage times and counts, shared by the main process and the DataLoader workers.
+"""Per-stage times and counts, and the shard cache's counts, shared by the main process and
+the DataLoader workers.
 
-One small shared-memory table, one row per process (row 0: the main process, row 1 + w:
-worker w), so every process adds to its own row without locks and the loader sums the rows.
-Recording costs two float additions in shared memory per batch-sized piece of work (about
-0.2 us), and nothing at all when stats are off (the stream's table is ``None``).
+Each is one small shared-memory table, one row per process (row 0: the main process, row
+1 + w: worker w), so every process adds to its own row and the loader sums the rows.
+Recording a stage costs two float additions in shared memory per batch-sized piece of work
+(its cost is measured by the ``loader-stats`` benchmark), and nothing at all when stats are
+off (no table is attached).
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import get_worker_info
@@ -17,6 +20,11 @@ from torch.utils.data import get_worker_info
 STAGES = ("read", "decode", "transform", "collate", "pin", "transfer")
 _ROWS = 1 + 256  # main process + workers
 _STAGE_INDEX = {stage: i for i, stage in enumerate(STAGES)}
+CACHE_COUNTS = ("hits", "misses", "fetched_bytes", "evicted", "invalid", "remote_opens")
+"""What :class:`CacheCounts` counts, per process (see :mod:`fastdata.sources._cache`): opens
+served from the cache, opens that fetched the file, bytes fetched, entries evicted, entries
+found corrupt (and fetched again), and opens read from the remote without caching."""
+_CACHE_INDEX = {name: i for i, name in enumerate(CACHE_COUNTS)}
 
 
 class StageTimes:
@@ -24,15 +32,12 @@ class StageTimes:
 
     def __init__(self) -> None:
         self._table = torch.zeros(_ROWS, len(STAGES), 2, dtype=torch.float64).share_memory_()
-        self._view: memoryview | None = None
+        self._view: Any = None
 
     def add(self, stage: str, seconds: float, count: int = 1) -> None:
         """Add ``seconds`` spent on ``count`` items of ``stage`` in this process."""
         if self._view is None:
-            # A flat memoryview of the shared memory: ~0.2 us per update, against ~50 us of
-            # torch dispatch or ~0.6 us through numpy. Made per process, once the tensor
-            # has arrived there.
-            self._view = memoryview(self._table.numpy()).cast("B").cast("d")
+            self._view = _flat(self._table, "d")
         cell = (_row() * len(STAGES) + _STAGE_INDEX[stage]) * 2
         self._view[cell] += seconds
         self._view[cell + 1] += count
@@ -51,6 +56,55 @@ class StageTimes:
 
     def reset(self) -> None:
         self._table.zero_()
+
+
+class CacheCounts:
+    """The shard cache's counts (:data:`CACHE_COUNTS`) per process, in shared memory like
+    :class:`StageTimes`; thread-safe within a process (read-ahead and decoder threads fetch
+    at once). A cache holds one and sends it to the DataLoader workers with itself."""
+
+    def __init__(self) -> None:
+        self._table = torch.zeros(_ROWS, len(CACHE_COUNTS), dtype=torch.int64).share_memory_()
+        self._view: Any = None
+        self._lock = threading.Lock()
+
+    def add(self, name: str, count: int = 1) -> None:
+        """Add ``count`` to this process's ``name``."""
+        with self._lock:
+            if self._view is None:
+                self._view = _flat(self._table, "q")
+            self._view[_row() * len(CACHE_COUNTS) + _CACHE_INDEX[name]] += count
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_table": self._table}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._table, self._view, self._lock = state["_table"], None, threading.Lock()
+
+    def totals(self) -> dict[str, int]:
+        """The counts over all processes."""
+        return dict(zip(CACHE_COUNTS, self._table.sum(dim=0).tolist(), strict=True))
+
+
+def cache_stats(stream: Any) -> dict[str, Any]:
+    """``{"cache": counts}`` summed over the shard caches ``stream`` reads through, with
+    ``hit_rate`` = hits / (hits + misses); ``{}`` for a stream without a cache."""
+    from fastdata.sources._cache import handlers
+
+    totals = [cache.counts.totals() for cache in handlers(stream)]
+    if not totals:
+        return {}
+    summed: dict[str, float] = {name: sum(t[name] for t in totals) for name in CACHE_COUNTS}
+    opened = summed["hits"] + summed["misses"]
+    summed["hit_rate"] = summed["hits"] / opened if opened else 0.0
+    return {"cache": summed}
+
+
+def _flat(table: torch.Tensor, kind: Literal["d", "q"]) -> Any:
+    """A flat memoryview of a shared table: an update costs a Python float addition, not a
+    torch dispatch. Made per process, once the tensor has arrived there."""
+    array: Any = table.numpy()
+    return memoryview(array).cast("B").cast(kind)
 
 
 def _row() -> int:

@@ -52,13 +52,28 @@ class IteratorRecord:
     iterator kept alive keeps its worker processes): its length, and the batches it handed out
     (live while it exists, final once it is gone)."""
 
-    __slots__ = ("batches", "length", "ref")
+    __slots__ = ("batches", "length", "ref", "workers")
     length: float
 
     def __init__(self, iterator: Any) -> None:
         self.ref = weakref.ref(iterator)
         self.length = length(iterator)
         self.batches = 0
+        self.workers = bytearray()  # the worker of every batch fetched (multi-process only)
+
+    def reset(self, iterator: Any) -> None:
+        """A new epoch of the same iterator (persistent workers)."""
+        self.length = length(iterator)
+        self.batches = 0
+        self.workers = bytearray()
+
+    def next_worker(self, consumed: int) -> int:
+        """The worker whose batch comes after the first ``consumed`` (torch's turn)."""
+        if len(self.workers) > consumed:
+            return self.workers[consumed]
+        iterator = self.ref()
+        info = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
+        return int(info[0]) if info else 0
 
     @property
     def iterator(self) -> Any:
@@ -115,13 +130,14 @@ def shared_storage(nbytes: int) -> torch.UntypedStorage:
 def shared_fd_storage(fd: int, nbytes: int) -> torch.UntypedStorage:
     """torch's file-descriptor shared storage over the memfd ``fd`` (duplicated:
     ``UntypedStorage._new_shared_fd_cpu``), so the tensor is shared as torch shares its own."""
-    return torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)
+    return torch.UntypedStorage._new_shared_fd_cpu(fd, nbytes)  # type: ignore[attr-defined]
 
 
 def upsample_bilinear_aa(image: torch.Tensor, hw: tuple[int, int], out: torch.Tensor) -> None:
     """torch's antialiased bilinear resize (``F.interpolate(..., antialias=True)``'s kernel),
-    written into ``out``: ``F.interpolate`` has no ``out=``, and the copy cost ~15 us an image."""
-    torch._C._nn._upsample_bilinear2d_aa(image, hw, False, None, None, out=out)
+    written into ``out``: ``F.interpolate`` has no ``out=``, and the copy it would need is
+    saved."""
+    torch._C._nn._upsample_bilinear2d_aa(image, hw, False, None, None, out=out)  # type: ignore[call-arg]
 
 
 class DataLoaderHooks:
@@ -230,6 +246,11 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
     def __del__(self) -> None:
         _close(self)
         super().__del__()
+
+    def _process_data(self, data: Any, worker_idx: int) -> Any:
+        if self._fd_record is not None:
+            self._fd_record.workers.append(worker_idx % 256)
+        return super()._process_data(data, worker_idx)
 
     def _shutdown_workers(self) -> None:
         if getattr(self, "_fd_watchdog", None) is not None:

@@ -17,6 +17,7 @@ T = TypeVar("T")
 
 __all__ = [
     "check_bool",
+    "check_bytes",
     "check_choice",
     "check_device",
     "check_int",
@@ -92,6 +93,38 @@ def check_number(
     if number != number or below or (maximum is not None and number > maximum):
         raise ValueError(f"{name}={value!r}: expected {expected}")
     return number
+
+
+_BYTE_UNITS = {
+    **{unit: 1000**i for i, unit in enumerate(("b", "kb", "mb", "gb", "tb"))},
+    **{unit: 1024**i for i, unit in enumerate(("kib", "mib", "gib", "tib"), start=1)},
+}
+
+
+def check_bytes(name: str, value: Any, *, minimum: int = 1, none: str | None = None) -> Any:
+    """A number of bytes: an integer, or a string with a unit (``"256MB"``, ``"1.5 GiB"``;
+    kB, MB, GB, TB count in powers of 1000, KiB, MiB, GiB, TiB in powers of 1024)."""
+    if value is None and none is not None:
+        return None
+    expected = f"a number of bytes >= {minimum}: an integer or a string such as '256MB' or '2GiB'"
+    if none is not None:
+        expected += f", or {none}"
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "").lower()
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+        unit = _BYTE_UNITS.get(text[len(digits) :] or "b")
+        try:
+            number = float(digits) if unit is not None else None
+        except ValueError:
+            number = None
+        if unit is None or number is None or number != number:
+            raise ValueError(f"{name}={value!r}: expected {expected}")
+        value = int(number * unit)
+    elif not is_int(value):
+        raise TypeError(f"{name}={value!r}: expected {expected}, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name}={value!r}: expected {expected}")
+    return int(value)
 
 
 def check_bool(name: str, value: Any) -> bool:

@@ -66,18 +66,17 @@ def _apply_op(
 ) -> np.ndarray:
     """One operation of the auto-augment policies at ``magnitude``, as torchvision applies it
     (``_AutoAugmentBase._apply_image_or_video_transform``)."""
-    geometry = {"interpolation": interpolation, "fill": fill}
     shear = math.degrees(math.atan(magnitude))
     if op == "Identity":
         return image
     if op in ("ShearX", "ShearY"):
         shears = (shear, 0.0) if op == "ShearX" else (0.0, shear)
-        return ops.affine(image, shear=shears, corner=True, **geometry)
+        return ops.affine(image, shear=shears, corner=True, interpolation=interpolation, fill=fill)
     if op in ("TranslateX", "TranslateY"):
         shift = (int(magnitude), 0) if op == "TranslateX" else (0, int(magnitude))
-        return ops.affine(image, translate=shift, **geometry)
+        return ops.affine(image, translate=shift, interpolation=interpolation, fill=fill)
     if op == "Rotate":
-        return ops.rotate(image, magnitude, **geometry)
+        return ops.rotate(image, magnitude, interpolation=interpolation, fill=fill)
     colour = {
         "Brightness": ops.adjust_brightness,
         "Color": ops.adjust_saturation,
@@ -91,6 +90,12 @@ def _apply_op(
     if op == "Solarize":
         return ops.solarize(image, 255.0 * magnitude)
     return ops.autocontrast(image) if op == "AutoContrast" else ops.equalize(image)
+
+
+def _per_channel(value: Fill, channels: int) -> tuple[float, ...]:
+    """A checked fill (one value, or one per channel) as one value per channel."""
+    values = value if isinstance(value, tuple) else (value,)
+    return values * channels if len(values) == 1 else values
 
 
 def _fill(name: str, value: Fill) -> tuple[float, ...]:
@@ -133,7 +138,7 @@ class TrivialAugmentWide(Augmentation):
             magnitude = float(magnitudes(bins)[int(rng.integers(bins))])
             if signed and rng.random() <= 0.5:
                 magnitude = -magnitude
-        fill = self.fill * image.shape[2] if len(self.fill) == 1 else self.fill
+        fill = _per_channel(self.fill, image.shape[2])
         return _apply_op(image, op, magnitude, interpolation=self.interpolation, fill=fill)
 
 
@@ -181,10 +186,10 @@ class RandomErasing(Augmentation):
             if h < height and w < width:
                 top, left = int(rng.integers(height - h + 1)), int(rng.integers(width - w + 1))
                 box = image[top : top + h, left : left + w]
-                if self.value == "random":
+                if isinstance(self.value, str):  # "random"
                     box[...] = rng.integers(0, 256, box.shape, dtype=np.uint8)
                 else:
-                    value = self.value * channels if len(self.value) == 1 else self.value
+                    value = _per_channel(self.value, channels)
                     box[...] = np.asarray(value, np.float64).round().astype(np.uint8)
                 return image
         return image

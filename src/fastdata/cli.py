@@ -1,4 +1,4 @@
-"""The ``fastdata`` command line: ``demo``, ``tune`` and ``bench``.
+"""The ``fastdata`` command line: ``demo``, ``convert``, ``tune`` and ``bench``.
 
 Only the standard library is imported at module level and each subcommand imports what it
 needs when it runs, so ``fastdata --help`` and ``fastdata --version`` answer instantly. Every
@@ -9,10 +9,13 @@ ends in argparse's ``error:`` line and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any, TextIO
 
-from fastdata._cli import HelpFormatter, check
+from fastdata._cli import HelpFormatter, check, fail, say
 from fastdata._version import __version__
 from fastdata.tune.cli import add_parsers as add_tune_parsers
 
@@ -33,6 +36,87 @@ def _demo(args: argparse.Namespace) -> int:
     )
     print(result.report())
     return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from fastdata.errors import SourceError
+    from fastdata.writer import folder_samples, list_samples, write_shards
+
+    parser = args.parser
+    options = {
+        "target_shard_bytes": check(parser, "check_bytes", "--shard-size", args.shard_size),
+        "row_group_bytes": check(parser, "check_bytes", "--row-group-size", args.row_group),
+        "workers": check(parser, "check_int", "--workers", args.workers, minimum=0, none="all"),
+    }
+    progress = _ConvertProgress(quiet=args.quiet)
+    try:
+        if os.path.isfile(args.src):
+            samples, classes = list_samples(args.src), None
+        else:
+            source = _filesystem(args.src)
+            samples, classes = folder_samples(source[1], filesystem=source[0])
+            options["source_filesystem"] = source[0]
+        result = write_shards(
+            samples,
+            args.dst,
+            format=args.format,
+            prefix=args.prefix,
+            classes=classes,
+            backend="ray" if args.ray else "local",
+            on_progress=progress,
+            **options,
+        )
+    except (SourceError, ValueError, OSError, ImportError) as exc:
+        progress.end()
+        return fail("convert", str(exc), 1)
+    progress.end()
+    if not args.quiet:
+        say(
+            f"{len(result.paths)} shards in {args.dst}: {result.written} written "
+            f"({result.samples:,} samples, {result.bytes / 1e6:,.1f} MB), "
+            f"{result.skipped} already there"
+        )
+    return 0
+
+
+def _filesystem(src: str) -> tuple[Any, str]:
+    """``(pyarrow filesystem or None, path)`` of a folder given as a path or URI."""
+    if "://" not in src:
+        return None, src
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(src)
+
+
+class _ConvertProgress:
+    """``fastdata convert``'s status: a live bar on a terminal, else a line per tenth."""
+
+    def __init__(self, *, quiet: bool, stream: TextIO | None = None) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.quiet, self.live = quiet, not quiet and self.stream.isatty()
+        self.start, self.reported = time.monotonic(), -1
+
+    def __call__(self, done: Any) -> None:
+        if self.quiet:
+            return
+        share = done.shards_done / done.shards
+        rate = done.bytes_done / 1e6 / max(time.monotonic() - self.start, 1e-9)
+        bar = "#" * round(20 * share) + "." * (20 - round(20 * share))
+        line = (
+            f"[{bar}] {done.shards_done}/{done.shards} shards, {done.samples_done:,} samples, "
+            f"{done.bytes_done / 1e6:,.1f} MB written ({rate:,.1f} MB/s)"
+        )
+        if self.live:
+            self.stream.write("\r\x1b[K" + line)
+            self.stream.flush()
+        elif int(10 * share) > self.reported:
+            self.reported = int(10 * share)
+            print(line, file=self.stream, flush=True)
+
+    def end(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,8 +151,41 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: a temporary folder)",
     )
     demo.set_defaults(run=_demo, parser=demo)
+    _add_convert(commands)
     add_tune_parsers(commands)
     return parser
+
+
+def _add_convert(commands: Any) -> None:
+    convert = commands.add_parser(
+        "convert",
+        formatter_class=HelpFormatter,
+        help="write an image folder or file list as Parquet or tar shards",
+        description="Write the images of SRC into shards of about --shard-size each in DST, "
+        "for ImageStream.from_parquet / from_tar. SRC is an ImageFolder tree (SRC/<class>/"
+        "<image>, a local path or a URI) or a text file listing one image per line ('path' "
+        "or 'path<TAB>label'). DST is a folder or a URI (s3://bucket/prefix). Deterministic "
+        "and resumable: run it again after an interruption and finished shards are kept.",
+    )
+    convert.add_argument("src", metavar="SRC", help="image folder, or a file listing images")
+    convert.add_argument("dst", metavar="DST", help="output folder or URI")
+    convert.add_argument("--format", choices=("parquet", "tar"), default="parquet",
+                         help="shard format")  # fmt: skip
+    convert.add_argument("--shard-size", default="256MB", help="bytes per shard (256MB, 1GiB)")
+    convert.add_argument("--row-group-size", dest="row_group", default="32MB",
+                         help="bytes per Parquet row group")  # fmt: skip
+    convert.add_argument(
+        "--workers", type=int, help="processes writing shards (default: the CPU count)"
+    )
+    convert.add_argument("--prefix", default="shard", help="shard file name prefix")
+    convert.add_argument(
+        "--ray",
+        action="store_true",
+        help="write the shards as Ray Data tasks on the cluster RAY_ADDRESS names (or a "
+        'local one); needs pip install "fastdata[ray]"',
+    )
+    convert.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    convert.set_defaults(run=_convert, parser=convert)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,10 +7,11 @@ loads it after ``train_dataloader()`` has returned and before the first batch, s
 missing, and :class:`DataLoader` here adds them:
 
 - **All ranks' states.** Under DDP the checkpoint is written by rank 0 alone, so it holds rank
-  0's position only, which every rank would then load (a fastdata stream refuses another
-  rank's state). This loader's :meth:`DataLoader.state_dict` gathers every rank's state (a
+  0's position only, which is exact only if the ranks went in lockstep. This loader's
+  :meth:`DataLoader.state_dict` gathers every rank's state (:func:`fastdata.gather_state`, a
   collective: Lightning calls it on all ranks when it saves a checkpoint), and
-  :meth:`DataLoader.load_state_dict` takes this rank's own.
+  :meth:`DataLoader.load_state_dict` resumes from all of them: exact in any case, and under
+  another number of processes or workers too.
 - **The epoch.** Lightning calls ``set_epoch`` on a DataLoader's *sampler* only, and it
   creates the first iterator of a run before any epoch hook runs (resuming from an
   end-of-epoch checkpoint, that iterator serves the next epoch). This loader sets its stream's
@@ -28,6 +29,7 @@ import torch.distributed as dist
 
 from fastdata.errors import ResumeError
 from fastdata.loader import DataLoader as _FastDataLoader
+from fastdata.loader import gather_state
 from fastdata.sources import PlannedStream
 
 __all__ = ["DataLoader"]
@@ -98,22 +100,16 @@ class DataLoader(_FastDataLoader):
         Under torch.distributed this is a collective: every rank must call it, as Lightning
         does when it saves a checkpoint.
         """
-        own = super().state_dict()
-        if not _distributed():
-            return {"version": STATE_VERSION, "ranks": [own]}
-        states: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(states, own)
-        return {"version": STATE_VERSION, "ranks": states}
+        return {"version": STATE_VERSION, "ranks": gather_state(super().state_dict())}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from this rank's part of :meth:`state_dict`'s output.
-
-        A plain :class:`fastdata.DataLoader` state (one rank's) is accepted too.
-
-        Raises:
-            ResumeError: the state was saved by a different number of ranks.
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """Resume from :meth:`state_dict`'s output: every rank's position, so the resume is
+        exact whether or not the ranks went in lockstep, also when the checkpoint was written
+        by another number of processes or with another ``num_workers`` (see elastic resume in
+        the distributed-training guide). A plain :class:`fastdata.DataLoader` state (one
+        rank's) is accepted too.
         """
-        if "ranks" not in state:
+        if isinstance(state, list) or "ranks" not in state:
             super().load_state_dict(state)
             return
         if state.get("version") != STATE_VERSION:
@@ -121,14 +117,7 @@ class DataLoader(_FastDataLoader):
                 f"cannot resume: Lightning loader state version {state.get('version')!r}, "
                 f"this fastdata reads version {STATE_VERSION}"
             )
-        rank, world = (dist.get_rank(), dist.get_world_size()) if _distributed() else (0, 1)
-        saved = len(state["ranks"])
-        if saved != world:
-            raise ResumeError(
-                f"cannot resume: the checkpoint holds the data position of {saved} rank(s), "
-                f"this run has {world}; resume with the same number of processes"
-            )
-        super().load_state_dict(state["ranks"][rank])
+        super().load_state_dict(list(state["ranks"]))
 
 
 def _distributed() -> bool:

@@ -23,9 +23,8 @@ seeds ``random``, ``numpy`` and torch itself per worker from the loader's seed.
 from __future__ import annotations
 
 import inspect
-import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch.utils.data
@@ -38,18 +37,18 @@ from fastdata._resume import (
     epoch_items,
     index_sampler_skipping,
 )
-from fastdata._stats import StageTimes, TimedCollate, WaitClock
-from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sampler, length
+from fastdata._stats import StageTimes, TimedCollate, WaitClock, cache_stats
+from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sampler
 from fastdata._validate import check_bool, check_device
 from fastdata.errors import ResumeError
 from fastdata.sources import PlannedStream
-from fastdata.sources._state import require_int, require_mapping, short, validate
-from fastdata.sources.plan import round_robin_consumed
+from fastdata.sources._checks import require_int, require_mapping, short
+from fastdata.sources._state import consumed_after, merge
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 
-__all__ = ["DataLoader"]
+__all__ = ["DataLoader", "gather_state"]
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 _TORCH_INIT = torch.utils.data.DataLoader.__init__
 
 
@@ -122,7 +121,17 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
         stats = check_bool("stats", stats)
+        given = inspect.signature(_TORCH_INIT).bind_partial(None, *args, **kwargs).arguments
         super().__init__(*args, **kwargs)
+        if (
+            isinstance(self.dataset, PlannedStream)
+            and self.dataset.batch_size is not None
+            and self.batch_size is None
+            and given.get("collate_fn") is None
+        ):
+            # The stream's batches are tensors already: torch's default_convert would only
+            # walk them (every element of every list column) to hand them over unchanged.
+            self.collate_fn = as_is
         self.device = device
         self.normalize = normalize
         self._fd_times = StageTimes() if stats else None
@@ -133,8 +142,10 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         self._fd_progress = _Progress()
 
     def __iter__(self) -> Any:
-        if isinstance(self.dataset, PlannedStream) and not self.dataset.resuming:
-            self._fd_resume_base = 0  # set_epoch() after load_state_dict() started afresh
+        if isinstance(self.dataset, PlannedStream):
+            if not self.dataset.resuming:
+                self._fd_resume_base = 0  # set_epoch() after load_state_dict() started afresh
+            self.dataset.begin_iteration(self._readers())
         if not isinstance(self.dataset, tud.IterableDataset):
             try:
                 self._fd_sampler_state = SamplerState.capture(self)
@@ -148,7 +159,7 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
                 self._fd_starting = False
         self._fd_record = getattr(iterator, "_fd_record", None)
         if self._fd_record is not None:  # persistent workers: the same iterator, reset
-            self._fd_record.length = length(iterator)
+            self._fd_record.reset(iterator)
         self._fd_base, self._fd_resume_base = self._fd_resume_base, 0
         self._fd_items_base, self._fd_resume_items = self._fd_resume_items, 0
         self._fd_skip = None  # the skip applied to this iterator only
@@ -226,7 +237,14 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             "data_wait_s": progress.wait,
             "wait_fraction": progress.wait / wall if wall else 0.0,
             "stages": self._fd_times.totals(),
+            **self._source_counts(),
+            **cache_stats(self.dataset),  # {"cache": ...} for a stream reading through a cache
         }
+
+    def _source_counts(self) -> dict[str, Any]:
+        """``{"sources": {name: rows}}`` for a mix of sources (``fastdata.mix``), else {}."""
+        counts = getattr(self.dataset, "source_counts", None)
+        return {"sources": counts()} if callable(counts) else {}
 
     # ----------------------------------------------------------------- resume
     def _batches_consumed(self) -> int:
@@ -284,69 +302,92 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             "kind": "map",
             "items": min(items, epoch_items(self)),
             "drop_last": drop_last,
-            "dataset_len": len(self.dataset),
+            "dataset_len": len(self.dataset),  # type: ignore[arg-type]
             "sampler": sampler.to_dict(),
         }
 
     def _readers(self) -> int:
         return max(self.num_workers, 1)
 
-    def _per_worker(self, stream: PlannedStream, consumed: int, epoch: int, readers: int) -> Any:
-        """Items each reader had delivered, and whose turn is next, after ``consumed``
-        batches of this loader's round-robin over the readers."""
-        items = stream.reader_items(readers, epoch)
-        rows = 1 if self.batch_size is None else self.batch_size
+    def _batching(self) -> dict[str, Any]:
+        """How this loader groups a stream's items: per batch, and whether a worker's last
+        partial batch is dropped (torch's batching of an iterable dataset, per worker)."""
         if self.batch_size is None:
-            batches = items
-        elif self.drop_last:
-            batches = [c // rows for c in items]
-        else:
-            batches = [math.ceil(c / rows) for c in items]
-        consumed = min(consumed, sum(batches))
-        done, turn = round_robin_consumed(batches, consumed)
-        # A reader whose batches were all handed out is done, including the rows drop_last
-        # dropped after its last full batch.
-        per_reader = [
-            c if d == b else d * rows for d, b, c in zip(done, batches, items, strict=True)
-        ]
-        return consumed, per_reader, turn
+            return {"items_per_batch": 1, "drop_last": False}
+        return {"items_per_batch": self.batch_size, "drop_last": self.drop_last}
 
     def _stream_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
-        readers = self._readers()
-        consumed, per_worker, turn = self._per_worker(stream, consumed, stream.epoch, readers)
+        if stream.varying:
+            state = self._varying_state(stream, consumed)
+        else:
+            state = stream.state_at(consumed, num_readers=self._readers(), **self._batching())
         return {
             "version": STATE_VERSION,
             "kind": "stream",
-            "batches": consumed,
+            "batches": state["batches"][state["rank"]],
             "batch_size": self.batch_size,
             "drop_last": self.drop_last,
-            "dataset": stream.state_at(per_worker, rotation=turn),
+            "dataset": state,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def _varying_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
+        """The state of a stream whose items take a varying number of rows (packing): where
+        each worker's last batch handed out left it (exact, for this rank only)."""
+        readers = self._readers()
+        record = self._fd_record
+        now = 0 if self._fd_loaded or record is None else consumed - self._fd_base
+        if self._fd_loaded:
+            stream.begin_iteration(readers)
+        if self.num_workers == 0 or record is None:
+            return stream.cursor_state([now] * readers, 0, consumed)
+        fetched = list(record.workers[:now])
+        delivered = [fetched.count(w) for w in range(readers)]
+        return stream.cursor_state(delivered, record.next_worker(now), consumed)
+
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
         """Resume from :meth:`state_dict`'s output on the next iteration.
 
         Call it before iterating (with ``persistent_workers=True``, before the first
         iteration: running workers hold their own copy of the dataset). Everything the
         state's meaning depends on is checked here, in the calling process; a state saved at
-        the end of an epoch continues at the start of the next one.
+        the end of an epoch continues at the start of the next one. For a fastdata stream,
+        ``state`` may come from any rank of a job with any world size and ``num_workers``
+        (ranks in lockstep, as under DDP), or be the list of every rank's state, which is
+        exact without lockstep (see :func:`fastdata.gather_state`).
 
         Raises:
             ResumeError: the state is malformed or does not fit this loader; the message
                 names the field, the saved and the current value.
         """
-        state = require_mapping(state, "state")
-        if state.get("version") != STATE_VERSION:
-            raise ResumeError(
-                f"cannot resume: state version {short(state.get('version'))}, "
-                f"this fastdata reads version {STATE_VERSION}"
-            )
         if self._iterator is not None:
             raise ResumeError(
                 "cannot resume: this loader's persistent workers are already running; call "
                 "load_state_dict() on a new loader, before iterating it"
             )
+        states = state if isinstance(state, list) else [state]
+        if not states:
+            raise ResumeError("cannot resume: an empty list of states")
         kind = "stream" if isinstance(self.dataset, PlannedStream) else "map"
+        for one in states:
+            self._check_loader_fields(require_mapping(one, "state"), kind)
+        if isinstance(self.dataset, PlannedStream):
+            self._load_stream_state(self.dataset, states)
+            return
+        if len(states) != 1:
+            raise ResumeError("cannot resume: a map-style loader takes one state, not a list")
+        sampler, items = check_map_state(states[0], self)
+        sampler.restore(self)
+        self._fd_skip = items
+        self._fd_resume_items = items
+        self._fd_resume_base = 0  # counted in items (see _map_state)
+        self._fd_loaded = True
+
+    def _check_loader_fields(self, state: Mapping[str, Any], kind: str) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ResumeError(
+                f"cannot resume: state version {short(state.get('version'))}, "
+                f"this fastdata reads version {STATE_VERSION}"
+            )
         if state.get("kind") != kind:
             names = {"stream": "a fastdata stream", "map": "a map-style dataset"}
             saved_kind = state.get("kind")
@@ -355,17 +396,8 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             raise ResumeError(
                 f"cannot resume: the state was saved for {saved}, this loader reads {names[kind]}"
             )
-        if kind == "stream":
-            self._load_stream_state(self.dataset, state)
+        if kind == "map":
             return
-        sampler, items = check_map_state(state, self)
-        sampler.restore(self)
-        self._fd_skip = items
-        self._fd_resume_items = items
-        self._fd_resume_base = 0  # counted in items (see _map_state)
-        self._fd_loaded = True
-
-    def _load_stream_state(self, stream: PlannedStream, state: Mapping[str, Any]) -> None:
         for field in ("batch_size", "drop_last"):
             if field not in state or state[field] != getattr(self, field):
                 raise ResumeError(
@@ -373,19 +405,61 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
                     f" this loader has {field}={getattr(self, field)}; build it with the saved "
                     "value"
                 )
-        batches = require_int(state, "batches")
-        saved = validate(state.get("dataset"), type_name=type(stream).__name__)
-        _, per_worker, turn = self._per_worker(
-            stream, batches, saved["epoch"], saved["num_workers"]
+
+    def _load_stream_state(
+        self, stream: PlannedStream, states: Sequence[Mapping[str, Any]]
+    ) -> None:
+        for one in states:
+            checked = stream.check_state(one.get("dataset"))
+            if require_int(one, "batches") != checked["batches"][checked["rank"]]:
+                raise ResumeError(
+                    f"cannot resume: the state's batches={one['batches']} disagrees with its "
+                    f"per-rank counts batches={checked['batches']}; the state is corrupt"
+                )
+        datasets = [one["dataset"] for one in states]
+        dataset = datasets[0] if len(datasets) == 1 else merge(datasets)
+        saved = stream.check_state(dataset)
+        expected = consumed_after(
+            saved["batches"],
+            saved["slot_rows"],
+            rows_per_item=stream.policy.batch_size,
+            **self._batching(),
         )
-        if (per_worker, turn) != (saved["consumed"], saved["rotation"]):
+        counted = (saved["consumed"], saved["rotations"])
+        if not stream.varying and expected != counted:  # varying: the counts are not batches
             raise ResumeError(
-                f"cannot resume: the state's batches={batches} disagrees with its per-reader "
-                f"counts consumed={short(saved['consumed'])}; the state is corrupt"
+                f"cannot resume: the state's batches={saved['batches']} disagree with its "
+                f"per-slot counts consumed={short(saved['consumed'])}; the state is corrupt"
             )
-        stream.load_state_dict(state["dataset"], num_workers=self._readers())
-        self._fd_resume_base = batches if stream.resuming else 0
+        stream.load_state_dict(dataset, num_workers=self._readers())
+        rank, world = stream.rank_and_world_size()
+        same_layout = (saved["world_size"], saved["num_workers"]) == (world, self._readers())
+        self._fd_resume_base = saved["batches"][rank] if stream.resuming and same_layout else 0
         self._fd_loaded = True
+
+
+def as_is(batch: Any) -> Any:
+    """The collate function of a fastdata stream's ready-made batches: the batch itself."""
+    return batch
+
+
+def gather_state(loader: DataLoader | dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's ``loader.state_dict()`` (or the state passed), in rank order, on every
+    rank (a collective: all ranks of the ``torch.distributed`` group must call it; a list of
+    one in a single process).
+
+    A fastdata stream's state from one rank resumes exactly when the ranks went in lockstep,
+    as DDP training does; the list of every rank's state resumes exactly in any case, under
+    any world size and ``num_workers``: pass it to :meth:`DataLoader.load_state_dict`.
+    """
+    import torch.distributed as dist
+
+    own = loader if isinstance(loader, dict) else loader.state_dict()
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [own]
+    states: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(states, own)
+    return states
 
 
 def _signature() -> inspect.Signature:

@@ -7,6 +7,11 @@ at any size. Image ``i`` depends only on the seed, ``i`` and the image options, 
 ImageFolder tree, the Parquet binary column and the tar shards hold the same images and labels
 as :func:`make_image_bytes`. Bad arguments raise ValueError naming the value and the valid
 values (TypeError for a count that is not an integer).
+
+Each writer owns its files in the folder it is given: the files an earlier call wrote there
+under the same names (``part-*.parquet``, ``tokens-*.parquet``, ``shard-*.tar``,
+``class_*/img_*``) are removed first, so the folder holds exactly this call's output and
+examples give the same result in any order. Other files in the folder are left alone.
 """
 
 from __future__ import annotations
@@ -209,7 +214,7 @@ def make_images(
     spec = _ImageSpec(
         seed, classes, fmt, quality, mode, large, min_short, max_short, texture
     ).validated(n)
-    root = _make_root(root)
+    root = _make_root(root, "class_*/img_*")
     class_width, index_width = _width(classes, 2), _width(n, 5)
     paths = []
     for i in range(n):
@@ -270,7 +275,7 @@ def make_parquet(
     _check_int("max_tokens", max_tokens, 1)
     if not 0.0 <= null_fraction <= 1.0:
         raise ValueError(f"null_fraction={null_fraction!r} is not a probability: expected [0, 1]")
-    root = _make_root(root)
+    root = _make_root(root, "part-*.parquet")
     paths, width = [], _width(len(ranges), 5)
     for k, ids in enumerate(ranges):
         rng = np.random.default_rng([seed, _PARQUET_STREAM, k])
@@ -367,7 +372,7 @@ def make_tokens(
         raise ValueError(f"sigma={sigma!r}: expected a finite number >= 0")
     if not 0.0 <= null_fraction <= 1.0:
         raise ValueError(f"null_fraction={null_fraction!r} is not a probability: expected [0, 1]")
-    root = _make_root(root)
+    root = _make_root(root, "tokens-*.parquet")
     paths, width = [], _width(len(ranges), 5)
     for k, ids in enumerate(ranges):
         rng = np.random.default_rng([seed, _TOKENS_STREAM, k])
@@ -439,7 +444,7 @@ def make_image_parquet(
     ).validated(n)
     ranges = _file_ranges(n, files, None)
     _check_int("row_group_size", row_group_size, 1)
-    root = _make_root(root)
+    root = _make_root(root, "part-*.parquet")
     paths, width = [], _width(files, 5)
     for k, ids in enumerate(ranges):
         samples = [spec.sample(i) for i in ids]
@@ -496,7 +501,7 @@ def make_tar_shards(
     ).validated(n)
     _check_int("shards", shards, 1)
     ranges = _file_ranges(n, shards, None)
-    root = _make_root(root)
+    root = _make_root(root, "shard-*.tar")
     paths, width, key_width = [], _width(shards, 5), _width(n, 6)
     for k, ids in enumerate(ranges):
         paths.append(root / f"shard-{k:0{width}d}.tar")
@@ -563,7 +568,17 @@ def _width(count: int, minimum: int) -> int:
     return max(minimum, len(str(count - 1)))
 
 
-def _make_root(root: str | os.PathLike[str]) -> Path:
+def _make_root(root: str | os.PathLike[str], outputs: str) -> Path:
+    """``root``, created if missing, without the files a previous call wrote there (those
+    matching the glob ``outputs``; empty folders they leave are removed too), so that it holds
+    exactly what this call writes: a stale ``part-00004.parquet`` of an earlier ``files=5``
+    would otherwise be read with the new files. Other files are left alone."""
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
+    stale = sorted(path.glob(outputs))
+    for old in stale:
+        old.unlink()
+    for folder in sorted({old.parent for old in stale} - {path}, reverse=True):
+        if not any(folder.iterdir()):
+            folder.rmdir()
     return path

@@ -13,10 +13,9 @@
 **Reused shared-memory segments.** torch hands a worker's tensor to the main process as a
 shared-memory segment (only its file descriptor travels), but in a fresh segment per batch,
 and a fresh segment costs more than filling it: reserving one zeroes every page and the
-first touch faults each one in, about 8 ms for a 9.6 MB image batch against 0.1 ms for the
-same bytes in a buffer that is reused. A worker here keeps a few segments (memfd), writes
-each batch through a mapping of its own that stays faulted in, and hands a segment out again
-once no process holds anything of the batch it carried before.
+first touch faults each one in (measured in docs/guides/images.md). A worker here keeps a
+few segments (memfd), writes each batch through a mapping of its own that stays faulted in,
+and hands a segment out again once no process holds anything of the batch it carried before.
 
 What is handed over is an ordinary torch shared-memory tensor (torch's file-descriptor
 storage, ``is_shared()``), so it behaves everywhere as the batch torch's ``default_collate``

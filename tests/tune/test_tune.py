@@ -109,7 +109,8 @@ def test_tune_finds_the_analytic_num_workers_of_an_io_bound_loader() -> None:
     )
     chosen = result.chosen_trial
     assert abs(result.config.num_workers - 3) <= 1, result.report()
-    assert chosen.busy >= 0.9, result.report()
+    # The cheapest setting indistinguishable from the best: within its interval of the target.
+    assert chosen.busy >= 0.85, result.report()
     assert result.stopped == "target", result.report()
 
 

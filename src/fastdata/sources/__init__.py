@@ -6,7 +6,8 @@ default), and :class:`PlannedStream` to put them together.
 """
 
 from fastdata.sources.base import INDEX, ArrowDecoder, Context, Decoder, Reader
-from fastdata.sources.stream import PlannedStream, StreamOptions
+from fastdata.sources.options import StreamOptions
+from fastdata.sources.stream import PlannedStream
 
 __all__ = [
     "INDEX",

@@ -12,16 +12,18 @@ import fnmatch
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import PurePath
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata.errors import SourceError
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
+T = TypeVar("T")
 _GLOB_CHARS = set("*?[")
 _HIDDEN_PREFIXES = (".", "_")  # pyarrow.dataset ignores these too (_SUCCESS, .crc, ...)
 
@@ -67,7 +69,7 @@ def resolve_files(
     """
     if hasattr(source, "files") and hasattr(source, "filesystem"):  # pyarrow FileSystemDataset
         files = list(source.files)
-        infos = source.filesystem.get_file_info(files)
+        infos = _reached(files[0] if files else "", source.filesystem.get_file_info, files)
         return Listing(source.filesystem, files, [int(i.size or 0) for i in infos])
     fs = as_filesystem(filesystem)
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
@@ -76,26 +78,40 @@ def resolve_files(
     found: list[tuple[str, int]] = []
     reached_by: dict[str, str] = {}
     for item in items:
-        item_fs, entries = _expand(os.fspath(item), fs, suffixes)
+        name = os.fspath(item)
+        item_fs, entries = _reached(name, _expand, name, fs, suffixes)
         if fs is None:
             fs = item_fs
         elif type(item_fs) is not type(fs):
             raise SourceError(
                 "all paths of one source must be on the same filesystem; "
                 f"{item!r} is on {type(item_fs).__name__}, earlier ones on {type(fs).__name__}",
-                path=os.fspath(item),
+                path=name,
             )
         for path, size in entries:
             if path in reached_by and not repeats:
                 raise SourceError(
-                    f"the file is reached twice (by {reached_by[path]!r} and {os.fspath(item)!r}),"
+                    f"the file is reached twice (by {reached_by[path]!r} and {name!r}),"
                     " so its rows would be read twice; list each file once",
                     path=path,
                 )
-            reached_by[path] = os.fspath(item)
+            reached_by[path] = name
             found.append((path, size))
     assert fs is not None  # items is non-empty
     return Listing(fs, [p for p, _ in found], [s for _, s in found])
+
+
+def _reached(item: str, listing: Callable[..., T], *args: Any) -> T:
+    """``listing(*args)``, with a storage that cannot be reached (an endpoint nothing answers on,
+    refused credentials, a malformed URI) as a SourceError naming ``item``."""
+    try:
+        return listing(*args)
+    except (OSError, pa.ArrowException) as exc:
+        raise SourceError(
+            f"cannot list or reach the storage ({exc}); check the URI or path, the endpoint "
+            "(endpoint_override, scheme), the credentials and the network",
+            path=item,
+        ) from exc
 
 
 def _expand(

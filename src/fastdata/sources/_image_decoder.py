@@ -13,6 +13,7 @@ With a fixed output size, every image is written straight into its slot of one
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -232,6 +233,7 @@ class ImageDecoder:
             except _FAILURES as exc:
                 self._failed(row[INDEX], exc, context)
         rngs = [self._rng(row[INDEX], context) for row in fetched]
+        assert self.decode_device is not None  # the caller's branch
         images = decode_on_device(
             data,
             self.decode_device,
@@ -293,7 +295,8 @@ def _naming(index: int, context: Context) -> Iterator[None]:
         yield
     except Exception as exc:
         where = ", ".join(f"{k}={v}" for k, v in context.locate(index).items() if v is not None)
-        exc.add_note(f"while augmenting the image at {where}")
+        if sys.version_info >= (3, 11):  # notes are new in 3.11
+            exc.add_note(f"while augmenting the image at {where}")
         raise
 
 

@@ -7,76 +7,67 @@ do — never an ``IndexError`` from inside a worker, never a silently partial ep
 
 A stream's state::
 
-    {"type": "ParquetStream", "version": 2, "epoch": 0,
-     "rank": 0, "world_size": 1, "num_workers": 2,        # the layout it was saved under
-     "consumed": [3, 2], "rotation": 1,                     # items each reader delivered
-     "settings": {"batch_size": 500, "shuffle": true, ...}, # everything that shapes the order
+    {"type": "ParquetStream", "version": 3, "epoch": 0,
+     "world_size": 2, "num_workers": 2, "rank": 0,   # the layout it was saved under
+     "batches": [7, 7],                                # batches each rank had taken
+     "consumed": [1500, 1000, 1500, 1000],             # rows per slot, every rank's slots
+     "offsets": [0, 0, 0, 0],                          # tokens into the next row (packing)
+     "rotations": [1, 1],                              # each rank's next worker in turn
+     "known": [0, 1],                                  # ranks whose counts are known
+     "handovers": [],                                  # earlier layout changes this epoch
+     "settings": {"batch_size": 500, "shuffle": true, ...},  # what shapes the order
      "data": {"files": 4, "rows": 20000, "content": "...", ...}}  # what was read
 
-``data`` is the source's :meth:`identity`: counts, names and hashes that are cheap to compute
-and change when the data does (see each reader for what its ``content`` hash covers).
+Slots are rank-major (``rank * num_workers + worker``). The saving rank's counts are what it
+consumed; the other ranks' are what they consumed if the ranks went in lockstep (as DDP
+training does), so any rank's state describes the whole epoch, and loads on any rank of any
+layout. A stream whose items take a varying number of rows (packing) knows only the saving
+rank's counts (``known``). :func:`merge` puts the states of all ranks of a job together into
+one whose counts are each rank's own, which needs no lockstep (see
+:mod:`fastdata.sources.elastic` for what a layout change does). ``data`` is the source's
+:meth:`identity`: counts, names and hashes that are cheap to compute and change when the
+data does (see each reader for what its ``content`` hash covers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fastdata._validate import is_int
 from fastdata.errors import ResumeError
+from fastdata.sources._checks import (
+    check_matches,
+    fail,
+    require_int,
+    require_mapping,
+    short,
+    state_int,
+)
+from fastdata.sources.elastic import Handover, remaining
+from fastdata.sources.plan import round_robin_consumed
 
-STATE_VERSION = 2
+if TYPE_CHECKING:
+    from fastdata.sources.stream import PlannedStream
+
+STATE_VERSION = 3
 MAX_EPOCH = 2**62  # the epoch lives in an int64 tensor shared with the workers
 
 __all__ = [
     "MAX_EPOCH",
     "STATE_VERSION",
-    "check_matches",
-    "require_int",
-    "require_mapping",
-    "short",
-    "state_int",
+    "Resume",
+    "check_state",
+    "consumed_after",
+    "handover_dict",
+    "merge",
+    "rank_batches",
+    "resume_point",
+    "state_of",
     "validate",
 ]
-
-
-def short(value: Any) -> str:
-    """``repr(value)``, cut to 60 characters for messages."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _fail(field: str, value: Any, reason: str) -> ResumeError:
-    return ResumeError(f"cannot resume: the state's {field}={short(value)} {reason}")
-
-
-def require_int(
-    state: Mapping[str, Any], field: str, *, minimum: int = 0, maximum: int | None = None
-) -> int:
-    """``state[field]`` as an int in ``[minimum, maximum]``, or a ResumeError naming it."""
-    if field not in state:
-        raise ResumeError(f"cannot resume: the state has no {field!r}; is it a fastdata state?")
-    return state_int(field, state[field], minimum=minimum, maximum=maximum)
-
-
-def state_int(field: str, value: Any, *, minimum: int = 0, maximum: int | None = None) -> int:
-    """``value`` (the state's ``field``) as an int in ``[minimum, maximum]``."""
-    if not is_int(value):
-        raise _fail(field, value, "is not an integer; the state is corrupt")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise _fail(field, value, f"is out of range (expected {bound}); the state is corrupt")
-    return int(value)
-
-
-def require_mapping(value: Any, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        what = "the state" if field == "state" else f"the state's {field}"
-        raise ResumeError(
-            f"cannot resume: {what} is a {type(value).__name__}, not a dict; pass what "
-            "state_dict() returned (json.load of the saved file)"
-        )
-    return value
 
 
 def validate(state: Any, *, type_name: str) -> dict[str, Any]:
@@ -94,19 +85,24 @@ def validate(state: Any, *, type_name: str) -> dict[str, Any]:
         )
     world = require_int(state, "world_size", minimum=1)
     readers = require_int(state, "num_workers", minimum=1)
-    out = {
+    out: dict[str, Any] = {
         "epoch": require_int(state, "epoch", maximum=MAX_EPOCH),
         "rank": require_int(state, "rank", maximum=world - 1),
         "world_size": world,
         "num_workers": readers,
-        "rotation": require_int(state, "rotation", maximum=readers - 1),
+        "batches": _counts(state.get("batches"), "batches", world),
+        "consumed": _counts(state.get("consumed"), "consumed", world * readers),
+        "rotations": _counts(state.get("rotations"), "rotations", world, maximum=readers - 1),
+        "offsets": _counts(state.get("offsets"), "offsets", world * readers),
     }
-    consumed = state.get("consumed")
-    if not isinstance(consumed, Sequence) or isinstance(consumed, str):
-        raise _fail("consumed", consumed, "is not a list of counts; the state is corrupt")
-    if len(consumed) != readers:
-        raise _fail("consumed", consumed, f"has {len(consumed)} counts for {readers} reader(s)")
-    out["consumed"] = [state_int("consumed", c) for c in consumed]
+    known = state.get("known")
+    if not isinstance(known, list) or not known or len(set(map(repr, known))) != len(known):
+        raise fail("known", known, "is not a list of distinct ranks; the state is corrupt")
+    out["known"] = sorted(state_int("known", r, maximum=world - 1) for r in known)
+    handovers = state.get("handovers")
+    if not isinstance(handovers, list):
+        raise fail("handovers", handovers, "is not a list; the state is corrupt")
+    out["handovers"] = [_handover(h) for h in handovers]
     for section in ("settings", "data"):
         if section not in state:
             raise ResumeError(f"cannot resume: the state has no {section!r}; is it complete?")
@@ -114,32 +110,263 @@ def validate(state: Any, *, type_name: str) -> dict[str, Any]:
     return out
 
 
-def check_matches(saved: Mapping[str, Any], current: Mapping[str, Any], section: str) -> None:
-    """Refuse the first field of ``section`` whose saved value differs from the current one."""
-    for field, now in current.items():
-        then = saved.get(field, "<missing>")
-        if then != now:
-            what = _ADVICE.get(field) or _ADVICE.get(section, _ADVICE["settings"])
-            owner = "loader" if section == "sampler" else "stream"
-            raise ResumeError(
-                f"cannot resume: the state's {field}={short(then)} but this {owner} has "
-                f"{field}={short(now)}: {what}"
-            )
-    extra = sorted(set(saved) - set(current))
-    if extra:
+def _counts(value: Any, field: str, size: int, *, maximum: int | None = None) -> list[int]:
+    if not isinstance(value, list):
+        raise fail(field, value, "is not a list of counts; the state is corrupt")
+    if len(value) != size:
+        raise fail(field, value, f"has {len(value)} counts where the layout has {size}")
+    return [state_int(field, v, maximum=maximum) for v in value]
+
+
+def _handover(value: Any) -> Handover:
+    """A saved layout change, checked."""
+    data = require_mapping(value, "handovers entry")
+    world = require_int(data, "world_size", minimum=1)
+    readers = require_int(data, "num_workers", minimum=1)
+    return Handover(
+        world, readers, tuple(_counts(data.get("consumed"), "consumed", world * readers))
+    )
+
+
+def handover_dict(handover: Handover) -> dict[str, Any]:
+    """A layout change as plain data."""
+    return {
+        "world_size": handover.world_size,
+        "num_workers": handover.num_workers,
+        "consumed": list(handover.consumed),
+    }
+
+
+def consumed_after(
+    batches: list[int],
+    slot_rows: list[list[int]],
+    *,
+    rows_per_item: int,
+    items_per_batch: int,
+    drop_last: bool,
+) -> tuple[list[int], list[int]]:
+    """Rows each slot had consumed, and each rank's next worker, once each rank of the layout
+    had taken ``batches[rank]`` batches.
+
+    ``slot_rows[rank][worker]`` is what each slot reads this epoch; its items hold
+    ``rows_per_item`` rows (the last may hold fewer), and the loader's batches
+    ``items_per_batch`` items of one worker (``drop_last``: a worker's last partial batch is
+    dropped, and with it the rows it held, which count as consumed once the worker is done).
+    torch's loader takes one batch from each worker in turn
+    (:func:`fastdata.sources.plan.round_robin_consumed`).
+    """
+    consumed: list[int] = []
+    rotations: list[int] = []
+    rows_per_batch = rows_per_item * items_per_batch
+    for rows, taken in zip(slot_rows, batches, strict=True):
+        per_worker = rank_batches(rows, rows_per_item, items_per_batch, drop_last)
+        done, turn = round_robin_consumed(per_worker, min(taken, sum(per_worker)))
+        consumed += [
+            n if d == b else d * rows_per_batch
+            for d, b, n in zip(done, per_worker, rows, strict=True)
+        ]
+        rotations.append(turn)
+    return consumed, rotations
+
+
+def rank_batches(
+    rows: list[int], rows_per_item: int, items_per_batch: int, drop_last: bool
+) -> list[int]:
+    """The loader batches each worker of a rank yields, its slots reading ``rows``."""
+    items = [-(-n // rows_per_item) for n in rows]
+    return [i // items_per_batch if drop_last else -(-i // items_per_batch) for i in items]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a loaded state puts this rank's next iteration: the rows each of its readers had
+    consumed, and the reader whose turn comes first."""
+
+    num_workers: int
+    consumed: tuple[int, ...]
+    rotation: int
+    offsets: tuple[int, ...]
+
+
+def state_of(
+    stream: PlannedStream,
+    batches: int,
+    *,
+    num_readers: int,
+    items_per_batch: int,
+    drop_last: bool,
+    own: tuple[int, list[tuple[int, int]]] | None = None,
+) -> dict[str, Any]:
+    """The state of ``stream`` once its rank (and every rank, in lockstep) took ``batches``
+    batches from ``num_readers`` readers in turn (see the module docstring); with ``own``
+    (the next reader and each reader's ``(rows, offset)``), this rank's exact position and
+    no other rank's."""
+    rank, world = stream.rank_and_world_size()
+    slot_rows = [stream.slot_rows(num_readers, rank=r) for r in range(world)]
+    per_rank = [
+        min(batches, sum(rank_batches(rows, stream.policy.batch_size, items_per_batch, drop_last)))
+        for rows in slot_rows
+    ]
+    consumed, rotations = consumed_after(
+        per_rank,
+        slot_rows,
+        rows_per_item=stream.policy.batch_size,
+        items_per_batch=items_per_batch,
+        drop_last=drop_last,
+    )
+    offsets = [0] * len(consumed)
+    known = list(range(world))
+    if own is not None:
+        rotations[rank], positions = own
+        mine = slice(rank * num_readers, (rank + 1) * num_readers)
+        consumed[mine] = [rows for rows, _ in positions]
+        offsets[mine] = [into for _, into in positions]
+        per_rank[rank], known = batches, [rank]
+    return {
+        "type": type(stream).__name__,
+        "version": STATE_VERSION,
+        "epoch": stream.epoch,
+        "world_size": world,
+        "num_workers": num_readers,
+        "rank": rank,
+        "batches": per_rank,
+        "consumed": consumed,
+        "offsets": offsets,
+        "known": known,
+        "rotations": rotations,
+        "handovers": [handover_dict(h) for h in stream.handovers],
+        "settings": stream.settings,
+        "data": stream.reader.identity(),
+    }
+
+
+def check_state(stream: PlannedStream, state: Any) -> dict[str, Any]:
+    """``state`` validated and checked against ``stream``, with ``"slot_rows"`` added: the
+    rows each saved slot reads, per rank."""
+    checked = validate(state, type_name=type(stream).__name__)
+    check_matches(checked["settings"], stream.settings, "settings")
+    check_matches(checked["data"], stream.reader.identity(), "data")
+    world, readers = checked["world_size"], checked["num_workers"]
+    where = {"epoch": checked["epoch"], "world_size": world}
+    handovers = tuple(checked["handovers"])
+    checked["slot_rows"] = [
+        stream.slot_rows(readers, rank=r, handovers=handovers, **where) for r in range(world)
+    ]
+    if any(checked["offsets"]) and not stream.varying:
         raise ResumeError(
-            f"cannot resume: the state's {section} has {', '.join(extra)}, which this one "
-            "does not; was it saved by another kind of source or sampler?"
+            f"cannot resume: the state's offsets={short(checked['offsets'])} but this stream "
+            "reads whole rows per item (offsets are for packing); the state is corrupt"
         )
+    flat = [n for rows in checked["slot_rows"] for n in rows]
+    for slot, (done, rows, into) in enumerate(
+        zip(checked["consumed"], flat, checked["offsets"], strict=True)
+    ):
+        if done > rows or (into and done == rows):
+            raise ResumeError(
+                f"cannot resume: the state's consumed[{slot}]={done}, but slot {slot} reads "
+                f"only {rows} rows in epoch {checked['epoch']}; the state is corrupt or was "
+                "saved for other data"
+            )
+    return checked
 
 
-_ADVICE = {
-    "settings": "the saved counts mean other rows under other settings; build it with the "
-    "saved value, or start the epoch afresh without load_state_dict",
-    "data": "the data changed since the state was saved; resume on the same data, or start "
-    "the epoch afresh without load_state_dict",
-    "content": "the files have other contents (sizes or Parquet statistics differ) than when "
-    "the state was saved; resume on the same data, or start the epoch afresh",
-    "rows": "the data holds another number of rows (after any filter) than when the state "
-    "was saved; resume on the same data, or start the epoch afresh",
-}
+def resume_point(
+    stream: PlannedStream, state: Any, num_workers: int
+) -> tuple[int, tuple[Handover, ...], Resume | None]:
+    """The epoch, its layout changes and this rank's position (None: the epoch is over) of
+    ``state`` loaded on ``stream`` read by ``num_workers`` readers."""
+    checked = check_state(stream, state)
+    rank, world = stream.rank_and_world_size()
+    epoch, handovers = checked["epoch"], tuple(checked["handovers"])
+    saved = (checked["world_size"], checked["num_workers"])
+    everyone = checked["known"] == list(range(saved[0]))
+    if saved == (world, num_workers):
+        if rank not in checked["known"]:
+            raise ResumeError(
+                f"cannot resume: the state knows the position of rank(s) {checked['known']} "
+                f"only (a stream of a varying number of rows per item), this is rank {rank}; "
+                "load every rank's state (fastdata.gather_state)"
+            )
+        mine = slice(rank * num_workers, (rank + 1) * num_workers)
+        resume = Resume(
+            num_workers,
+            tuple(checked["consumed"][mine]),
+            checked["rotations"][rank],
+            tuple(checked["offsets"][mine]),
+        )
+        flat = [n for rows in checked["slot_rows"] for n in rows]
+        finished = everyone and checked["consumed"] == flat
+    else:  # another layout: what is left is shared anew
+        if not everyone or any(checked["offsets"]):
+            raise ResumeError(
+                "cannot resume under another layout: "
+                + (
+                    "the state knows only its own rank's position; load every rank's state "
+                    "(fastdata.gather_state)"
+                    if not everyone
+                    else "the state is in the middle of a document (packing), which only the "
+                    "same layout can take up; resume with the saved world size and num_workers"
+                )
+            )
+        handovers += (Handover(*saved, tuple(checked["consumed"])),)
+        resume = Resume(num_workers, (0,) * num_workers, 0, (0,) * num_workers)
+        finished = not remaining(stream.unit_rows(epoch), stream.policy, epoch, handovers)
+    if finished and epoch + 1 > MAX_EPOCH:
+        raise ResumeError(f"cannot resume: the state's epoch={epoch} is the last one")
+    return epoch, handovers, None if finished else resume
+
+
+def merge(states: list[Any]) -> dict[str, Any]:
+    """One stream state from the states of every rank of a job (``states[rank]``), whose
+    counts are each rank's own: exact whether or not the ranks went in lockstep.
+
+    Raises:
+        ResumeError: the states are not one job's (another epoch, layout, data, a rank
+            missing or twice).
+    """
+    states = [require_mapping(s, "state") for s in states]
+    first = states[0]
+    world, readers = first.get("world_size"), first.get("num_workers")
+    if not is_int(world) or len(states) != world:
+        raise ResumeError(
+            f"cannot resume: {len(states)} states for a job of world_size={short(world)}: pass "
+            "every rank's state, in rank order"
+        )
+    shared = ("type", "version", "epoch", "world_size", "num_workers", "handovers")
+    for rank, state in enumerate(states):
+        if state.get("rank") != rank:
+            raise ResumeError(
+                f"cannot resume: states[{rank}] is rank {short(state.get('rank'))}'s; pass every "
+                "rank's state, in rank order"
+            )
+        for field in (*shared, "settings", "data"):
+            if state.get(field) != first.get(field):
+                raise ResumeError(
+                    f"cannot resume: the ranks' states differ in {field} "
+                    f"({short(first.get(field))} and {short(state.get(field))}); they are not "
+                    "one job's states"
+                )
+    merged = dict(first)
+    n = readers if is_int(readers) else 0
+    own = [b for r, s in enumerate(states) for b in _own(s, "batches", r, 1)]
+    if any(s.get("batches") != own for s in states):
+        warnings.warn(
+            f"the ranks were not in lockstep (batches taken per rank: {own}); each rank's own "
+            "counts are used, so the resume is exact",
+            stacklevel=3,
+        )
+    merged["batches"] = own
+    merged["consumed"] = [c for r, s in enumerate(states) for c in _own(s, "consumed", r, n)]
+    merged["offsets"] = [c for r, s in enumerate(states) for c in _own(s, "offsets", r, n)]
+    merged["known"] = list(range(world))
+    merged["rotations"] = [t for r, s in enumerate(states) for t in _own(s, "rotations", r, 1)]
+    return merged
+
+
+def _own(state: Mapping[str, Any], field: str, rank: int, size: int) -> list[Any]:
+    """Rank ``rank``'s own ``size`` entries of the per-rank (``size`` 1) or per-slot list
+    ``field`` (checked for shape with the rest of the merged state)."""
+    values = state.get(field)
+    if not isinstance(values, list):
+        raise fail(field, values, "is not a list; the state is corrupt")
+    return values[rank * size : (rank + 1) * size]

@@ -11,7 +11,9 @@ A stream (:class:`fastdata.PlannedStream`) is a reader and a decoder put togethe
   of torch tensors; the image streams decode image bytes.
 
 Both are sent to DataLoader workers by pickling, so they hold plain data (thread pools and
-open files are made again in each process).
+open files are made again in each process). A reader whose units change from epoch to epoch
+(the mix of several sources, :mod:`fastdata.sources.mix`) also has ``for_epoch(epoch)``,
+returning the reader of that epoch.
 """
 
 from __future__ import annotations

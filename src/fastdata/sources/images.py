@@ -23,13 +23,15 @@ from fastdata._transforms import ImageTransform, Size
 from fastdata._validate import check_bool, check_choice, check_int, check_size
 from fastdata.decode import DEFAULT_MAX_PIXELS
 from fastdata.errors import SourceError
+from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources._files import Listing, as_filesystem, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder, OnError
 from fastdata.sources.base import Reader
+from fastdata.sources.options import StreamOptions
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
 from fastdata.sources.readers.parquet import ParquetRowGroups
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES, LABEL_SUFFIXES, TarShards
-from fastdata.sources.stream import PlannedStream, StreamOptions
+from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -114,6 +116,12 @@ class ImageStream(PlannedStream):
             the output size at that scale (several times faster). False decodes every image
             in full: the pixels of a torchvision pipeline exactly, with
             ``interpolation="antialias"``, at that cost.
+
+    Every constructor also takes ``cache_dir=`` and ``cache_limit=`` for files on a remote
+    filesystem, as :class:`fastdata.ParquetStream` does: each file (a Parquet file, a tar
+    shard, an image of :meth:`from_files`) is fetched whole into the local cache when it is
+    first read (a tar shard when it is indexed), and later epochs read local disk. Refused
+    for local files.
     """
 
     decoder: ImageDecoder
@@ -128,9 +136,12 @@ class ImageStream(PlannedStream):
         filesystem: pafs.FileSystem | None = None,
         **options: Unpack[ImageOptions],
     ) -> None:
-        decoder = _decoder(options, image_column, label_column, filesystem)
+        decoder = _decoder(dict(options), image_column, label_column, filesystem)
+        for name in _DECODER_OPTIONS:
+            options.pop(name, None)  # type: ignore[misc]
         options.setdefault("shuffle_buffer", 2048)
         super().__init__(reader, decoder=decoder, **options)  # type: ignore[misc]
+        start_fetching(self)
         self.classes: list[str] | None = None
         """Class names of :meth:`from_folder` (index = label), else None."""
         self.class_to_idx: dict[str, int] | None = None
@@ -157,12 +168,15 @@ class ImageStream(PlannedStream):
         *,
         filesystem: Any = None,
         files_per_unit: int = 64,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **options: Unpack[ImageOptions],
     ) -> ImageStream:
         """Images from a list of files (local paths, URIs, or paths on ``filesystem``), with
         optional integer labels, one per file; a file listed twice is two samples.
         ``files_per_unit`` files form one unit of the plan (the granularity of sharding and
         of the shuffle of unit order)."""
+        paths, filesystem = with_cache(list(paths), filesystem, cache_dir, cache_limit)
         listing = resolve_files([os.fspath(p) for p in paths], filesystem=filesystem, repeats=True)
         if len(listing.paths) != len(paths):
             raise ValueError("from_files takes files, not directories or globs")
@@ -185,6 +199,8 @@ class ImageStream(PlannedStream):
         allow_empty: bool = False,
         filesystem: Any = None,
         files_per_unit: int = 64,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **options: Unpack[ImageOptions],
     ) -> ImageStream:
         """An ImageFolder tree ``root/<class>/**/<image>``, read as
@@ -195,6 +211,7 @@ class ImageStream(PlannedStream):
         ``allow_empty``. See :attr:`classes` and :attr:`class_to_idx`."""
         if extensions is not None and is_valid_file is not None:
             raise ValueError("pass extensions= or is_valid_file=, not both (as torchvision)")
+        root, filesystem = with_cache(root, filesystem, cache_dir, cache_limit)
         fs = as_filesystem(filesystem) or pafs.LocalFileSystem()
         base = os.path.abspath(root) if isinstance(fs, pafs.LocalFileSystem) else os.fspath(root)
         if fs.get_file_info(base).type != pafs.FileType.Directory:
@@ -235,12 +252,15 @@ class ImageStream(PlannedStream):
         label_column: str | None = "label",
         filter: Any = None,
         filesystem: Any = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **options: Unpack[ImageOptions],
     ) -> ImageStream:
         """Encoded images in a column of Parquet files (a unit is a row group): binary, or a
         struct with a binary ``bytes`` field (Hugging Face ``datasets.Image``);
         ``label_column=None`` for unlabelled data."""
         columns = [image_column] + ([label_column] if label_column else [])
+        source, filesystem = with_cache(source, filesystem, cache_dir, cache_limit)
         reader = ParquetRowGroups(source, columns=columns, filter=filter, filesystem=filesystem)
         kind = reader.schema.field(image_column).type
         if not _is_bytes(kind) and not (
@@ -266,6 +286,8 @@ class ImageStream(PlannedStream):
         image_suffixes: Sequence[str] = IMAGE_SUFFIXES,
         label_suffixes: Sequence[str] = LABEL_SUFFIXES,
         label_field: str = "label",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **options: Unpack[ImageOptions],
     ) -> ImageStream:
         """WebDataset tar shards (``key.jpg`` + ``key.cls`` or ``key.json``): a unit is a
@@ -276,6 +298,9 @@ class ImageStream(PlannedStream):
         A sample's label is its first member with a suffix in ``label_suffixes`` (``()``
         for unlabelled data): ``.cls`` holds ASCII decimal, ``.json`` an integer or an
         object whose ``label_field`` is one."""
+        shards, filesystem = with_cache(
+            shards, filesystem, cache_dir, cache_limit, whole_to_plan=True
+        )
         listing = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
         reader = TarShards(
             listing,

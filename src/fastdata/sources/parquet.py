@@ -3,19 +3,21 @@ workers (a :class:`~fastdata.PlannedStream` over :class:`ParquetRowGroups`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources.readers.parquet import ParquetRowGroups
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from fastdata.sources.stream import StreamOptions
+    from fastdata.sources.options import StreamOptions
 
 __all__ = ["ParquetStream"]
 
@@ -33,13 +35,20 @@ class ParquetStream(PlannedStream):
         filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem for ``source``.
         fill_null: ``{column: value}`` to fill nulls in columns that become tensors (nulls
             there are an error otherwise).
+        cache_dir: a local folder caching the files of a remote ``source`` (S3, GCS, ...):
+            each file is fetched whole when its first row group is read, and later epochs
+            read local disk (see the object storage guide); refused for local files.
+        cache_limit: the cache's size in bytes (``"50GB"`` works too); least recently used
+            files are evicted beyond it. None: no limit.
         **options: the stream options of :class:`fastdata.PlannedStream` (``batch_size``,
             ``shuffle``, ``seed``, ``shuffle_buffer`` in rows (default 16,384),
             ``drop_last``, ``even_batches``, ``rank``, ``world_size``, ``read_ahead``).
 
     Raises:
-        SourceError: a missing file, an empty glob, a file that is not Parquet.
-        SchemaError: unknown columns, or files whose types differ.
+        SourceError: a missing file, an empty glob, a file that is not Parquet, a file
+            reached twice, storage that cannot be reached (naming the URI).
+        SchemaError: unknown columns, files whose types differ (beyond nullability), a
+            filter naming a column the files lack or comparing it to another type.
     """
 
     reader: ParquetRowGroups
@@ -53,12 +62,16 @@ class ParquetStream(PlannedStream):
         filter: pc.Expression | None = None,
         filesystem: Any = None,
         fill_null: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **options: Unpack[StreamOptions],
     ) -> None:
+        source, filesystem = with_cache(source, filesystem, cache_dir, cache_limit)
         reader = ParquetRowGroups(
             source, columns=columns, filter=filter, filesystem=filesystem, fill_null=fill_null
         )
         super().__init__(reader, **options)
+        start_fetching(self)
 
     @property
     def files(self) -> list[str]:

@@ -17,15 +17,7 @@ Positions are counted in rows; ``batch_size`` is the size of the items the strea
 when it yields rows). Nothing here reads a file, imports torch or looks at the environment, so
 it is property-tested directly.
 
-**Layout changes within an epoch** (elastic resume). A slot reads a list of *segments*: row
-ranges of its windows, in each window's permuted order. When an epoch that was read under one
-layout (world size x workers) goes on under another, a :class:`Handover` records the old
-layout and the rows each of its slots had consumed; what is left of every old slot, in slot
-order, is one sequence of segments, which the new layout splits among its slots by the same
-rule as a fresh epoch (contiguous spans of whole items, ranks first). Each remaining row is
-read once, by one new slot; rows consumed before are never read again. The order within
-what remains is the old slots' order, so it differs from an uninterrupted run's; several
-hand-overs in one epoch chain.
+Layout changes within an epoch (elastic resume) are :mod:`fastdata.sources.elastic`.
 """
 
 from __future__ import annotations
@@ -39,20 +31,18 @@ import numpy as np
 
 __all__ = [
     "EvenBatches",
-    "Handover",
     "Layout",
     "Piece",
     "Policy",
-    "Segment",
     "SlotPlan",
     "Summary",
     "Window",
+    "even_split",
+    "item_counts",
     "plan_epoch",
     "plan_slot",
     "round_robin_consumed",
-    "segment_rows",
     "slot_rows",
-    "slot_segments",
     "window_permutation",
 ]
 
@@ -168,14 +158,14 @@ def unit_order(num_units: int, *, shuffle: bool, seed: int, epoch: int) -> np.nd
     return np.random.default_rng([seed, epoch, 0]).permutation(num_units)
 
 
-def _split_total(total: int, parts: int) -> np.ndarray:
+def even_split(total: int, parts: int) -> np.ndarray:
     """Boundaries splitting ``total`` into ``parts`` contiguous counts differing by <= 1."""
     sizes = np.full(parts, total // parts, dtype=np.int64)
     sizes[: total % parts] += 1
     return np.concatenate([[0], np.cumsum(sizes)])
 
 
-def _item_counts(total_rows: int, policy: Policy, world_size: int) -> tuple[int, int]:
+def item_counts(total_rows: int, policy: Policy, world_size: int) -> tuple[int, int]:
     """(items over all ranks, rows those items cover) after drop_last and even_batches."""
     b = policy.batch_size
     items = total_rows // b if policy.drop_last else math.ceil(total_rows / b)
@@ -201,10 +191,10 @@ def plan_epoch(
     if rows.size and rows.min() < 0:
         raise ValueError("unit row counts must be >= 0")
     total = int(rows.sum())
-    items, used = _item_counts(total, policy, layout.world_size)
-    rank_bounds = _split_total(items, layout.world_size)
+    items, used = item_counts(total, policy, layout.world_size)
+    rank_bounds = even_split(items, layout.world_size)
     r0, r1 = rank_bounds[layout.rank], rank_bounds[layout.rank + 1]
-    worker_bounds = r0 + _split_total(int(r1 - r0), layout.num_workers)
+    worker_bounds = r0 + even_split(int(r1 - r0), layout.num_workers)
     w0, w1 = worker_bounds[layout.worker], worker_bounds[layout.worker + 1]
     b = policy.batch_size
     start, stop = min(int(w0) * b, used), min(int(w1) * b, used)
@@ -330,141 +320,3 @@ def round_robin_consumed(items_per_worker: Sequence[int], consumed: int) -> tupl
             done[w] += 1
             remaining -= 1
     return done, turn
-
-
-# ----------------------------------------------------------------------------- layout changes
-@dataclass(frozen=True)
-class Segment:
-    """Rows ``[start, stop)`` of a window, counted in the window's (permuted) order."""
-
-    window: Window
-    start: int
-    stop: int
-
-    @property
-    def rows(self) -> int:
-        return self.stop - self.start
-
-
-@dataclass(frozen=True)
-class Handover:
-    """An epoch read so far under ``world_size`` x ``num_workers`` slots, each of which had
-    consumed ``consumed[slot]`` rows (slots rank-major: ``rank * num_workers + worker``)."""
-
-    world_size: int
-    num_workers: int
-    consumed: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        if self.world_size < 1 or self.num_workers < 1:
-            raise ValueError(f"{self}: world_size and num_workers must be >= 1")
-        if len(self.consumed) != self.world_size * self.num_workers:
-            raise ValueError(
-                f"{len(self.consumed)} consumed counts for {self.world_size} x "
-                f"{self.num_workers} slots"
-            )
-
-
-def _base_segments(
-    unit_rows: Sequence[int], layout: Layout, policy: Policy, epoch: int
-) -> list[Segment]:
-    plan, _ = plan_slot(unit_rows, layout, policy, epoch)
-    return [Segment(w, 0, w.rows) for w in plan.windows]
-
-
-def _after(segments: Sequence[Segment], rows: int) -> list[Segment]:
-    """``segments`` without their first ``rows`` rows."""
-    out: list[Segment] = []
-    for segment in segments:
-        if rows >= segment.rows:
-            rows -= segment.rows
-            continue
-        out.append(Segment(segment.window, segment.start + rows, segment.stop))
-        rows = 0
-    return out
-
-
-def _take(segments: Sequence[Segment], start: int, stop: int, total: int) -> list[Segment]:
-    """Positions ``[start, stop)`` of the sequence ``segments`` (``total`` rows); positions
-    past ``total`` wrap around to its start (padding)."""
-    out: list[Segment] = []
-    if total == 0:
-        return out
-    ends = np.cumsum([s.rows for s in segments])
-    pos = start
-    while pos < stop:
-        local = pos % total
-        k = int(np.searchsorted(ends, local, side="right"))
-        segment = segments[k]
-        begin = int(ends[k]) - segment.rows
-        take = min(int(ends[k]) - local, stop - pos)
-        offset = segment.start + local - begin
-        out.append(Segment(segment.window, offset, offset + take))
-        pos += take
-    return out
-
-
-def _share(
-    sequence: Sequence[Segment], layout: Layout, policy: Policy
-) -> tuple[list[Segment], int]:
-    """The part of ``sequence`` slot ``layout`` reads, by the rule of :func:`plan_epoch`
-    (drop_last and even_batches applied to what the sequence holds), and its first
-    position."""
-    total = sum(s.rows for s in sequence)
-    items, used = _item_counts(total, policy, layout.world_size)
-    rank_bounds = _split_total(items, layout.world_size)
-    r0, r1 = rank_bounds[layout.rank], rank_bounds[layout.rank + 1]
-    worker_bounds = r0 + _split_total(int(r1 - r0), layout.num_workers)
-    w0, w1 = worker_bounds[layout.worker], worker_bounds[layout.worker + 1]
-    b = policy.batch_size
-    start, stop = min(int(w0) * b, used), min(int(w1) * b, used)
-    return _take(sequence, start, stop, total), start
-
-
-def _remainder(
-    unit_rows: Sequence[int],
-    policy: Policy,
-    epoch: int,
-    handovers: Sequence[Handover],
-) -> list[Segment]:
-    """What is left of the epoch after ``handovers``, as one sequence (old slots in order)."""
-    sequence: list[Segment] | None = None
-    for handover in handovers:
-        remaining: list[Segment] = []
-        for rank in range(handover.world_size):
-            for worker in range(handover.num_workers):
-                layout = Layout(rank, handover.world_size, worker, handover.num_workers)
-                if sequence is None:
-                    mine = _base_segments(unit_rows, layout, policy, epoch)
-                else:
-                    mine, _ = _share(sequence, layout, policy)
-                slot = rank * handover.num_workers + worker
-                remaining += _after(mine, handover.consumed[slot])
-        sequence = remaining
-    return sequence or []
-
-
-def slot_segments(
-    unit_rows: Sequence[int],
-    layout: Layout,
-    policy: Policy,
-    epoch: int,
-    handovers: Sequence[Handover] = (),
-) -> list[Segment]:
-    """What slot ``layout`` reads in ``epoch``, as segments of the epoch's windows, after the
-    layout changes ``handovers`` (oldest first; none: a fresh epoch, as :func:`plan_slot`)."""
-    if not handovers:
-        return _base_segments(unit_rows, layout, policy, epoch)
-    mine, _ = _share(_remainder(unit_rows, policy, epoch, handovers), layout, policy)
-    return mine
-
-
-def segment_rows(segments: Sequence[Segment]) -> list[tuple[int, int]]:
-    """Every ``(unit, row)`` the segments yield, in order (the reference readers follow)."""
-    out: list[tuple[int, int]] = []
-    for segment in segments:
-        rows = [(p.unit, r) for p in segment.window.pieces for r in range(p.start, p.stop)]
-        perm = window_permutation(segment.window)
-        ordered = rows if perm is None else [rows[i] for i in perm]
-        out.extend(ordered[segment.start : segment.stop])
-    return out

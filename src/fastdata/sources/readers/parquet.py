@@ -2,15 +2,23 @@
 
 Row counts come from the footers (no data is read to plan); with a ``filter``, each row
 group's matching rows are counted once (using statistics where they decide it), so the plan's
-guarantees hold for the filtered rows too. Of the footers, only what the plan and the resume
-check need is kept (file sizes, row counts per row group, one hash of the selected columns'
-statistics): a worker receives a few numbers per file, not the footers.
+guarantees hold for the filtered rows too. Footers are read a bounded batch at a time and
+dropped: only what the plan and the resume check need is kept (file sizes, row counts per row
+group, one hash of the selected columns' statistics), so construction memory does not grow
+with the number of files, and a worker receives a few numbers per file.
+
+Files may differ in what does not change the values: nullability (the column is nullable if
+any file's is), dictionary encoding, and string / binary / list against their large or view
+forms. Every table read is cast to one schema (:attr:`ParquetRowGroups.schema`), so tables of
+different files concatenate. Other type differences are a :class:`~fastdata.SchemaError`.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+import re
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
@@ -22,14 +30,17 @@ import pyarrow.parquet as pq
 
 from fastdata._validate import check_names
 from fastdata.errors import SchemaError, SourceError
-from fastdata.sources._arrow import converter
-from fastdata.sources._files import digest, paths_digest, resolve_files
+from fastdata.sources._arrow import converter, first_null_inside
+from fastdata.sources._files import paths_digest, resolve_files
+from fastdata.sources.readers._footers import ContentDigest, SchemaAgreement
 
 __all__ = ["ParquetRowGroups"]
 
 SUFFIXES = (".parquet", ".parq", ".pq")
 _METADATA_THREADS = 8
+_FOOTER_BATCH = _METADATA_THREADS  # footers parsed and held at once while planning
 _OPEN_FILES = 4  # parsed footers a process keeps for reading (the files read most recently)
+_MISSING_FIELD = re.compile(r"No match for FieldRef\.Name\((.*?)\) in")
 
 
 class ParquetRowGroups:
@@ -44,8 +55,10 @@ class ParquetRowGroups:
         fill_null: ``{column: value}`` for nulls in columns that become tensors.
 
     Raises:
-        SourceError: a missing file, an empty glob, a file that is not Parquet.
-        SchemaError: unknown columns, or files whose types differ.
+        SourceError: a missing file, an empty glob, a file that is not Parquet, storage that
+            cannot be reached.
+        SchemaError: unknown columns, files whose types differ, a filter on a column a file
+            does not have, or a type no conversion fits.
     """
 
     def __init__(
@@ -71,35 +84,89 @@ class ParquetRowGroups:
         self.filter = filter
         self.fill_null = dict(fill_null or {})
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
-        footers = self._read_footers()
-        self.schema = _selected_schema(self.files, footers, check_names("columns", columns))
+        self._lock = threading.Lock()
+        self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
         for name in self.fill_null:
             if name not in self.schema.names:
                 raise SchemaError(f"fill_null names {name!r}, which is not a selected column")
-        self._groups = [
-            (f, rg, footer.row_group(rg).num_rows)
-            for f, footer in enumerate(footers)
-            for rg in range(footer.num_row_groups)
-        ]
-        self._content = _content_digest(self.sizes, footers, self.schema.names)
         self._tensor = {field.name: converter(field)[1] for field in self.schema}
 
     # ----------------------------------------------------------------- metadata
-    def _read_footers(self) -> list[pq.FileMetaData]:
-        def read(path: str) -> pq.FileMetaData:
-            try:
-                return self._fragment(path).metadata
-            except (pa.ArrowException, OSError) as exc:
-                raise SourceError(
-                    f"cannot read the Parquet footer ({exc}); the file is not Parquet, is "
-                    "truncated or unreadable: rewrite or remove it",
-                    path=path,
-                ) from exc
+    def _footer(self, path: str) -> tuple[pq.FileMetaData, pa.Schema]:
+        """The file's parsed footer and Arrow schema, not kept open: planning reads every
+        file once. (Not ``footer.schema``, whose reference cycle would keep each footer,
+        megabytes for wide files, until the garbage collector runs; nor a dataset fragment,
+        which parses more of it.)"""
+        try:
+            with pq.ParquetFile(path, filesystem=self.fs) as file:
+                return file.metadata, file.schema_arrow.remove_metadata()
+        except (pa.ArrowException, OSError) as exc:
+            raise SourceError(
+                f"cannot read the Parquet footer ({exc}); the file is not Parquet, is "
+                "truncated or unreadable: rewrite or remove it",
+                path=path,
+            ) from exc
 
+    def _survey(
+        self, columns: list[str] | None
+    ) -> tuple[pa.Schema, list[tuple[int, int, int]], str]:
+        """The schema read, ``(file, row group, rows)`` of every row group, and the content
+        digest, from the footers, read ``_FOOTER_BATCH`` at a time: a footer holds every
+        column's metadata (megabytes for wide files), so holding all at once would make
+        construction memory grow with files x all columns."""
+        ref_path, ref_schema = self._reference()
+        names = ref_schema.names if columns is None else columns
+        agreement = SchemaAgreement(ref_path, ref_schema, names)
+        content = ContentDigest()
+        groups: list[tuple[int, int, int]] = []
+        checked: deque[pa.Schema] = deque(maxlen=8)  # file schemas the filter was checked on
         with ThreadPoolExecutor(min(_METADATA_THREADS, len(self.files))) as pool:
-            footers = list(pool.map(read, self.files))
-        self._open.clear()  # opened to plan; reading opens again, a few files at a time
-        return footers
+            for first in range(0, len(self.files), _FOOTER_BATCH):
+                paths = self.files[first : first + _FOOTER_BATCH]
+                for f, (footer, schema) in enumerate(pool.map(self._footer, paths), first):
+                    if footer.num_rows:
+                        agreement.check(self.files[f], schema)
+                        if self.filter is not None and schema not in checked:
+                            self._check_filter(self.files[f], schema)
+                            checked.append(schema)
+                    content.add(self.sizes[f], footer, schema, names)
+                    groups += [
+                        (f, rg, footer.row_group(rg).num_rows)
+                        for rg in range(footer.num_row_groups)
+                    ]
+        return agreement.schema(), groups, content.hexdigest()
+
+    def _reference(self) -> tuple[str, pa.Schema]:
+        """The first file with rows (the first file if none has) and its schema: it names
+        the columns when ``columns`` is None, and the types other files must agree with. An
+        empty file contributes no rows, whatever its schema says."""
+        for path in self.files:
+            footer, schema = self._footer(path)
+            if footer.num_rows:
+                return path, schema
+        return self.files[0], self._footer(self.files[0])[1]
+
+    def _check_filter(self, path: str, schema: pa.Schema) -> None:
+        """Bind the filter to a file's columns (on no rows): a column it names that the file
+        lacks, or a comparison its types do not allow, is refused here, not mid-epoch."""
+        assert self.filter is not None
+        try:
+            schema.empty_table().filter(self.filter)
+        except (pa.ArrowException, TypeError) as exc:
+            missing = _MISSING_FIELD.search(str(exc))
+            if missing:
+                raise SchemaError(
+                    f"filter {self.filter} uses column {missing.group(1)!r}, which does not "
+                    f"exist; available columns: {', '.join(schema.names)}",
+                    path=path,
+                    column=missing.group(1),
+                ) from exc
+            reason = str(exc).splitlines()[0]
+            raise SchemaError(
+                f"filter {self.filter} does not fit the columns' types ({reason}); compare "
+                "each column with a value of its type",
+                path=path,
+            ) from exc
 
     @cached_property
     def units(self) -> list[tuple[int, int, int]]:
@@ -115,8 +182,7 @@ class ParquetRowGroups:
 
     def _count_matching(self, unit: tuple[int, int, int]) -> int:
         f, rg, _ = unit
-        fragment = self._fragment(self.files[f]).subset(row_group_ids=[rg])
-        return self._guarded(lambda: fragment.count_rows(filter=self.filter), f, rg)
+        return self._guarded(lambda: self._row_group(f, rg).count_rows(filter=self.filter), f, rg)
 
     def unit_rows(self) -> list[int]:
         return [rows for _, _, rows in self.units]
@@ -139,16 +205,21 @@ class ParquetRowGroups:
     # ----------------------------------------------------------------- reading
     def _fragment(self, path: str) -> ds.ParquetFileFragment:
         """The file's fragment with its footer parsed; the last few are kept open."""
-        fragment = self._open.pop(path, None)
+        with self._lock:
+            fragment = self._open.pop(path, None)
         if fragment is None:
             fragment = ds.ParquetFileFormat().make_fragment(path, filesystem=self.fs)
             fragment.ensure_complete_metadata()
-        self._open[path] = fragment
-        while len(self._open) > _OPEN_FILES:
-            self._open.popitem(last=False)
+        with self._lock:
+            self._open[path] = fragment
+            while len(self._open) > _OPEN_FILES:
+                self._open.popitem(last=False)
         return fragment
 
-    def _guarded(self, read: Any, f: int, rg: int) -> Any:
+    def _row_group(self, f: int, rg: int) -> ds.ParquetFileFragment:
+        return self._fragment(self.files[f]).subset(row_group_ids=[rg])
+
+    def _guarded(self, read: Callable[[], Any], f: int, rg: int) -> Any:
         try:
             return read()
         except (pa.ArrowException, OSError) as exc:
@@ -159,36 +230,67 @@ class ParquetRowGroups:
             ) from exc
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        """Rows ``[start, stop)`` of a row group (of its matching rows, with a filter).
+
+        Without a filter, a read that ends before the row group does decodes only up to
+        ``stop`` (pyarrow cannot start mid row group, so rows before ``start`` are decoded
+        and dropped); with a filter, the row group is read whole and sliced.
+        """
         f, rg, rows = self.units[unit]
-        fragment = self._fragment(self.files[f]).subset(row_group_ids=[rg])
+        head = self.filter is None and stop < rows
         table = self._guarded(
-            lambda: fragment.to_table(columns=self.schema.names, filter=self.filter), f, rg
+            lambda: self._head(f, rg, stop) if head else self._whole(f, rg), f, rg
         )
-        if table.num_rows != rows:
+        expected = stop if head else rows
+        if table.num_rows != expected:
             raise SourceError(
-                f"row group holds {table.num_rows} rows but {rows} were planned; the file "
-                "changed while streaming",
+                f"row group holds {table.num_rows} rows where {expected} were planned; the "
+                "file changed while streaming",
                 path=self.files[f],
                 row_group=rg,
             )
-        table = self._check_nulls(table, f, rg)
-        return table if (start, stop) == (0, rows) else table.slice(start, stop - start)
+        table = self._conform(table, f, rg)
+        return table if (start, stop) == (0, table.num_rows) else table.slice(start, stop - start)
 
-    def _check_nulls(self, table: pa.Table, f: int, rg: int) -> pa.Table:
+    def _whole(self, f: int, rg: int) -> pa.Table:
+        return self._row_group(f, rg).to_table(columns=self.schema.names, filter=self.filter)
+
+    def _head(self, f: int, rg: int, stop: int) -> pa.Table:
+        """The first ``stop`` rows of a row group, decoding no further."""
+        path = self.files[f]
+        file = pq.ParquetFile(path, filesystem=self.fs, metadata=self._fragment(path).metadata)
+        columns = self.schema.names
+        batches = file.iter_batches(batch_size=max(stop, 1), row_groups=[rg], columns=columns)
+        first = next(batches, None)  # None: the row group is gone (the file changed)
+        return self.schema.empty_table() if first is None else pa.table(first).slice(0, stop)
+
+    def _conform(self, table: pa.Table, f: int, rg: int) -> pa.Table:
+        """The table in :attr:`schema` (one schema for every file), nulls filled or refused
+        where a tensor cannot hold them."""
+        if not table.schema.equals(self.schema):
+            table = self._guarded(lambda: table.cast(self.schema), f, rg)
         for name in table.column_names:
             column = table.column(name)
             if name in self.fill_null:
-                table = table.set_column(
-                    table.schema.get_field_index(name),
-                    name,
-                    pc.fill_null(column, self.fill_null[name]),
-                )
-            elif column.null_count and self._tensor[name]:
+                filled = pc.fill_null(column, self.fill_null[name])
+                table = table.set_column(table.schema.get_field_index(name), name, filled)
+                continue
+            if column.null_count and self._tensor[name]:
                 first = pc.index(pc.is_null(column), True).as_py()
+                fix = f"fill_null={{{name!r}: value}} or filter=pc.field({name!r}).is_valid()"
                 raise SourceError(
                     f"{column.null_count} null(s) in a column that becomes a tensor (first at "
-                    f"row {first} of the row group); pass fill_null={{{name!r}: value}} or "
-                    f"filter=pc.field({name!r}).is_valid()",
+                    f"row {first} of the rows read from the row group); pass {fix}",
+                    path=self.files[f],
+                    row_group=rg,
+                    column=name,
+                )
+            inner = first_null_inside(column)
+            if inner is not None:
+                raise SourceError(
+                    f"null(s) inside the lists of a column whose values become tensors (first "
+                    f"in row {inner} of the rows read from the row group); drop or fill them "
+                    "when writing the data, or filter those rows out",
                     path=self.files[f],
                     row_group=rg,
                     column=name,
@@ -199,58 +301,13 @@ class ParquetRowGroups:
         self.units  # noqa: B018 - counted once, here, not in every worker
         state = self.__dict__.copy()
         state["_open"] = OrderedDict()  # file handles stay in the process that opened them
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         shown = self.files[0] + (f" (+{len(self.files) - 1} more)" if len(self.files) > 1 else "")
         return f"ParquetRowGroups({shown!r}, columns={self.schema.names})"
-
-
-def _selected_schema(
-    files: list[str], footers: list[pq.FileMetaData], columns: list[str] | None
-) -> pa.Schema:
-    """The Arrow schema of the selected columns, checked to agree across files."""
-    ref = next((i for i, footer in enumerate(footers) if footer.num_rows), 0)
-    first = footers[ref].schema.to_arrow_schema()
-    names = first.names if columns is None else columns
-    for i, (path, footer) in enumerate(zip(files, footers, strict=True)):
-        if footer.num_rows == 0 and i != ref:
-            continue  # an empty file contributes no rows, whatever its schema says
-        file_schema = footer.schema.to_arrow_schema()
-        for name in names:
-            if name not in file_schema.names:
-                raise SchemaError(
-                    f"column {name!r} does not exist; available columns: "
-                    f"{', '.join(file_schema.names)}",
-                    path=path,
-                    column=name,
-                )
-            expected, got = first.field(name).type, file_schema.field(name).type
-            if got != expected:
-                raise SchemaError(
-                    f"column {name!r} has type {got} here but {expected} in "
-                    f"{files[ref]}; cast the files to one schema",
-                    path=path,
-                    column=name,
-                )
-    return pa.schema([first.field(n) for n in names])
-
-
-def _content_digest(sizes: list[int], footers: list[pq.FileMetaData], selected: list[str]) -> str:
-    """A hash of what the footers say about the data read: file sizes, row counts and, for
-    the selected columns, each chunk's compressed size and min/max statistics. A file
-    rewritten with other values changes it even where the layout stays the same."""
-    parts: list[Any] = []
-    for size, footer in zip(sizes, footers, strict=True):
-        names = footer.schema.to_arrow_schema().names
-        columns = [names.index(n) for n in selected if n in names]
-        for rg in range(footer.num_row_groups):
-            group = footer.row_group(rg)
-            parts.append([size, group.num_rows, *(_chunk(group.column(c)) for c in columns)])
-    return digest(parts)
-
-
-def _chunk(chunk: pq.ColumnChunkMetaData) -> list[Any]:
-    stats = chunk.statistics
-    bounds = [str(stats.min), str(stats.max)] if stats is not None and stats.has_min_max else []
-    return [chunk.total_compressed_size, *bounds]

@@ -10,16 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastdata.sources.plan import (
-    Handover,
-    Layout,
-    Policy,
-    plan_slot,
-    round_robin_consumed,
-    segment_rows,
-    slot_rows,
-    slot_segments,
-)
+from fastdata.sources.elastic import Handover, segment_rows, slot_segments
+from fastdata.sources.plan import Layout, Policy, plan_slot, round_robin_consumed, slot_rows
 
 unit_rows = st.lists(st.integers(0, 40), min_size=0, max_size=12)
 policies = st.builds(

@@ -1,0 +1,255 @@
+"""Writing one shard of :func:`fastdata.writer.write_shards`: read its images, write the
+tar or Parquet file to a temporary name, then publish it (rename, or upload) whole. This is
+what each worker process or Ray task runs; everything here pickles."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from hashlib import sha1
+from typing import IO, Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from fastdata.errors import SourceError
+from fastdata.sources._cache_disk import CHUNK, unlink
+from fastdata.sources._files import as_filesystem, digest
+from fastdata.sources.readers.tar import IMAGE_SUFFIXES
+
+__all__ = ["MANIFEST", "Destination", "Item", "ShardTask", "image_suffix", "write_shard"]
+
+MANIFEST = "_fastdata_shards.json"
+"""The conversion's record in the destination: its plan (checked when resuming), classes,
+and every shard's name and sample count. Its leading ``_`` keeps streams from reading it."""
+
+_READ_THREADS = 8  # images read at once while writing a shard (hides a remote's latency)
+_READ_BATCH = 64  # images read ahead of the writer (bounds the memory of a shard)
+_FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "tiff": "tiff"}
+
+
+class Item(NamedTuple):
+    """A sample as the shards hold it: key, image (path or bytes), size, label, suffix."""
+
+    key: str
+    image: str | bytes
+    size: int
+    label: int | None
+    suffix: str
+
+    def plan(self) -> list[Any]:
+        """What decides the sample's place and bytes in the shards: with its path (or its
+        bytes' hash), so that other images of the same sizes make another plan."""
+        image = self.image if isinstance(self.image, str) else sha1(self.image).hexdigest()
+        return [self.key, self.size, self.label, self.suffix, image]
+
+
+def image_suffix(image: str | bytes, key: str) -> str:
+    """The tar member suffix of an image: its file's extension, or its bytes' format.
+
+    Raises:
+        ValueError: not an image suffix or format ``ImageStream.from_tar`` reads.
+    """
+    if isinstance(image, str):
+        suffix = os.path.splitext(image)[1].lower().lstrip(".")
+        if suffix in IMAGE_SUFFIXES:
+            return suffix
+        raise ValueError(
+            f"{image}: the extension {suffix!r} is not one of {', '.join(IMAGE_SUFFIXES)}; "
+            "pass the bytes, or rename the file"
+        )
+    from fastdata.decode import image_header
+
+    header = image_header(image)
+    found = _FORMATS.get(header.format) if header is not None else None
+    if found is None:
+        raise ValueError(
+            f"sample {key!r}: the bytes are not a {', '.join(_FORMATS)} image "
+            f"(found: {header.format if header else 'no known header'})"
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where the shards go: ``root`` on ``fs``; shards are written in ``staging`` (a local
+    folder: ``root`` itself when it is local) under hidden temporary names first."""
+
+    fs: pafs.FileSystem
+    root: str
+    staging: str
+    prefix: str
+
+    @classmethod
+    def open(cls, dest: Any, filesystem: Any, prefix: str) -> Destination:
+        """The destination ``dest`` names, created if missing, with the temporary files a
+        killed conversion left removed (one conversion per destination at a time)."""
+        fs, path = as_filesystem(filesystem), os.fspath(dest)
+        if fs is None:
+            if "://" in path:
+                fs, path = pafs.FileSystem.from_uri(path)
+            else:
+                fs, path = pafs.LocalFileSystem(), os.path.abspath(path)
+        elif "://" in path:
+            path = path.split("://", 1)[1]
+        path = path.rstrip("/")
+        fs.create_dir(path, recursive=True)
+        local = isinstance(fs, pafs.LocalFileSystem)
+        staging = path if local else os.path.join(
+            tempfile.gettempdir(), f"fastdata-shards-{digest([fs.type_name, path])}"
+        )  # fmt: skip
+        os.makedirs(staging, exist_ok=True)
+        for name in os.listdir(staging):
+            if name.startswith(f".{prefix}-") and ".tmp-" in name:
+                unlink(os.path.join(staging, name))
+        return cls(fs, path, staging, prefix)
+
+    def final(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def staged(self, name: str) -> str:
+        return os.path.join(self.staging, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+    def finished(self, names: list[str]) -> set[str]:
+        """Those of ``names`` that exist in the destination (finished: published whole)."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        return {info.base_name for info in infos if info.type == pafs.FileType.File} & set(names)
+
+    def claim(self, manifest: str) -> None:
+        """Record the conversion's plan, or check that the destination holds this one.
+
+        Raises:
+            ValueError: the destination holds the shards of another plan.
+        """
+        path = self.final(MANIFEST)
+        if self.fs.get_file_info(path).type == pafs.FileType.File:
+            with self.fs.open_input_stream(path) as f:
+                found = json.loads(f.read())
+            if found.get("plan") != json.loads(manifest)["plan"]:
+                raise ValueError(
+                    f"{self.root} holds the shards of another conversion (its {MANIFEST} "
+                    "records other samples or options): write to a new folder, or empty it"
+                )
+            return
+        staged = self.staged(MANIFEST)
+        with open(staged, "w", encoding="utf-8") as f:
+            f.write(manifest)
+        self.publish(staged, MANIFEST)
+
+    def publish(self, staged: str, name: str) -> None:
+        """Move a finished file into place: a rename, or an upload whose object is deleted
+        again if the upload fails (an interrupted process never completes one)."""
+        final = self.final(name)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            os.replace(staged, final)
+            return
+        try:
+            with open(staged, "rb") as source, self.fs.open_output_stream(final) as out:
+                while chunk := source.read(CHUNK):
+                    out.write(chunk)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.fs.delete_file(final)
+            raise
+        finally:
+            unlink(staged)
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard to write: its name, samples and (Parquet) row groups."""
+
+    name: str
+    items: list[Item]
+    format: str
+    row_groups: list[range]
+    source: pafs.FileSystem
+    destination: Destination
+
+
+def write_shard(task: ShardTask) -> tuple[int, int]:
+    """Write and publish one shard; returns its ``(samples, bytes)``."""
+    staged = task.destination.staged(task.name)
+    try:
+        if task.format == "tar":
+            with open(staged, "wb") as out:
+                _write_tar(out, task)
+        else:
+            _write_parquet(staged, task)
+        size = os.path.getsize(staged)
+        task.destination.publish(staged, task.name)
+    finally:
+        unlink(staged)
+    return len(task.items), size
+
+
+def _write_tar(out: IO[bytes], task: ShardTask) -> None:
+    # PAX: long keys are kept whole; the headers depend on names and sizes only.
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for item, data in zip(task.items, _contents(task), strict=True):
+            _add(tar, f"{item.key}.{item.suffix}", data)
+            if item.label is not None:
+                _add(tar, f"{item.key}.cls", str(item.label).encode("ascii"))
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), 0, 0o644
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    tar.addfile(info, io.BytesIO(data))  # shares the bytes: BytesIO copies on write only
+
+
+def _write_parquet(path: str, task: ShardTask) -> None:
+    labelled = task.items[0].label is not None
+    fields = [pa.field("key", pa.string(), False), pa.field("image", pa.binary(), False)]
+    schema = pa.schema(fields + ([pa.field("label", pa.int64(), False)] if labelled else []))
+    contents = _contents(task)
+    # Images are compressed already; statistics of image bytes would only bloat the footer.
+    with pq.ParquetWriter(
+        path, schema, compression="none", use_dictionary=False, write_statistics=["key", "label"]
+    ) as writer:
+        for rows in task.row_groups:
+            items = task.items[rows.start : rows.stop]
+            columns = [
+                pa.array([item.key for item in items], pa.string()),
+                pa.array([next(contents) for _ in items], pa.binary()),
+            ]
+            if labelled:
+                columns.append(pa.array([item.label for item in items], pa.int64()))
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema), len(items))
+
+
+def _contents(task: ShardTask) -> Iterator[bytes]:
+    """The shard's images in order, read a batch at a time on a few threads."""
+    read = partial(_read, task.source)
+    with ThreadPoolExecutor(_READ_THREADS) as pool:
+        for start in range(0, len(task.items), _READ_BATCH):
+            yield from pool.map(read, task.items[start : start + _READ_BATCH])
+
+
+def _read(fs: pafs.FileSystem, item: Item) -> bytes:
+    if isinstance(item.image, bytes):
+        return item.image
+    try:
+        with fs.open_input_stream(item.image) as f:
+            data = f.read()
+    except (OSError, pa.ArrowException) as exc:
+        raise SourceError(f"cannot read the image ({exc})", path=item.image) from exc
+    if len(data) != item.size:
+        raise SourceError(
+            f"the file has {len(data)} bytes, not the {item.size} it had when the shards "
+            "were planned: it changed during the conversion; run it again",
+            path=item.image,
+        )
+    return data

@@ -1,0 +1,399 @@
+"""A local disk cache of a remote filesystem's files, so that later epochs read local disk.
+
+:func:`with_cache` wraps the remote filesystem of a stream in a ``pyarrow.fs.PyFileSystem``
+over :class:`CachingHandler`; the readers are unchanged. While a Parquet stream plans
+(footers, filter counts), files are read from the remote (or from the cache where it
+already holds them); once it has planned (:func:`start_fetching`), opening a file first
+makes sure a verified local copy of the whole file exists, so the read-ahead thread that
+reads a unit fetches its file, and every later unit of that file (the other row groups of
+a Parquet file, the rest of a shard) reads local disk. Tar shards are fetched whole while
+planning already: indexing a shard reads the headers spread all through it.
+
+The contract, for every process sharing one ``cache_dir`` (ranks and workers of a node):
+
+- **Atomic.** A file is downloaded to a temporary name and renamed into place, under an
+  exclusive lock (``flock``) on its entry, so one process downloads it while the others
+  wait, and no process ever opens a partial file.
+- **Verified.** An entry is reused only when the size and modification time recorded at
+  download match what the remote listed when the stream was built and its size on disk is
+  the recorded one. A file changed on disk since it was downloaded (its inode or
+  modification time differ from those recorded) must also match the CRC-32 recorded while
+  downloading (checked once per process). A truncated or corrupted entry is logged,
+  counted (``invalid``) and fetched again, never read.
+- **Bounded.** With ``cache_limit``, after a download takes the cache over the limit, the
+  least recently opened entries are deleted until it is under 90% of the limit; never a
+  file this process has open (on Linux, where ``/proc/self/fd`` lists them), nor one
+  another process is downloading. Another process may
+  delete a file this one has open: reading it goes on (POSIX keeps a deleted file's data
+  while it is open) and the next open fetches it again. The limit is a target: the files in
+  use at once must fit in it, and downloads in flight in other processes are counted once
+  those processes check.
+- **Counted.** :data:`fastdata._stats.CACHE_COUNTS` per process, in
+  ``fastdata.DataLoader(stats=True).stats()["cache"]``.
+
+The remote files must not change while a stream caches them (as while a stream reads them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import zlib
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from fastdata._stats import CacheCounts
+from fastdata._validate import check_bytes
+from fastdata.errors import SourceError
+from fastdata.sources._cache_disk import (
+    CHUNK,
+    Lock,
+    crc32_file,
+    open_here,
+    scan,
+    temporary,
+    unlink,
+    write_atomically,
+)
+from fastdata.sources._files import as_filesystem
+
+__all__ = ["CachingHandler", "handlers", "start_fetching", "with_cache"]
+
+log = logging.getLogger("fastdata")
+
+_LOW_WATER = 0.9  # eviction empties the cache down to this share of the limit
+_LOCAL = pafs.LocalFileSystem()
+
+
+class _Remote(NamedTuple):
+    """What the remote says about a file: its size and modification time (None: unknown)."""
+
+    size: int | None
+    mtime_ns: int | None
+
+
+class _Entry(NamedTuple):
+    """The files of one cache entry: data, metadata (JSON) and lock."""
+
+    key: str
+    data: str
+    meta: str
+    lock: str
+
+
+class CachingHandler(pafs.FileSystemHandler):
+    """A ``pyarrow.fs`` handler that reads ``remote``'s files through a local cache in
+    ``cache_dir`` holding at most about ``limit`` bytes (None: no limit). See the module
+    docstring for the contract. Listings go to ``remote``; writes are refused."""
+
+    def __init__(self, remote: pafs.FileSystem, cache_dir: str, limit: int | None) -> None:
+        self.remote = remote
+        self.cache_dir = os.path.realpath(cache_dir)  # as /proc/self/fd names open files
+        self.limit = limit
+        self.fetch = False  # False while planning: read through (start_fetching)
+        self.counts = CacheCounts()
+        self._listed: dict[str, _Remote] = {}  # as the remote listed them, sent to workers
+        self._process_state()
+
+    def _process_state(self) -> None:
+        self._mutex = threading.Lock()
+        self._checked: dict[str, tuple[int, int, int]] = {}  # key -> (inode, mtime, size)
+        self._estimate: int | None = None  # bytes in the cache, as this process last saw
+
+    def __getstate__(self) -> dict[str, Any]:
+        local = ("_mutex", "_checked", "_estimate")
+        return {k: v for k, v in self.__dict__.items() if k not in local}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._process_state()
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, CachingHandler)
+            and other.cache_dir == self.cache_dir
+            and other.remote.equals(self.remote)
+        )
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ----------------------------------------------------------------- delegated
+    def get_type_name(self) -> str:
+        return f"fastdata-cache+{self.remote.type_name}"
+
+    def normalize_path(self, path: str) -> str:
+        return self.remote.normalize_path(path)
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return self._remember(self.remote.get_file_info(paths))
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return self._remember(self.remote.get_file_info(selector))
+
+    def _remember(self, infos: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
+        for info in infos:
+            if info.type == pafs.FileType.File:
+                self._listed[info.path] = _Remote(info.size, info.mtime_ns)
+        return infos
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise OSError(
+            "a stream's cache filesystem is read-only: change the files through the remote "
+            "filesystem itself (and build the stream again)"
+        )
+
+    create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = _read_only
+    delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
+
+    # ----------------------------------------------------------------- reading
+    def open_input_stream(self, path: str) -> pa.NativeFile:
+        return self.open_input_file(path)
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        entry = self._entry(path)
+        remote = self._remote(path)
+        opened, _ = self._open_cached(entry, path, remote)
+        if opened is not None:
+            self.counts.add("hits")
+            return opened
+        if not self.fetch:
+            self.counts.add("remote_opens")
+            return self.remote.open_input_file(path)
+        os.makedirs(os.path.dirname(entry.data), exist_ok=True)
+        with Lock(entry.lock):
+            opened, damage = self._open_cached(entry, path, remote)  # fetched while waiting?
+            if opened is not None:
+                self.counts.add("hits")
+                return opened
+            if damage is not None:
+                log.warning("fastdata: the cache entry %s of %s is corrupt (%s): fetching it "
+                            "again", entry.data, path, damage)  # fmt: skip
+                self.counts.add("invalid")
+            size = self._download(entry, path, remote)
+            opened = _LOCAL.open_input_file(entry.data)
+        self.counts.add("misses")
+        self.counts.add("fetched_bytes", size)
+        self._account(size)
+        return opened
+
+    def _entry(self, path: str) -> _Entry:
+        name = f"{self.remote.type_name}\0{path}".encode()
+        key = hashlib.sha256(name).hexdigest()[:32]
+        base = os.path.join(self.cache_dir, key[:2], key)
+        return _Entry(key, base + ".data", base + ".json", base + ".lock")
+
+    def _remote(self, path: str) -> _Remote:
+        known = self._listed.get(path)
+        if known is None:
+            info = self.remote.get_file_info(path)
+            if info.type != pafs.FileType.File:
+                raise FileNotFoundError(f"no such file: {path}")
+            known = self._listed[path] = _Remote(info.size, info.mtime_ns)
+        return known
+
+    def _open_cached(
+        self, entry: _Entry, path: str, remote: _Remote
+    ) -> tuple[pa.NativeFile | None, str | None]:
+        """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact;
+        else ``(None, what is wrong with it)``, or ``(None, None)`` without such an entry.
+        An entry is checked once per process while its file stays the same (inode, mtime,
+        size): later opens cost a ``stat``."""
+        try:
+            stat = os.stat(entry.data)
+        except FileNotFoundError:
+            return None, None
+        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if self._checked.get(entry.key) != seen:
+            intact, damage = self._check(entry, path, remote, stat)
+            if not intact:
+                return None, damage
+            self._checked[entry.key] = seen
+        try:
+            opened = _LOCAL.open_input_file(entry.data)
+        except FileNotFoundError:
+            return None, None  # evicted meanwhile
+        with contextlib.suppress(OSError):  # the access time orders eviction
+            os.utime(entry.data, ns=(time.time_ns(), stat.st_mtime_ns))
+        return opened, None
+
+    def _check(
+        self, entry: _Entry, path: str, remote: _Remote, stat: os.stat_result
+    ) -> tuple[bool, str | None]:
+        """Whether the entry holds ``remote``'s version of ``path`` intact, and if not, what
+        is damaged (None: it holds another version, fetched again without a warning)."""
+        try:
+            with open(entry.meta, "rb") as f:
+                meta = json.loads(f.read())
+        except FileNotFoundError:
+            return False, None
+        except (OSError, ValueError):
+            return False, "its metadata is unreadable"
+        if (meta.get("path"), meta.get("mtime_ns")) != (path, remote.mtime_ns) or (
+            remote.size is not None and meta.get("size") != remote.size
+        ):
+            return False, None
+        if stat.st_size != meta["size"]:
+            return False, f"{stat.st_size} bytes, not {meta['size']}"
+        changed = [stat.st_ino, stat.st_mtime_ns] != meta.get("written")
+        if changed and crc32_file(entry.data) != meta["crc32"]:
+            return False, "its checksum does not match"  # changed since it was downloaded
+        return True, None
+
+    def _download(self, entry: _Entry, path: str, remote: _Remote) -> int:
+        """Copy ``path`` into the entry (temporary file, then rename); returns its size."""
+        staged = temporary(entry.data)
+        crc, size = 0, 0
+        try:
+            with self.remote.open_input_stream(path) as source, open(staged, "wb") as out:
+                while chunk := source.read_buffer(CHUNK):
+                    crc, size = zlib.crc32(chunk, crc), size + chunk.size
+                    out.write(chunk)
+            if remote.size is not None and size != remote.size:
+                raise SourceError(
+                    f"read {size} bytes but the remote listed {remote.size}: the file changed "
+                    "while streaming; build the stream again",
+                    path=path,
+                )
+            os.replace(staged, entry.data)
+        finally:
+            unlink(staged)
+        stat = os.stat(entry.data)
+        meta = {"path": path, "size": size, "mtime_ns": remote.mtime_ns, "crc32": crc}
+        meta["written"] = [stat.st_ino, stat.st_mtime_ns]
+        write_atomically(entry.meta, json.dumps(meta).encode())
+        return size
+
+    # ----------------------------------------------------------------- eviction
+    def _account(self, size: int) -> None:
+        """Count a download; over the limit (as this process knows it), evict."""
+        if self.limit is None:
+            return
+        with self._mutex:
+            if self._estimate is not None and self._estimate + size <= self.limit:
+                self._estimate += size
+                return
+        total = self._evict()
+        with self._mutex:
+            self._estimate = total
+
+    def _evict(self) -> int | None:
+        """Delete least recently opened entries until the cache is under the low-water
+        mark; removes the temporary files of downloads that died. Returns the bytes left
+        (None: another process is evicting now)."""
+        assert self.limit is not None
+        with Lock(os.path.join(self.cache_dir, "evict.lock"), wait=False) as held:
+            if not held:
+                return None
+            entries, total = [], 0
+            for used_ns, size, base in scan(self.cache_dir):
+                entries.append((used_ns, size, base))
+                total += size
+            if total <= self.limit:
+                return total
+            in_use = open_here()
+            for _, size, base in sorted(entries):
+                if total <= self.limit * _LOW_WATER:
+                    break
+                if base + ".data" in in_use:
+                    continue
+                with Lock(base + ".lock", wait=False) as free:
+                    if free:
+                        for suffix in (".data", ".json", ".lock"):
+                            unlink(base + suffix)
+                        total -= size
+                        self.counts.add("evicted")
+            return total
+
+
+# --------------------------------------------------------------------------- the streams' side
+def with_cache(
+    source: Any,
+    filesystem: Any,
+    cache_dir: str | os.PathLike[str] | None,
+    cache_limit: Any,
+    *,
+    whole_to_plan: bool = False,
+) -> tuple[Any, Any]:
+    """``(source, filesystem)`` for a stream constructor: unchanged without ``cache_dir``;
+    with it, the source's remote filesystem wrapped in a :class:`CachingHandler` (and URIs
+    turned into that filesystem's paths). ``whole_to_plan``: planning fetches whole files
+    too, for sources whose planning reads all of each file (tar shards: their member
+    headers are spread through them, so one request for the file beats one per header).
+
+    Raises:
+        ValueError: ``cache_limit`` without ``cache_dir``, or a source on the local disk
+            (which is read directly: there is nothing to cache).
+    """
+    if cache_dir is None:
+        if cache_limit is not None:
+            raise ValueError("cache_limit= needs cache_dir= (the folder of the cache)")
+        return source, filesystem
+    limit = check_bytes("cache_limit", cache_limit, none="None for no limit")
+    if hasattr(source, "files") and hasattr(source, "filesystem"):  # a pyarrow dataset
+        source, filesystem = list(source.files), source.filesystem
+    fs = as_filesystem(filesystem)
+    if fs is None:
+        fs, source = _from_uris(source)
+    if _is_local(fs):
+        raise ValueError(
+            f"cache_dir= keeps local copies of remote files, but {source!r} is on the local "
+            "disk, which is read directly: leave out cache_dir= and cache_limit="
+        )
+    if isinstance(fs, pafs.PyFileSystem) and isinstance(fs.handler, CachingHandler):
+        return source, fs
+    handler = CachingHandler(fs, os.fspath(cache_dir), limit)
+    handler.fetch = whole_to_plan
+    return source, pafs.PyFileSystem(handler)
+
+
+def _from_uris(source: Any) -> tuple[pafs.FileSystem, Any]:
+    single = isinstance(source, str | os.PathLike)
+    items = [os.fspath(item) for item in ([source] if single else source)]
+    if not items or not all("://" in item for item in items):
+        return _LOCAL, source
+    resolved = [pafs.FileSystem.from_uri(item) for item in items]
+    kinds = {fs.type_name for fs, _ in resolved}
+    if len(kinds) > 1:
+        raise SourceError(f"all paths of one source must be on one filesystem, not {kinds}")
+    paths = [path for _, path in resolved]
+    return resolved[0][0], paths[0] if single else paths
+
+
+def _is_local(fs: pafs.FileSystem) -> bool:
+    if isinstance(fs, pafs.SubTreeFileSystem):
+        return _is_local(fs.base_fs)
+    if isinstance(fs, pafs.PyFileSystem) and isinstance(fs.handler, pafs.FSSpecHandler):
+        protocol = fs.handler.fs.protocol
+        return bool({"file", "local"} & set([protocol] if isinstance(protocol, str) else protocol))
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def handlers(stream: Any) -> list[CachingHandler]:
+    """The caches a stream reads through (its reader's and its decoder's filesystems)."""
+    found: list[CachingHandler] = []
+    for part in (getattr(stream, "reader", None), getattr(stream, "decoder", None)):
+        fs = getattr(part, "fs", None)
+        handler = getattr(fs, "handler", None) if isinstance(fs, pafs.PyFileSystem) else None
+        if isinstance(handler, CachingHandler) and handler not in found:
+            found.append(handler)
+    return found
+
+
+def start_fetching(stream: Any) -> None:
+    """End a stream's planning: count its units now (a filter's counts read through the
+    cache, not into it), then let opens fetch whole files into the cache."""
+    caches = handlers(stream)
+    if caches:
+        stream.unit_rows()
+    for handler in caches:
+        handler.fetch = True

@@ -1,0 +1,264 @@
+"""Weighted mixing of several sources into one stream (``fastdata.mix``).
+
+A mixed epoch holds ``epoch_rows`` rows (default: all rows of all sources); source ``c``
+contributes ``round(epoch_rows * weight_c)`` of them (largest remainders, so they add up). Each
+source walks through its own rows in order, cyclically, from where the previous mixed epoch
+left it: a source smaller than its share repeats within an epoch (each of its rows once per
+pass over it), a larger one is spread over several mixed epochs (each row once before any
+repeats). The realised proportions are the weights, exactly (to a row), in every epoch.
+
+The mix is a :class:`~fastdata.PlannedStream` over one reader whose units are the sources'
+units (cut where a source's share of an epoch starts or ends), so it is sharded exactly once
+across ranks x workers, shuffled (rows of all sources mixed within windows), batched, resumed
+and resumed elastically like any stream. Every row carries a ``source`` column: the index of
+its source in :attr:`MixedStream.sources`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.data import get_worker_info
+
+from fastdata._env import worker_slot
+from fastdata._validate import check_int, check_number
+from fastdata.sources.base import Context, Decoder, Reader
+from fastdata.sources.stream import PlannedStream
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from fastdata.sources.options import StreamOptions
+
+__all__ = ["MixedStream", "mix"]
+
+SOURCE = "source"
+_MAX_READERS = 257  # rows of the shared count table: the main process and 256 workers
+
+
+def shares(total: int, weights: list[float]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (largest remainders: they add up)."""
+    exact = [total * w / sum(weights) for w in weights]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+class MixedReader:
+    """The sources' readers as one :class:`fastdata.sources.Reader` whose units depend on the
+    epoch (:meth:`for_epoch`; see the module docstring)."""
+
+    def __init__(
+        self, readers: Mapping[str, Reader], weights: list[float], epoch_rows: int
+    ) -> None:
+        self.names = list(readers)
+        self.readers = list(readers.values())
+        self.unit_counts = [[int(n) for n in r.unit_rows()] for r in self.readers]
+        self.totals = [sum(rows) for rows in self.unit_counts]
+        self.weights = weights
+        self.epoch_rows = epoch_rows
+        self.counts = shares(epoch_rows, weights)
+        for name, total, count in zip(self.names, self.totals, self.counts, strict=True):
+            if count and not total:
+                raise ValueError(f"source {name!r} has no rows but a weight above 0")
+
+    def for_epoch(self, epoch: int) -> _EpochMix:
+        """The units of ``epoch``: each source's share, from where the previous epoch left it."""
+        units: list[tuple[int, int, int, int]] = []  # (source, unit, start, stop)
+        for c, (rows, total, count) in enumerate(
+            zip(self.unit_counts, self.totals, self.counts, strict=True)
+        ):
+            if count:
+                units += _walk(c, rows, (epoch * count) % total, count)
+        return _EpochMix(self, units)
+
+    # A Reader's methods: those of epoch 0 (a stream asks for_epoch).
+    def unit_rows(self) -> list[int]:
+        return self.for_epoch(0).unit_rows()
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        return self.for_epoch(0).read(unit, start, stop)
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        return self.for_epoch(0).location(unit, row)
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "sources": {n: r.identity() for n, r in zip(self.names, self.readers, strict=True)},
+            "weights": self.weights,
+            "epoch_rows": self.epoch_rows,
+        }
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}={c}" for n, c in zip(self.names, self.counts, strict=True))
+        return f"MixedReader(rows per epoch: {parts})"
+
+
+def _walk(source: int, rows: list[int], start: int, count: int) -> list[tuple[int, int, int, int]]:
+    """``count`` rows of a source's units, cyclically from row ``start``, as unit pieces."""
+    ends = np.cumsum(rows)
+    total = int(ends[-1])
+    out = []
+    position = start
+    while count:
+        local = position % total
+        unit = int(np.searchsorted(ends, local, side="right"))
+        first = local - (int(ends[unit]) - rows[unit])
+        take = min(rows[unit] - first, count)
+        out.append((source, unit, first, first + take))
+        position += take
+        count -= take
+    return out
+
+
+class _EpochMix:
+    """One epoch's units of a :class:`MixedReader`."""
+
+    def __init__(self, mixed: MixedReader, units: list[tuple[int, int, int, int]]) -> None:
+        self.mixed = mixed
+        self.units = units
+
+    def unit_rows(self) -> list[int]:
+        return [stop - start for _, _, start, stop in self.units]
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        source, real, first, _ = self.units[unit]
+        table = self.mixed.readers[source].read(real, first + start, first + stop)
+        column = pa.array(np.full(table.num_rows, source, dtype=np.int16))
+        return table.append_column(SOURCE, column)
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        source, real, first, _ = self.units[unit]
+        return self.mixed.readers[source].location(real, first + row)
+
+    def identity(self) -> dict[str, Any]:
+        return self.mixed.identity()
+
+
+class _Counting:
+    """A decoder that counts the rows of each source it decodes (in shared memory, so the
+    counts of every DataLoader worker add up), then hands the rows to ``inner``."""
+
+    def __init__(self, inner: Decoder, sources: int) -> None:
+        self.inner = inner
+        self.needs_index = inner.needs_index
+        self.counts = torch.zeros(_MAX_READERS, sources, dtype=torch.int64).share_memory_()
+        self._row: tuple[int, np.ndarray] | None = None  # (pid, its row of counts as numpy)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_row": None}
+
+    def _count(self, table: pa.Table) -> None:
+        if self._row is None or self._row[0] != os.getpid():  # a forked worker: its own row
+            worker = worker_slot()[0] + 1 if get_worker_info() is not None else 0
+            self._row = (os.getpid(), self.counts[worker % _MAX_READERS].numpy())
+        column = table.column(SOURCE)
+        chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        row = self._row[1]
+        row += np.bincount(chunk.to_numpy(), minlength=len(row))
+
+    def batch(self, table: pa.Table, context: Context) -> Any:
+        self._count(table)
+        return self.inner.batch(table, context)
+
+    def rows(self, table: pa.Table, context: Context) -> Iterator[Any]:
+        self._count(table)
+        return self.inner.rows(table, context)
+
+
+class MixedStream(PlannedStream):
+    """Several sources mixed by weight into one stream; see :func:`mix`."""
+
+    decoder: _Counting
+
+    def __init__(
+        self,
+        sources: Mapping[str, PlannedStream],
+        /,
+        *,
+        weights: Mapping[str, float] | None = None,
+        epoch_rows: int | None = None,
+        **options: Unpack[StreamOptions],
+    ) -> None:
+        if not isinstance(sources, Mapping) or not sources:
+            raise TypeError(f"sources={sources!r}: expected a dict {{name: stream}}, not empty")
+        streams = dict(sources)
+        for name, stream in streams.items():
+            if not isinstance(stream, PlannedStream):
+                raise TypeError(f"sources[{name!r}]={stream!r}: expected a fastdata stream")
+        decoder = _one_decoder(streams)
+        weights = dict(weights) if weights is not None else dict.fromkeys(streams, 1.0)
+        if set(weights) != set(streams):
+            raise ValueError(f"weights={weights!r}: expected one weight per source {list(streams)}")
+        shares_ = [check_number(f"weights[{n!r}]", weights[n], minimum=0) for n in streams]
+        if not sum(shares_):
+            raise ValueError(f"weights={weights!r}: at least one must be above 0")
+        total = sum(s.num_rows for s in streams.values())
+        rows = check_int("epoch_rows", epoch_rows, minimum=1, none="None: all rows of all sources")
+        reader = MixedReader({n: s.reader for n, s in streams.items()}, shares_, rows or total)
+        super().__init__(reader, decoder=_Counting(decoder, len(streams)), **options)
+        self.sources = list(streams)
+        """The sources' names; a row's ``source`` column is an index into it."""
+
+    def source_counts(self) -> dict[str, int]:
+        """Rows each source has delivered so far, over all workers."""
+        counts = self.decoder.counts.sum(dim=0).tolist()
+        return dict(zip(self.sources, counts, strict=True))
+
+    def __repr__(self) -> str:
+        return f"MixedStream({self.reader!r}, batch_size={self.batch_size})"
+
+
+def _one_decoder(streams: Mapping[str, PlannedStream]) -> Decoder:
+    """The sources' decoder, which must be the same for all: the rows of a batch may come
+    from any of them."""
+    decoders = [s.decoder for s in streams.values()]
+    first = decoders[0]
+    key = _decoder_key(first)
+    for name, decoder in zip(streams, decoders, strict=True):
+        if _decoder_key(decoder) != key:
+            raise ValueError(
+                f"source {name!r} turns rows into items differently from {next(iter(streams))!r}"
+                f" ({_decoder_key(decoder)} vs {key}); mix sources of one kind, with the same "
+                "columns (and, for images, the same transform)"
+            )
+    return first
+
+
+def _decoder_key(decoder: Decoder) -> tuple[Any, ...]:
+    config = getattr(decoder, "__dict__", {})
+    shown = ("image_column", "label_column", "transform")
+    return (type(decoder).__name__, *(repr(config.get(k)) for k in shown))
+
+
+def mix(
+    sources: Mapping[str, PlannedStream],
+    /,
+    *,
+    weights: Mapping[str, float] | None = None,
+    epoch_rows: int | None = None,
+    **options: Unpack[StreamOptions],
+) -> MixedStream:
+    """Mix ``sources`` (``{name: stream}``) by ``weights`` into one stream.
+
+    Each epoch holds ``epoch_rows`` rows (default: all rows of all sources), ``weights[name]``
+    of them (normalised) from each source, each source walking through its own rows in order
+    from where the previous epoch left it (see :mod:`fastdata.sources.mix`). The sources'
+    readers and decoder are used; their stream options are not: the mix has its own
+    (``batch_size``, ``shuffle``, ``seed``, ... as for :class:`fastdata.PlannedStream`), and
+    its rows carry a ``source`` column (the index into :attr:`MixedStream.sources`).
+    ``fastdata.DataLoader(stats=True).stats()["sources"]`` counts each source's rows.
+
+    Raises:
+        ValueError: a weight without a source (or the reverse), no positive weight, a
+            source with rows of another kind than the others.
+    """
+    return MixedStream(sources, weights=weights, epoch_rows=epoch_rows, **options)

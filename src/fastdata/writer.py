@@ -1,0 +1,315 @@
+"""Write image samples into shards that fastdata streams well: Parquet files (``key``,
+``image`` bytes, ``label``; row groups sized for streaming) or WebDataset tar shards
+(``{key}.jpg`` + ``{key}.cls``), each about ``target_shard_bytes``.
+
+The conversion is planned before anything is read, from the samples' sizes alone: sample
+``i`` goes to the shard :func:`split_by_bytes` gives it, so the same samples and options
+always give the same shards, byte for byte (with the same fastdata and pyarrow versions),
+whoever writes them: this process's workers or a Ray cluster. Each shard is written whole
+to a temporary file and then renamed into place (on object stores, uploaded: an object
+appears only once complete), so a shard that exists is finished; running the conversion
+again skips the finished shards, after removing the temporary files a killed run left.
+
+``fastdata convert SRC DST`` is the command line for the common case (an ImageFolder or a
+file list); see the "Preparing a dataset" guide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import pyarrow.fs as pafs
+
+from fastdata._shard_files import (
+    Destination,
+    Item,
+    ShardTask,
+    image_suffix,
+    write_shard,
+)
+from fastdata._validate import check_bytes, check_choice, check_int
+from fastdata.sources._files import as_filesystem, digest
+
+__all__ = [
+    "Sample",
+    "WriteProgress",
+    "WriteResult",
+    "folder_samples",
+    "list_samples",
+    "split_by_bytes",
+    "write_shards",
+]
+
+Format = Literal["parquet", "tar"]
+_SUFFIX = {"parquet": ".parquet", "tar": ".tar"}
+_TAR_BLOCK = 512
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample to write: an encoded image and, optionally, its label and key.
+
+    Args:
+        image: the path of an image file (on ``source_filesystem`` of :func:`write_shards`,
+            local by default), or the encoded bytes themselves.
+        label: an integer label, or None (then every sample must have none).
+        key: the sample's name in the shard (the tar member stem, the Parquet ``key``
+            column); default: its index, zero-padded. Unique, without ``.``.
+        size: the image file's size in bytes, when already known (saves a ``stat``).
+    """
+
+    image: str | bytes
+    label: int | None = None
+    key: str | None = None
+    size: int | None = None
+
+
+class WriteProgress(NamedTuple):
+    """Where a conversion is, after each shard (``on_progress``'s argument)."""
+
+    shards_done: int
+    shards: int
+    samples_done: int
+    bytes_done: int
+
+
+class WriteResult(NamedTuple):
+    """What :func:`write_shards` did: every shard's path (in order), how many it wrote
+    now, how many were already finished, and the samples and bytes written now."""
+
+    paths: list[str]
+    written: int
+    skipped: int
+    samples: int
+    bytes: int
+
+
+def split_by_bytes(sizes: Sequence[int], target: int) -> list[range]:
+    """Consecutive ranges of ``sizes``' indices, each of at most ``target`` bytes in all,
+    except a single item larger than it: a new range starts where the next item would
+    take the current one over ``target``. Pure: the shards' (and row groups') plan."""
+    ranges, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and total + size > target:
+            ranges.append(range(start, i))
+            start, total = i, 0
+        total += size
+    if start < len(sizes):
+        ranges.append(range(start, len(sizes)))
+    return ranges
+
+
+def write_shards(
+    samples: Iterable[Sample | Mapping[str, Any]],
+    dest: str | os.PathLike[str],
+    /,
+    *,
+    format: Format = "parquet",
+    target_shard_bytes: int | str = "256MB",
+    row_group_bytes: int | str = "32MB",
+    filesystem: Any = None,
+    source_filesystem: Any = None,
+    prefix: str = "shard",
+    classes: Sequence[str] | None = None,
+    workers: int | None = None,
+    backend: Literal["local", "ray"] = "local",
+    on_progress: Callable[[WriteProgress], None] | None = None,
+) -> WriteResult:
+    """Write ``samples`` into shards ``{dest}/{prefix}-000000.parquet`` (or ``.tar``), in
+    order, each about ``target_shard_bytes``; resumable and deterministic (see the module
+    docstring).
+
+    Args:
+        samples: :class:`Sample` objects, or dicts of their fields.
+        dest: a local folder, a URI (``s3://bucket/out``), or a path on ``filesystem``.
+        format: ``"parquet"`` (columns ``key``, ``image``, ``label``; read with
+            ``ImageStream.from_parquet``) or ``"tar"`` (WebDataset: ``{key}.{ext}`` and
+            ``{key}.cls``; read with ``ImageStream.from_tar``).
+        target_shard_bytes: bytes per shard (an int, or ``"256MB"``); a sample larger than
+            this is a shard of its own.
+        row_group_bytes: bytes per Parquet row group (the unit a stream reads and shards).
+        filesystem: a ``pyarrow.fs`` or fsspec filesystem for ``dest``.
+        source_filesystem: where the samples' image paths are (default: local disk).
+        prefix: the shards' file name prefix.
+        classes: class names (index = label), kept in the manifest
+            (``{dest}/_fastdata_shards.json``, which also records the plan).
+        workers: processes writing shards at once (default: the CPU count; 0 writes in
+            this process). With ``backend="ray"``: tasks at once (default: Ray's choice).
+        backend: ``"local"``, or ``"ray"``: every shard is written by a Ray Data task on
+            the cluster ``ray.init`` connected to (``pip install "fastdata[ray]"``); the
+            paths of the samples and of ``dest`` must be reachable from every node.
+        on_progress: called with a :class:`WriteProgress` after each shard.
+
+    Raises:
+        SourceError: an image file is missing or unreadable (named in the message).
+        ValueError: bad options, or ``dest`` holds the shards of another conversion.
+    """
+    format = check_choice("format", format, ("parquet", "tar"))
+    backend = check_choice("backend", backend, ("local", "ray"))
+    shard_bytes = check_bytes("target_shard_bytes", target_shard_bytes)
+    group_bytes = check_bytes("row_group_bytes", row_group_bytes)
+    workers = check_int("workers", workers, minimum=0, none="None for the CPU count")
+    source_fs = as_filesystem(source_filesystem) or pafs.LocalFileSystem()
+    items = _items(list(samples), source_fs)
+    estimates = [_estimate(item, format) for item in items]
+    ranges = split_by_bytes(estimates, shard_bytes)
+    width = max(6, len(str(len(ranges) - 1)))
+    names = [f"{prefix}-{i:0{width}d}{_SUFFIX[format]}" for i in range(len(ranges))]
+    destination = Destination.open(dest, filesystem, prefix)
+    plan = digest([format, shard_bytes, group_bytes, names, [item.plan() for item in items]])
+    shards = [{"name": n, "samples": len(r)} for n, r in zip(names, ranges, strict=True)]
+    manifest = {"format": format, "plan": plan, "samples": len(items), "classes": classes}
+    destination.claim(json.dumps({**manifest, "shards": shards}, indent=1))
+    done = destination.finished(names)
+    tasks = [
+        ShardTask(
+            name=name,
+            items=[items[i] for i in rows],
+            format=format,
+            row_groups=split_by_bytes(estimates[rows.start : rows.stop], group_bytes),
+            source=source_fs,
+            destination=destination,
+        )
+        for name, rows in zip(names, ranges, strict=True)
+        if name not in done
+    ]
+    progress = _Progress(on_progress, len(names), len(done))
+    if backend == "ray":
+        from fastdata._write_ray import write_with_ray
+
+        write_with_ray(tasks, workers, progress)
+    elif workers == 0 or len(tasks) <= 1:
+        for task in tasks:
+            progress(write_shard(task))
+    else:
+        with ProcessPoolExecutor(min(workers or os.cpu_count() or 1, len(tasks))) as pool:
+            futures = [pool.submit(write_shard, task) for task in tasks]
+            try:
+                for future in as_completed(futures):
+                    progress(future.result())
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # a failed shard stops the conversion
+                raise
+    paths = [destination.final(name) for name in names]
+    return WriteResult(paths, len(tasks), len(done), progress.samples, progress.bytes)
+
+
+class _Progress:
+    """Counts finished shards and reports them to ``on_progress``."""
+
+    def __init__(self, callback: Callable[[WriteProgress], None] | None, total: int, done: int):
+        self.callback, self.total, self.done = callback, total, done
+        self.samples = self.bytes = 0
+
+    def __call__(self, result: tuple[int, int]) -> None:
+        self.done += 1
+        self.samples += result[0]
+        self.bytes += result[1]
+        if self.callback is not None:
+            self.callback(WriteProgress(self.done, self.total, self.samples, self.bytes))
+
+
+def _items(samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem) -> list[Item]:
+    """The samples checked, with their sizes (stat'ed where unknown), keys and suffixes."""
+    if not samples:
+        raise ValueError("samples is empty: nothing to write")
+    parsed = [s if isinstance(s, Sample) else Sample(**s) for s in samples]
+    labelled = {s.label is not None for s in parsed}
+    if len(labelled) > 1:
+        raise ValueError("some samples have a label and some do not: give all or none one")
+    local = isinstance(fs, pafs.LocalFileSystem)
+    paths = {
+        i: os.path.abspath(s.image) if local else os.fspath(s.image)
+        for i, s in enumerate(parsed)
+        if isinstance(s.image, str | os.PathLike)
+    }
+    unknown = [paths[i] for i in paths if parsed[i].size is None]
+    sizes = dict(_sizes(unknown, fs)) if unknown else {}
+    width = max(9, len(str(len(parsed) - 1)))
+    items, keys = [], set()
+    for i, s in enumerate(parsed):
+        key = f"{i:0{width}d}" if s.key is None else s.key
+        if not isinstance(key, str) or not key or "." in key.rsplit("/", 1)[-1] or key in keys:
+            raise ValueError(
+                f"sample {i}: key={key!r}: keys must be unique, non-empty strings without '.' "
+                "in their last path part (a tar member is '{key}.{suffix}')"
+            )
+        keys.add(key)
+        label = None if s.label is None else check_int(f"sample {i}: label", s.label)
+        if isinstance(s.image, bytes | bytearray | memoryview):
+            image = bytes(s.image)
+            items.append(Item(key, image, len(image), label, image_suffix(image, key)))
+        elif i in paths:
+            size = sizes.get(paths[i], s.size)
+            items.append(Item(key, paths[i], int(size or 0), label, image_suffix(paths[i], key)))
+        else:
+            raise TypeError(f"sample {i}: image={s.image!r}: expected a path or bytes")
+    return items
+
+
+def _sizes(paths: list[str], fs: pafs.FileSystem) -> Iterable[tuple[str, int]]:
+    from fastdata.errors import SourceError
+
+    for info in fs.get_file_info(paths):
+        if info.type != pafs.FileType.File:
+            raise SourceError("no such image file", path=info.path)
+        yield info.path, int(info.size or 0)
+
+
+def _estimate(item: Item, format: Format) -> int:
+    """Bytes a sample takes in a shard: its image, and for tar the member headers and
+    the padding to 512-byte blocks (a label member is one header and one block)."""
+    if format == "parquet":
+        return item.size
+    blocks = -(-item.size // _TAR_BLOCK)
+    return _TAR_BLOCK * (1 + blocks + (2 if item.label is not None else 0))
+
+
+def folder_samples(
+    root: str | os.PathLike[str], /, *, filesystem: Any = None, **options: Any
+) -> tuple[list[Sample], list[str]]:
+    """The samples of an ImageFolder tree ``root/<class>/**/<image>`` and its class names,
+    found exactly as :meth:`fastdata.ImageStream.from_folder` (and torchvision) finds them;
+    ``options`` are that method's (``class_to_idx``, ``extensions``, ``is_valid_file``,
+    ``allow_empty``)."""
+    from fastdata.sources.images import ImageStream
+    from fastdata.sources.readers.files import ImageFiles
+
+    stream = ImageStream.from_folder(root, filesystem=filesystem, **options)
+    reader = stream.reader
+    assert isinstance(reader, ImageFiles) and reader.labels is not None
+    samples = [
+        Sample(path, label, size=size)
+        for path, label, size in zip(reader.paths, reader.labels, reader.sizes, strict=True)
+    ]
+    return samples, list(stream.classes or [])
+
+
+def list_samples(list_file: str | os.PathLike[str], /) -> list[Sample]:
+    """The samples of a text file with one image per line: ``path`` or ``path<TAB>label``
+    (relative paths are relative to the list's folder; blank lines are skipped).
+
+    Raises:
+        ValueError: a line whose label is not an integer.
+    """
+    base = os.path.dirname(os.path.abspath(list_file))
+    samples = []
+    with open(list_file, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            path, tab, label = line.rstrip("\r\n").partition("\t")
+            if not path.strip():
+                continue
+            try:
+                value = int(label) if tab else None
+            except ValueError:
+                raise ValueError(
+                    f"{list_file}, line {number}: label {label!r} is not an integer "
+                    "(expected 'path' or 'path<TAB>label')"
+                ) from None
+            samples.append(Sample(os.path.normpath(os.path.join(base, path)), value))
+    return samples

@@ -1,0 +1,105 @@
+"""fastdata.mix: weighted mixing of sources into one stream — proportions, exactly once within
+each source's pass, sharding, resume (also elastic), stats."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import fastdata as fd
+
+A_ROWS, B_ROWS = 500, 300
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("mix")
+    fd.synthetic.make_parquet(root / "a", A_ROWS, files=2, row_group_size=64)
+    fd.synthetic.make_parquet(root / "b", B_ROWS, files=3, row_group_size=40, seed=1)
+    return root / "a", root / "b"
+
+
+def mixed(sources, **options) -> fd.MixedStream:
+    a, b = sources
+    streams = {
+        "web": fd.ParquetStream(a, columns=["id"]),
+        "code": fd.ParquetStream(b, columns=["id"]),
+    }
+    options.setdefault("batch_size", 25)
+    return fd.mix(streams, weights={"web": 0.7, "code": 0.3}, epoch_rows=1000, **options)
+
+
+def rows_of(loader) -> list[tuple[int, int]]:
+    return [
+        (s, i) for b in loader for s, i in zip(b["source"].tolist(), b["id"].tolist(), strict=True)
+    ]
+
+
+def test_each_epoch_holds_the_weights_share_of_each_source(sources) -> None:
+    stream = mixed(sources, shuffle=True)
+    assert stream.sources == ["web", "code"]
+    for epoch in range(3):
+        stream.set_epoch(epoch)
+        counts = Counter(s for s, _ in rows_of(stream))
+        assert counts == {0: 700, 1: 300}
+
+
+def test_each_source_walks_its_rows_once_per_pass(sources) -> None:
+    stream = mixed(sources, shuffle=True, seed=4)
+    seen: Counter = Counter()
+    for epoch in range(5):  # web: 3500 rows = 7 passes over 500; code: 1500 = 5 passes over 300
+        stream.set_epoch(epoch)
+        seen.update(rows_of(stream))
+    assert {seen[(0, i)] for i in range(A_ROWS)} == {7}
+    assert {seen[(1, i)] for i in range(B_ROWS)} == {5}
+
+
+@pytest.mark.parametrize(("world", "workers"), [(1, 2), (3, 1), (2, 2)])
+def test_an_epoch_is_split_exactly_once_over_ranks_and_workers(sources, world, workers) -> None:
+    alone = Counter(rows_of(mixed(sources, shuffle=True)))
+    split: Counter = Counter()
+    for rank in range(world):
+        stream = mixed(sources, shuffle=True, rank=rank, world_size=world)
+        split.update(rows_of(fd.DataLoader(stream, batch_size=None, num_workers=workers)))
+    assert split == alone
+
+
+@pytest.mark.parametrize("new_workers", [2, 1])
+def test_resume_is_exact_and_elastic(sources, new_workers: int) -> None:
+    whole = Counter(rows_of(mixed(sources, shuffle=True)))
+    loader = fd.DataLoader(mixed(sources, shuffle=True), batch_size=None, num_workers=2)
+    it = iter(loader)
+    head = [
+        (s, i)
+        for _ in range(7)
+        for b in [next(it)]
+        for s, i in zip(b["source"].tolist(), b["id"].tolist(), strict=True)
+    ]
+    state = json.loads(json.dumps(loader.state_dict()))
+    del it
+    resumed = fd.DataLoader(mixed(sources, shuffle=True), batch_size=None, num_workers=new_workers)
+    resumed.load_state_dict(state)
+    assert Counter(head) + Counter(rows_of(resumed)) == whole
+
+
+def test_stats_count_each_sources_rows(sources) -> None:
+    loader = fd.DataLoader(mixed(sources), batch_size=None, num_workers=2, stats=True)
+    list(loader)
+    assert loader.stats()["sources"] == {"web": 700, "code": 300}
+
+
+def test_bad_mixes_are_refused(sources, tmp_path: Path) -> None:
+    web = fd.ParquetStream(sources[0], columns=["id"])
+    with pytest.raises(ValueError, match="one weight per source"):
+        fd.mix({"web": web}, weights={"code": 1.0})
+    with pytest.raises(ValueError, match="at least one must be above 0"):
+        fd.mix({"web": web}, weights={"web": 0})
+    fd.synthetic.make_images(tmp_path / "img", 4, min_short=20, max_short=24)
+    images = fd.ImageStream.from_folder(tmp_path / "img", size=8, crop="center")
+    with pytest.raises(ValueError, match="differently"):
+        fd.mix({"web": web, "img": images})
+    with pytest.raises(TypeError, match="expected a fastdata stream"):
+        fd.mix({"web": [1, 2]})

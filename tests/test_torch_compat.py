@@ -1,0 +1,79 @@
+"""Every torch internal fastdata uses, checked against the installed torch.
+
+fastdata reaches torch's private names from ``fastdata._torch_compat`` only; these tests fail
+first when a torch release moves one. Last checked: torch 2.14.1 (``CHECKED_TORCH``); the
+supported range starts at torch 2.5 (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.utils.data.dataloader as dataloader
+from torch.utils.data import DataLoader, TensorDataset
+
+from fastdata import _torch_compat as compat
+
+
+def test_the_checked_release_is_the_installed_one_or_older() -> None:
+    def version(text: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in text.split("+")[0].split(".")[:3])
+
+    # A newer torch than the one last checked is what these tests are for; an older one
+    # than the supported range is refused by the install already.
+    assert version(torch.__version__) >= (2, 5)
+    assert version(compat.CHECKED_TORCH) >= (2, 5)
+
+
+def test_the_iterator_internals_exist_with_the_signatures_used() -> None:
+    multi = dataloader._MultiProcessingDataLoaderIter
+    for name in ("_try_get_data", "_process_data", "_shutdown_workers", "__del__"):
+        assert callable(getattr(multi, name)), name
+    assert list(inspect.signature(multi._process_data).parameters) == ["self", "data", "worker_idx"]
+    assert "timeout" in inspect.signature(multi._try_get_data).parameters
+    assert isinstance(DataLoader._index_sampler, property)
+    assert callable(DataLoader._get_iterator)
+    assert dataloader._utils.MP_STATUS_CHECK_INTERVAL > 0
+
+
+def test_num_yielded_sampler_iter_and_task_info_behave() -> None:
+    loader = DataLoader(TensorDataset(torch.arange(10)), batch_size=3)
+    iterator = iter(loader)
+    next(iterator)
+    assert compat.num_yielded(iterator) == 1
+    compat.drain_sampler(iterator)  # the rest of the indices, drawn
+    assert list(iterator._sampler_iter) == []
+
+
+def test_shared_storages_and_the_antialias_kernel() -> None:
+    storage = compat.shared_storage(64)
+    assert storage.is_shared() and storage.nbytes() == 64
+    image = torch.arange(2 * 8 * 8, dtype=torch.uint8).reshape(1, 2, 8, 8)
+    expected = torch.nn.functional.interpolate(
+        image.float(), (4, 4), mode="bilinear", antialias=True
+    )
+    got = torch.empty(1, 2, 4, 4)
+    compat.upsample_bilinear_aa(image.float(), (4, 4), got)
+    assert torch.allclose(got, expected)
+
+
+def test_workers_reraise_text_is_matched() -> None:
+    from torch.utils.data._utils import ExceptionWrapper
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        wrapper = ExceptionWrapper(where="in DataLoader worker process 3")
+    with pytest.raises(ValueError, match="boom") as caught:
+        wrapper.reraise()
+    assert compat.WORKER_RERAISE.match(str(caught.value))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs an accelerator")
+def test_pin_memory_of_a_nested_batch() -> None:
+    batch = {"x": torch.ones(2), "y": [torch.zeros(1)]}
+    pinned = compat.pin_memory(batch)
+    assert torch.equal(pinned["x"], batch["x"]) and torch.equal(pinned["y"][0], batch["y"][0])
