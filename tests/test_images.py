@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -18,11 +19,13 @@ import pytest
 import torch
 import torchvision
 import torchvision.transforms.v2.functional as tvf2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 import fastdata.sources.stream as stream_module
 import fastdata.workers as segments
-from fastdata import DataLoader, DecodeError, SourceError
+from fastdata import DataLoader, DecodeError, ResumeError, SourceError
 from fastdata.decode import ImageTransform, decode_image, sample_rng
 from fastdata.sources.images import ImageStream
 from fastdata.synthetic import make_image_parquet, make_images, make_tar_shards
@@ -366,8 +369,93 @@ def test_skips_close_the_gaps_in_a_fixed_size_batch(tmp_path: Path) -> None:
     only_bad = ImageStream.from_files([bad["text.jpg"]], [0], on_error="skip", **options)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        [(images, labels)] = list(only_bad)  # still one batch, as the plan counts it
-    assert images.shape == (0, 3, 24, 24) and labels.shape == (0,)
+        assert list(only_bad) == []  # no empty batch
+    assert only_bad.skipped == 1
+
+
+SKIP_PATHS = {  # how each decode path assembles a batch
+    "in-place": {"size": 24, "crop": "center"},
+    "list": {"crop": None},
+    "device": {"size": 24, "crop": "center", "decode_device": "cpu"},
+}
+
+
+@pytest.mark.parametrize("path", SKIP_PATHS)
+def test_skipped_images_are_replaced_by_the_next_rows(tmp_path: Path, path: str) -> None:
+    bad = bad_files(tmp_path)
+    rng = np.random.default_rng(0)
+    good = []
+    for i in range(7):  # one size, so that crop=None stacks them too
+        good.append(tmp_path / f"good-{i}.png")
+        cv2.imwrite(str(good[-1]), rng.integers(0, 256, (24, 32, 3), dtype=np.uint8))
+    broken = [bad["text.jpg"], bad["truncated.jpg"], bad["empty.jpg"]]
+    # rows: g0 b g1 b b g2 g3 g4 b g5 g6 -> batches of 3 good images, the last one short
+    order = [good[0], broken[0], good[1], broken[1], broken[2], good[2], good[3], good[4]]
+    order += [broken[0], good[5], good[6]]
+    stream = ImageStream.from_files(
+        order, list(range(len(order))), on_error="skip", batch_size=3, **SKIP_PATHS[path]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = list(stream)
+    assert [labels.tolist() for _, labels in batches] == [[0, 2, 5], [6, 7, 9], [10]]
+    assert all(isinstance(images, torch.Tensor) for images, _ in batches)  # never a list
+    assert stream.skipped == 4
+    reference = ImageStream.from_files(
+        [order[i] for i in (0, 2, 5, 6, 7, 9, 10)], batch_size=3, **SKIP_PATHS[path]
+    )
+    for (images, _), expected in zip(batches, reference, strict=True):
+        assert torch.equal(images, expected)
+
+
+def _skip_loader(root: Path, num_workers: int, **options) -> DataLoader:
+    stream = ImageStream.from_folder(
+        root, size=16, crop="random-resized", flip=True, on_error="skip", shuffle=True, **options
+    )
+    return DataLoader(stream, batch_size=None, num_workers=num_workers)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_with_skipped_images_is_exact(tmp_path: Path, num_workers: int) -> None:
+    make_images(tmp_path / "data", 30, classes=2, **SMALL)
+    bad = bad_files(tmp_path / "bad")
+    for i, name in enumerate(["text.jpg", "truncated.jpg", "empty.jpg", "text.jpg"] * 2):
+        (tmp_path / "data" / f"class_{i % 2:02d}" / f"zz-bad-{i}.jpg").write_bytes(
+            bad[name].read_bytes()
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_resume(
+            lambda: _skip_loader(
+                tmp_path / "data", num_workers, batch_size=4, files_per_unit=3, seed=3
+            ),
+            key=lambda batch: [digest(image) for image in batch[0]],
+        )
+        loader = _skip_loader(tmp_path / "data", num_workers, batch_size=4, files_per_unit=3)
+        batches = list(loader)
+    sizes = [len(labels) for _, labels in batches]
+    assert sum(sizes) == 30 and min(sizes) >= 1
+    assert sizes.count(4) >= len(sizes) - max(num_workers, 1)  # only a reader's last is short
+
+
+def test_row_items_under_skip_resume_only_unbatched_by_the_loader(tmp_path: Path) -> None:
+    make_images(tmp_path / "data", 8, **SMALL)
+    bad = bad_files(tmp_path / "bad")
+    (tmp_path / "data" / "class_00" / "zz-bad.jpg").write_bytes(bad["text.jpg"].read_bytes())
+    stream = ImageStream.from_folder(tmp_path / "data", size=16, crop="center", on_error="skip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_resume(
+            lambda: DataLoader(
+                ImageStream.from_folder(tmp_path / "data", size=16, crop="center", on_error="skip"),
+                batch_size=None,
+            ),
+            key=lambda item: [digest(item[0])],
+        )
+        loader = DataLoader(stream, batch_size=4)
+        next(iter(loader))
+    with pytest.raises(ResumeError, match="batch in the stream instead"):
+        loader.state_dict()
 
 
 def test_skips_in_workers_are_counted(tmp_path: Path) -> None:
@@ -651,3 +739,65 @@ def test_a_stream_used_in_the_parent_still_decodes_in_forked_workers(layouts: Pa
     in_parent = sum(len(labels) for _, labels in stream)  # starts this process's decode pool
     loader = DataLoader(stream, batch_size=None, num_workers=2, timeout=60)
     assert sum(len(labels) for _, labels in loader) == in_parent == N
+
+
+_GOOD_BYTES = cv2.imencode(".png", np.full((8, 8, 3), 7, np.uint8))[1].tobytes()
+
+
+def _bytes_stream(root: Path, mask: list[bool], **options) -> ImageStream:
+    """Parquet of tiny images in row groups of 4, ``mask[i]`` saying row ``i`` is corrupt."""
+    path = root / f"{len(list(root.iterdir()))}.parquet"
+    images = [b"broken" if bad else _GOOD_BYTES for bad in mask]
+    table = pa.table({"image": pa.array(images, pa.binary()), "label": list(range(len(mask)))})
+    pq.write_table(table, path, row_group_size=4)
+    return ImageStream.from_parquet(
+        path, on_error="skip", size=8, crop="center", decode_threads=1, **options
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    mask=st.lists(st.booleans(), min_size=1, max_size=40),
+    batch_size=st.integers(1, 6),
+    world_size=st.integers(1, 3),
+    shuffle=st.booleans(),
+)
+def test_skip_refill_delivers_every_good_image_once_in_full_batches(
+    mask: list[bool], batch_size: int, world_size: int, shuffle: bool
+) -> None:
+    seen: list[int] = []
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as root:
+        warnings.simplefilter("ignore")
+        for rank in range(world_size):
+            stream = _bytes_stream(
+                Path(root),
+                mask,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                rank=rank,
+                world_size=world_size,
+            )
+            sizes = []
+            for images, labels in stream:
+                assert images.shape == (len(labels), 3, 8, 8)
+                sizes.append(len(labels))
+                seen += labels.tolist()
+            assert all(size == batch_size for size in sizes[:-1]) and 0 not in sizes
+    assert sorted(seen) == [i for i, bad in enumerate(mask) if not bad]
+
+
+def test_a_mix_of_image_streams_refills_skipped_images(tmp_path: Path) -> None:
+    import fastdata as fd
+
+    mixed = fd.mix(
+        {
+            "a": _bytes_stream(tmp_path, [False, True, False, True]),
+            "b": _bytes_stream(tmp_path, [True, False] * 3),
+        },
+        batch_size=2,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = list(mixed)
+    assert [len(labels) for _, labels in batches] == [2, 2, 1]
+    assert sum(mixed.decoder.counts.sum(0).tolist()) == 10  # every row taken is counted

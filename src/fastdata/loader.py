@@ -331,8 +331,18 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         }
 
     def _varying_state(self, stream: PlannedStream, consumed: int) -> dict[str, Any]:
-        """The state of a stream whose items take a varying number of rows (packing): where
-        each worker's last batch handed out left it (exact, for this rank only)."""
+        """The state of a stream whose items take a varying number of rows (packing, skipped
+        images): where each worker's last batch handed out left it (exact, for this rank
+        only). Its items must be the loader's batches: a batch of several of them would
+        not say where in the ring of positions it ended."""
+        if self.batch_size is not None:
+            raise ResumeError(
+                "cannot save an exact state: the stream's items take a varying number of rows "
+                "(packing, or images with on_error='skip'), and this loader batches them "
+                f"(batch_size={self.batch_size}); batch in the stream instead "
+                "(ImageStream(..., batch_size=...) or pack(rows=...)) with "
+                "fastdata.DataLoader(stream, batch_size=None)"
+            )
         readers = self._readers()
         record = self._fd_record
         now = 0 if self._fd_loaded or record is None else consumed - self._fd_base

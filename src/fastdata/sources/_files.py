@@ -12,13 +12,14 @@ import fnmatch
 import hashlib
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, NamedTuple, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from fastdata._validate import check_int
 from fastdata.errors import SourceError
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -239,3 +240,26 @@ def digest(value: Any) -> str:
     """16 hex digits of the SHA-256 of ``value`` as canonical JSON."""
     blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def class_folders(
+    fs: pafs.FileSystem, base: str, class_to_idx: Mapping[str, int] | None
+) -> dict[str, int]:
+    """The classes of an ImageFolder tree: sorted subfolders, or the given mapping (whose
+    folders must exist)."""
+    folders = sorted(
+        i.base_name
+        for i in fs.get_file_info(pafs.FileSelector(base))
+        if i.type == pafs.FileType.Directory
+    )
+    if class_to_idx is None:
+        if not folders:
+            raise SourceError(
+                "no class folders: expected root/<class>/<image> like torchvision's ImageFolder",
+                path=base,
+            )
+        return {name: index for index, name in enumerate(folders)}
+    missing = sorted(set(class_to_idx) - set(folders))
+    if missing:
+        raise SourceError(f"class_to_idx names folders that do not exist: {missing}", path=base)
+    return {name: check_int(f"class_to_idx[{name!r}]", i) for name, i in class_to_idx.items()}

@@ -7,7 +7,10 @@ With a fixed output size, every image is written straight into its slot of one
 ``(N, H, W, C)`` batch, which a DataLoader worker allocates in shared memory
 (:func:`fastdata.workers.batch_buffer`). A bad image raises a
 :class:`~fastdata.DecodeError` / :class:`~fastdata.SourceError` naming where it is, or, with
-``on_error="skip"``, is left out and counted.
+``on_error="skip"``, is left out and counted, and its place in the batch is taken by the
+next row's image: a batch is never empty and never smaller than ``batch_size`` except the
+last of a reader. Such a decoder takes a varying number of rows per batch, so it reports the
+position each batch reached (``varying``, :meth:`ImageDecoder.items`) and resume stays exact.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import wait
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -34,7 +37,9 @@ from fastdata._env import worker_slot
 from fastdata._transforms import ImageTransform, sample_rng
 from fastdata.decode import decode_for
 from fastdata.errors import DecodeError, SourceError
-from fastdata.sources.base import INDEX, Context
+from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
+from fastdata.sources._reading import RowFeed
+from fastdata.sources.base import INDEX, ArrowDecoder, Context
 from fastdata.workers import ThreadPools, batch_buffer, receiver_sharing
 
 __all__ = ["ImageDecoder", "OnError"]
@@ -54,6 +59,10 @@ class ImageDecoder:
         image_column: the column holding encoded bytes, or paths when ``filesystem`` is set.
         label_column: the column of integer labels, or None.
         filesystem: where the paths of ``image_column`` are (None: it holds bytes).
+        extra_columns: other columns of a sample (a caption, tokens, metadata), carried
+            beside the image as :class:`~fastdata.sources.ArrowDecoder` converts them; items
+            are then dicts ``{"image", "label", *extra_columns}``.
+        json_columns: those of ``extra_columns`` holding JSON text, parsed.
     """
 
     needs_index = True
@@ -72,6 +81,8 @@ class ImageDecoder:
         keep_alpha: bool,
         max_pixels: int | None,
         reduced_decode: bool,
+        extra_columns: Sequence[str] = (),
+        json_columns: Sequence[str] = (),
     ) -> None:
         self.transform = transform
         self.image_column, self.label_column, self.fs = image_column, label_column, filesystem
@@ -82,6 +93,8 @@ class ImageDecoder:
         self.max_pixels = max_pixels
         self.reduced_decode = reduced_decode
         self.augment = augment
+        self._columns = ItemColumns(label_column, tuple(extra_columns), frozenset(json_columns))
+        self._arrow = ArrowDecoder()
         self.random = transform.crop == "random-resized" or transform.flip or augment is not None
         self.skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
         self._skip_lock = threading.Lock()
@@ -102,28 +115,67 @@ class ImageDecoder:
         self._skip_lock = threading.Lock()
 
     # ----------------------------------------------------------------- the Decoder protocol
+    @property
+    def varying(self) -> bool:
+        """Whether a batch may take more rows than it has images (``on_error="skip"``: the
+        rows of skipped images are replaced by the following rows)."""
+        return self.on_error == "skip"
+
     def batch(self, table: pa.Table, context: Context) -> Any:
         """``images`` (``(N, C, H, W)`` uint8, channels-last in memory, when the output size
-        is fixed; else a list of ``(C, H, W)``), or ``(images, labels)``."""
-        batch: Any
-        if self.decode_device is None and self.transform.output_size is not None:
-            batch, labels = self._decoded_batch(table, context)
-        else:
-            decoded = self._decoded(table, context)
-            batch = [img for img, _ in decoded]
-            labels = [label for _, label in decoded]
-            if batch and len({img.shape for img in batch}) == 1:
-                batch = _stack(batch)
-        if self.label_column is None:
-            return batch
-        return batch, torch.tensor(labels, dtype=torch.int64)
+        is fixed; else a list of ``(C, H, W)``), or ``(images, labels)``, or with extra
+        columns a dict of them all, of the rows of ``table`` (``on_error="raise"``: none is
+        skipped)."""
+        return self._filled(RowFeed(iter([table])), table.num_rows, context)[0]
 
     def rows(self, table: pa.Table, context: Context) -> Iterator[Any]:
-        """``image`` or ``(image, label)`` per row; skipped images are left out."""
-        chunk = max(self.decode_threads * 4, 16)
-        for start in range(0, table.num_rows, chunk):
-            for image, label in self._decoded(table.slice(start, chunk), context):
-                yield image if self.label_column is None else (image, label)
+        """``image``, ``(image, label)`` or a dict with the extra columns, per row; skipped
+        images are left out."""
+        for _, item in self._row_items(table, context):
+            yield item
+
+    def items(
+        self, tables: Iterator[pa.Table], context: Context, offset: int
+    ) -> Iterator[tuple[Any, tuple[int, int]]]:
+        """The items of a reader's ``tables`` under ``on_error="skip"``, each with the rows
+        taken once it is made (counted from the reader's start; ``offset`` is always 0, no
+        item ends inside a row): batches of ``context.batch_size`` images, a skipped image's
+        place taken by the next row's (only the reader's last batch may be smaller), or one
+        item per decoded row."""
+        feed = RowFeed(tables)
+        taken = 0
+        if context.batch_size is None:
+            while (table := feed.take(self._chunk)) is not None:
+                for row, item in self._row_items(table, context):
+                    yield item, (taken + row + 1, 0)
+                taken += table.num_rows
+            return
+        while True:
+            batch, rows = self._filled(feed, context.batch_size, context)
+            taken += rows
+            if batch is None:
+                return
+            yield batch, (taken, 0)
+
+    @property
+    def _chunk(self) -> int:
+        """Rows decoded at once in row mode: enough to keep the decode threads busy."""
+        return max(self.decode_threads * 4, 16)
+
+    def _row_items(self, table: pa.Table, context: Context) -> Iterator[tuple[int, Any]]:
+        """``(row in table, item)`` of each image not skipped."""
+        for start in range(0, table.num_rows, self._chunk):
+            piece = table.slice(start, self._chunk)
+            images = self._decoded(piece, context)
+            kept = [row for row, image in enumerate(images) if image is not None]
+            if not kept:
+                continue
+            others: Iterable[dict[str, Any]] = [{}] * len(kept)
+            if self._other_columns:
+                taken = piece.take(kept) if len(kept) < piece.num_rows else piece
+                others = self._arrow.rows(taken.select(self._other_columns), context)
+            for row, values in zip(kept, others, strict=True):
+                yield start + row, image_item(images[row], values, self._columns)
 
     @property
     def skipped(self) -> int:
@@ -250,42 +302,81 @@ class ImageDecoder:
         by_index = {row[INDEX]: image for row, image in zip(fetched, images, strict=True)}
         return [by_index.get(row[INDEX]) for row in rows]
 
-    def _label(self, row: dict[str, Any]) -> Any:
-        return None if self.label_column is None else row[self.label_column]
+    @property
+    def _other_columns(self) -> list[str]:
+        """The columns of an item besides the image."""
+        return self._columns.others
 
-    def _decoded(self, table: pa.Table, context: Context) -> list[tuple[torch.Tensor, Any]]:
+    def _decoded(self, table: pa.Table, context: Context) -> list[torch.Tensor | None]:
         """The table's images as ``(C, H, W)`` uint8 tensors (channels-last views of the
-        decoded HWC arrays on the CPU path), with their labels; skipped images left out."""
-        rows = table.to_pylist()
+        decoded HWC arrays on the CPU path), None where skipped."""
+        rows = table.select([self.image_column, INDEX]).to_pylist()
         if self.decode_device is not None:
             start = time.perf_counter()
             images = self._load_on_device(rows, context)
             if context.times is not None:
                 context.times.add("decode", time.perf_counter() - start, len(rows))
-        else:
-            loaded = self._load_all(rows, [None] * len(rows), context)
-            images = [None if img is None else _chw(img) for img, _, _ in loaded]
-        pairs = zip(images, rows, strict=True)
-        return [(img, self._label(row)) for img, row in pairs if img is not None]
+            return images
+        loaded = self._load_all(rows, [None] * len(rows), context)
+        return [None if img is None else chw(img) for img, _, _ in loaded]
 
-    def _decoded_batch(self, table: pa.Table, context: Context) -> tuple[torch.Tensor, list[Any]]:
-        """The table's images decoded on the CPU straight into one ``(N, C, H, W)`` batch
-        (fixed output size only), and the labels of the images kept.
+    def _batch_item(self, images: Any, kept: list[pa.Table], context: Context) -> Any:
+        """:meth:`_item` of a batch of ``images``, whose rows are those of ``kept``."""
+        if not self._other_columns:
+            return image_item(images, {}, self._columns)
+        table = kept[0] if len(kept) == 1 else pa.concat_tables(kept)
+        others = self._arrow.batch(table.select(self._other_columns), context)
+        return image_item(images, others, self._columns)
 
-        Each transform writes into its slot of the batch, which in a DataLoader worker is
-        allocated in shared memory (as torch's ``default_collate`` does there): no
-        per-image array, no stacking copy, no copy into shared memory on the way out.
-        """
-        rows = table.to_pylist()
+    def _filled(self, feed: RowFeed, size: int, context: Context) -> tuple[Any, int]:
+        """The next batch of ``size`` images from ``feed``, and the rows it took: the rows
+        of skipped images are replaced by the rows after them until ``size`` images are
+        decoded or the rows end. The batch is None when no image is left."""
+        if self.decode_device is None and self.transform.output_size is not None:
+            return self._filled_in_place(feed, size, context)
+        images: list[torch.Tensor] = []
+        kept: list[pa.Table] = []
+        taken = 0
+        while len(images) < size and (table := feed.take(size - len(images))) is not None:
+            taken += table.num_rows
+            decoded = self._decoded(table, context)
+            rows = [row for row, image in enumerate(decoded) if image is not None]
+            images += [decoded[row] for row in rows]  # type: ignore[misc]
+            kept.append(
+                table.take(pa.array(rows, pa.int64())) if len(rows) < table.num_rows else table
+            )
+        if not images:
+            return None, taken
+        batch = stack(images) if len({img.shape for img in images}) == 1 else images
+        return self._batch_item(batch, kept, context), taken
+
+    def _filled_in_place(self, feed: RowFeed, size: int, context: Context) -> tuple[Any, int]:
+        """:meth:`_filled` on the CPU with a fixed output size: every image is decoded and
+        transformed straight into its slot of one ``(N, C, H, W)`` batch, which in a
+        DataLoader worker is allocated in shared memory (as torch's ``default_collate`` does
+        there): no per-image array, no stacking copy, no copy into shared memory on the way
+        out. The images after a skipped one move down a slot, and the next rows fill the
+        batch up: the images keep the rows' order."""
         channels = 4 if self.keep_alpha else 3
         assert self.transform.output_size is not None  # the caller checked
-        shape = (len(rows), *self.transform.output_size, channels)
+        shape = (size, *self.transform.output_size, channels)
         batch, slots = batch_buffer(shape, receiver=self._receiver)
-        loaded = self._load_all(rows, list(slots), context)
-        kept = [i for i, (img, _, _) in enumerate(loaded) if img is not None]
-        if len(kept) < len(rows):  # skipped images: close the gaps (a copy, rarely taken)
-            batch = batch[kept]
-        return batch.permute(0, 3, 1, 2), [self._label(rows[i]) for i in kept]
+        kept: list[pa.Table] = []
+        filled = taken = 0
+        while filled < size and (table := feed.take(size - filled)) is not None:
+            rows = table.select([self.image_column, INDEX]).to_pylist()
+            taken += len(rows)
+            loaded = self._load_all(rows, list(slots[filled : filled + len(rows)]), context)
+            good = [row for row, (image, _, _) in enumerate(loaded) if image is not None]
+            for slot, row in enumerate(good):  # moved down over the slots of skipped images
+                if slot != row:
+                    batch[filled + slot] = batch[filled + row]
+            kept.append(table.take(pa.array(good, pa.int64())) if len(good) < len(rows) else table)
+            filled += len(good)
+        if not filled:
+            return None, taken
+        batch = batch[:filled]  # short only at the end of the reader's rows
+        return self._batch_item(batch.permute(0, 3, 1, 2), kept, context), taken
 
 
 @contextmanager
@@ -305,14 +396,3 @@ def _into(out: np.ndarray, image: np.ndarray) -> np.ndarray:
     if image is not out:
         np.copyto(out, image)
     return out
-
-
-def _chw(image: np.ndarray) -> torch.Tensor:
-    """A ``(C, H, W)`` view of a decoded HWC (or HW) array."""
-    return torch.from_numpy(image[:, :, None] if image.ndim == 2 else image).permute(2, 0, 1)
-
-
-def _stack(images: list[torch.Tensor]) -> torch.Tensor:
-    """Same-size images as one ``(N, C, H, W)`` batch, stacked as NHWC (one contiguous copy)
-    and returned channels-last, like the images."""
-    return torch.stack([img.permute(1, 2, 0) for img in images]).permute(0, 3, 1, 2)

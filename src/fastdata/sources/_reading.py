@@ -23,7 +23,7 @@ from fastdata.sources.base import INDEX, Reader
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import window_permutation
 
-__all__ = ["cut", "read_segments"]
+__all__ = ["RowFeed", "cut", "read_segments"]
 
 
 def read_segments(
@@ -82,26 +82,36 @@ def _read_piece(
     return table.append_column(INDEX, column)
 
 
+class RowFeed:
+    """The rows of a sequence of tables, taken ``n`` at a time across table boundaries."""
+
+    def __init__(self, tables: Iterator[pa.Table]) -> None:
+        self._tables = tables
+        self._head: pa.Table | None = None
+
+    def take(self, n: int) -> pa.Table | None:
+        """The next ``n`` rows (fewer when the tables end; None when none are left), as
+        zero-copy slices of the tables."""
+        pieces: list[pa.Table] = []
+        need = n
+        while need > 0:
+            if self._head is None or self._head.num_rows == 0:
+                self._head = next(self._tables, None)
+                if self._head is None:
+                    break
+                continue
+            piece = self._head.slice(0, need)
+            self._head = self._head.slice(piece.num_rows)
+            pieces.append(piece)
+            need -= piece.num_rows
+        if not pieces:
+            return None
+        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
 def cut(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
     """Tables of exactly ``size`` rows across table boundaries (the plan makes only the
     slot's last one partial)."""
-    pending: list[pa.Table] = []
-    pending_rows = 0
-    for table in tables:
-        start = 0
-        if pending_rows:
-            head = table.slice(0, size - pending_rows)
-            pending.append(head)
-            pending_rows += head.num_rows
-            start = head.num_rows
-            if pending_rows < size:
-                continue
-            yield pa.concat_tables(pending)
-            pending, pending_rows = [], 0
-        while start + size <= table.num_rows:
-            yield table.slice(start, size)
-            start += size
-        if start < table.num_rows:
-            pending, pending_rows = [table.slice(start)], table.num_rows - start
-    if pending:
-        yield pa.concat_tables(pending)
+    feed = RowFeed(tables)
+    while (table := feed.take(size)) is not None:
+        yield table

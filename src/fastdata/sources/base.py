@@ -8,7 +8,11 @@ A stream (:class:`fastdata.PlannedStream`) is a reader and a decoder put togethe
   resume checks. Nothing else: no sharding, shuffling, batching or state.
 - the **decoder** turns a table of rows into what the stream yields: a batch of
   ``batch_size`` rows, or one item per row. :class:`ArrowDecoder` (the default) gives dicts
-  of torch tensors; the image streams decode image bytes.
+  of torch tensors; the image streams decode image bytes. A decoder whose items take a
+  varying number of rows (packing; images under ``on_error="skip"``, whose skipped rows are
+  replaced by the following ones) says so with ``varying = True`` and has
+  ``items(tables, context, offset)``: the stream hands it all of a reader's tables and it
+  yields each item with the position it reached (see :mod:`fastdata.sources._cursors`).
 
 Both are sent to DataLoader workers by pickling, so they hold plain data (thread pools and
 open files are made again in each process). A reader whose units change from epoch to epoch
@@ -65,12 +69,14 @@ class Reader(Protocol):
 @dataclass(frozen=True)
 class Context:
     """What a decoder may need besides the rows: the epoch and seed (per-sample randomness
-    that a resumed run repeats), where a row is (for errors), and the stage timer."""
+    that a resumed run repeats), where a row is (for errors), the stage timer, and the
+    stream's ``batch_size`` (None: one item per row)."""
 
     epoch: int
     seed: int
     locate: Callable[[int], dict[str, Any]]
     times: StageTimes | None = None
+    batch_size: int | None = None
 
 
 @runtime_checkable

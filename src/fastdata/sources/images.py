@@ -20,11 +20,11 @@ import torch
 from fastdata._augment import SampleAugment
 from fastdata._device_decode import check_decode_device
 from fastdata._transforms import ImageTransform, Size
-from fastdata._validate import check_bool, check_choice, check_int, check_size
+from fastdata._validate import check_bool, check_choice, check_int, check_names, check_size
 from fastdata.decode import DEFAULT_MAX_PIXELS
 from fastdata.errors import SourceError
 from fastdata.sources._cache import start_fetching, with_cache
-from fastdata.sources._files import Listing, as_filesystem, resolve_files, walk
+from fastdata.sources._files import Listing, as_filesystem, class_folders, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder, OnError
 from fastdata.sources.base import Reader
 from fastdata.sources.options import StreamOptions
@@ -105,11 +105,9 @@ class ImageStream(PlannedStream):
             worker: use ``num_workers=0`` or ``multiprocessing_context="spawn"``. ``None``
             (default) decodes with OpenCV on the CPU threads.
         on_error: ``"raise"`` (default) stops at the first bad image with its location;
-            ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`.
-            A skipped image shortens its batch (a batch whose every image was skipped is
-            still yielded, empty, so the batch count stays that of the plan); with
-            ``batch_size=None`` it shortens the stream instead, so resume stays exact only
-            in batch mode.
+            ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`,
+            and the next row's image takes its place in the batch: batches stay full (only
+            a reader's last one may be short) and are never empty; resume stays exact.
         keep_alpha: as for :func:`fastdata.decode.decode_image`.
         max_pixels: as for :func:`fastdata.decode.decode_image`.
         reduced_decode: decode a JPEG at 1/2, 1/4 or 1/8 when its crop box still covers
@@ -134,9 +132,12 @@ class ImageStream(PlannedStream):
         image_column: str,
         label_column: str | None,
         filesystem: pafs.FileSystem | None = None,
+        extra_columns: Sequence[str] = (),
+        json_columns: Sequence[str] = (),
         **options: Unpack[ImageOptions],
     ) -> None:
-        decoder = _decoder(dict(options), image_column, label_column, filesystem)
+        columns = (image_column, label_column, tuple(extra_columns), tuple(json_columns))
+        decoder = _decoder(dict(options), *columns, filesystem)
         for name in _DECODER_OPTIONS:
             options.pop(name, None)  # type: ignore[misc]
         options.setdefault("shuffle_buffer", 2048)
@@ -216,7 +217,7 @@ class ImageStream(PlannedStream):
         base = os.path.abspath(root) if isinstance(fs, pafs.LocalFileSystem) else os.fspath(root)
         if fs.get_file_info(base).type != pafs.FileType.Directory:
             raise SourceError("no such directory", path=base)
-        mapping = _class_to_idx(fs, base, class_to_idx)
+        mapping = class_folders(fs, base, class_to_idx)
         suffixes = tuple(extensions or ())
         paths, sizes, labels, empty = [], [], [], []
         for name, index in sorted(mapping.items(), key=lambda item: item[0]):
@@ -250,6 +251,7 @@ class ImageStream(PlannedStream):
         *,
         image_column: str = "image",
         label_column: str | None = "label",
+        columns: Sequence[str] = (),
         filter: Any = None,
         filesystem: Any = None,
         cache_dir: str | os.PathLike[str] | None = None,
@@ -258,8 +260,19 @@ class ImageStream(PlannedStream):
     ) -> ImageStream:
         """Encoded images in a column of Parquet files (a unit is a row group): binary, or a
         struct with a binary ``bytes`` field (Hugging Face ``datasets.Image``);
-        ``label_column=None`` for unlabelled data."""
-        columns = [image_column] + ([label_column] if label_column else [])
+        ``label_column=None`` for unlabelled data.
+
+        ``columns`` are other columns of a sample carried beside its image (a caption, a
+        token list, metadata), converted as :class:`fastdata.ParquetStream` converts them
+        (numbers to tensors, lists of numbers to :class:`fastdata.Ragged`, strings to lists
+        of str); items are then dicts ``{"image", "label", *columns}``."""
+        extra = check_names("columns", columns, allow_empty=True) or []
+        for name in extra:
+            if name in (image_column, label_column, "image", "label"):
+                raise ValueError(
+                    f"columns={extra!r}: {name!r} is the image or the label, not an extra column"
+                )
+        columns = [image_column] + ([label_column] if label_column else []) + extra
         source, filesystem = with_cache(source, filesystem, cache_dir, cache_limit)
         reader = ParquetRowGroups(source, columns=columns, filter=filter, filesystem=filesystem)
         kind = reader.schema.field(image_column).type
@@ -274,7 +287,13 @@ class ImageStream(PlannedStream):
                 path=reader.files[0],
                 column=image_column,
             )
-        return cls(reader, image_column=image_column, label_column=label_column, **options)
+        return cls(
+            reader,
+            image_column=image_column,
+            label_column=label_column,
+            extra_columns=extra,
+            **options,
+        )
 
     @classmethod
     def from_tar(
@@ -286,6 +305,7 @@ class ImageStream(PlannedStream):
         image_suffixes: Sequence[str] = IMAGE_SUFFIXES,
         label_suffixes: Sequence[str] = LABEL_SUFFIXES,
         label_field: str = "label",
+        members: Sequence[str] = (),
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         **options: Unpack[ImageOptions],
@@ -297,7 +317,17 @@ class ImageStream(PlannedStream):
 
         A sample's label is its first member with a suffix in ``label_suffixes`` (``()``
         for unlabelled data): ``.cls`` holds ASCII decimal, ``.json`` an integer or an
-        object whose ``label_field`` is one."""
+        object whose ``label_field`` is one.
+
+        ``members`` are suffixes of other members every sample carries beside its image, as
+        WebDataset names them (``("txt", "json")`` for ``key.txt`` and ``key.json``): text
+        suffixes (``txt``, ``text``, ``caption``) come as str, ``json`` parsed, any other as
+        bytes; items are then dicts ``{"image", "label", *members}``. A sample without one
+        of them is an error naming it, when the shards are indexed."""
+        extra = check_names("members", members, allow_empty=True) or []
+        for suffix in extra:
+            if suffix in image_suffixes or suffix in ("data", "label", "image"):
+                raise ValueError(f"members={extra!r}: {suffix!r} is the image or a reserved name")
         shards, filesystem = with_cache(
             shards, filesystem, cache_dir, cache_limit, whole_to_plan=True
         )
@@ -307,10 +337,19 @@ class ImageStream(PlannedStream):
             image_suffixes=image_suffixes,
             label_suffixes=label_suffixes,
             label_field=label_field,
+            extra_suffixes=extra,
             on_error=check_choice("on_error", options.get("on_error", "raise"), ("raise", "skip")),
         )
         label = "label" if reader.labelled else None
-        return cls(reader, image_column="data", label_column=label, **options)
+        json_columns = [s for s in extra if s == "json"]
+        return cls(
+            reader,
+            image_column="data",
+            label_column=label,
+            extra_columns=extra,
+            json_columns=json_columns,
+            **options,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -328,6 +367,8 @@ def _decoder(
     options: dict[str, Any],
     image_column: str,
     label_column: str | None,
+    extra_columns: tuple[str, ...],
+    json_columns: tuple[str, ...],
     filesystem: pafs.FileSystem | None,
 ) -> ImageDecoder:
     """The decoder the image options describe (taken out of ``options``), checked."""
@@ -359,6 +400,8 @@ def _decoder(
         transform=transform,
         image_column=image_column,
         label_column=label_column,
+        extra_columns=extra_columns,
+        json_columns=json_columns,
         filesystem=filesystem,
         decode_threads=check_int("decode_threads", mine.get("decode_threads", 1), minimum=1),
         decode_device=decode_device,
@@ -368,29 +411,6 @@ def _decoder(
         max_pixels=check_int("max_pixels", max_pixels, minimum=1, none="None for no limit"),
         reduced_decode=check_bool("reduced_decode", mine.get("reduced_decode", True)),
     )
-
-
-def _class_to_idx(
-    fs: pafs.FileSystem, base: str, class_to_idx: Mapping[str, int] | None
-) -> dict[str, int]:
-    """The classes of an ImageFolder tree: sorted subfolders, or the given mapping (whose
-    folders must exist)."""
-    folders = sorted(
-        i.base_name
-        for i in fs.get_file_info(pafs.FileSelector(base))
-        if i.type == pafs.FileType.Directory
-    )
-    if class_to_idx is None:
-        if not folders:
-            raise SourceError(
-                "no class folders: expected root/<class>/<image> like torchvision's ImageFolder",
-                path=base,
-            )
-        return {name: index for index, name in enumerate(folders)}
-    missing = sorted(set(class_to_idx) - set(folders))
-    if missing:
-        raise SourceError(f"class_to_idx names folders that do not exist: {missing}", path=base)
-    return {name: check_int(f"class_to_idx[{name!r}]", i) for name, i in class_to_idx.items()}
 
 
 def _is_bytes(kind: pa.DataType) -> bool:

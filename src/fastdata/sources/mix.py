@@ -150,6 +150,7 @@ class _Counting:
     def __init__(self, inner: Decoder, sources: int) -> None:
         self.inner = inner
         self.needs_index = inner.needs_index
+        self.varying = getattr(inner, "varying", False)
         self.counts = torch.zeros(_MAX_READERS, sources, dtype=torch.int64).share_memory_()
         self._row: tuple[int, np.ndarray] | None = None  # (pid, its row of counts as numpy)
 
@@ -172,6 +173,16 @@ class _Counting:
     def rows(self, table: pa.Table, context: Context) -> Iterator[Any]:
         self._count(table)
         return self.inner.rows(table, context)
+
+    def items(
+        self, tables: Iterator[pa.Table], context: Context, offset: int
+    ) -> Iterator[tuple[Any, tuple[int, int]]]:
+        """A varying decoder's items, the rows of each table counted as it is taken."""
+        return self.inner.items(map(self._counted, tables), context, offset)  # type: ignore[attr-defined]
+
+    def _counted(self, table: pa.Table) -> pa.Table:
+        self._count(table)
+        return table
 
 
 class MixedStream(PlannedStream):

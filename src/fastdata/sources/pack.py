@@ -107,6 +107,7 @@ class Packer:
     each batch (see :meth:`items`); the options are :func:`pack`'s."""
 
     needs_index = False
+    varying = True
 
     def __init__(
         self,

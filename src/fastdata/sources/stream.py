@@ -81,8 +81,8 @@ class PlannedStream(IterableDataset):
         self._continues_from: int | None = None  # epoch of a loaded end-of-epoch state
         self._consumed = 0
         self._pools = ThreadPools()
-        # A decoder taking a varying number of rows per item (packing) reports its position.
-        self._cursors = Cursors() if hasattr(self.decoder, "items") else None
+        # A decoder taking a varying number of rows per item reports its position.
+        self._cursors = Cursors() if getattr(self.decoder, "varying", False) else None
 
     # ----------------------------------------------------------------- units
     def _view(self, epoch: int | None = None) -> tuple[Reader, tuple[int, ...], np.ndarray]:
@@ -324,8 +324,8 @@ class PlannedStream(IterableDataset):
 
     @property
     def varying(self) -> bool:
-        """Whether items take a varying number of rows (a decoder with ``items``, as packing):
-        then the loader asks :meth:`cursor_state` where each reader is."""
+        """Whether items take a varying number of rows (the decoder's ``varying``: packing,
+        skipping images): then the loader asks :meth:`cursor_state` where each reader is."""
         return self._cursors is not None
 
     def begin_iteration(self, num_readers: int) -> None:
@@ -385,7 +385,7 @@ class PlannedStream(IterableDataset):
         epoch = self.epoch
         reader, _, offsets = self._view(epoch)
         locate = functools.partial(self.location, epoch=epoch)
-        context = Context(epoch, self._policy.seed, locate, self._times)
+        context = Context(epoch, self._policy.seed, locate, self._times, self.batch_size)
         index = offsets if self.decoder.needs_index else None
         pool = self._pools.get("read", self.read_ahead) if self.read_ahead else None
         tables = read_segments(reader, segments, pool, self.read_ahead, index, self._times)

@@ -32,7 +32,14 @@ from fastdata.errors import SourceError
 from fastdata.sources._files import Listing, digest, paths_digest
 from fastdata.sources.readers.files import IMG_EXTENSIONS
 
-__all__ = ["IMAGE_SUFFIXES", "LABEL_SUFFIXES", "TarSample", "TarShards", "index_shard"]
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "LABEL_SUFFIXES",
+    "TEXT_SUFFIXES",
+    "TarSample",
+    "TarShards",
+    "index_shard",
+]
 
 log = logging.getLogger("fastdata")
 
@@ -43,6 +50,8 @@ IMAGE_SUFFIXES = tuple(ext[1:] for ext in IMG_EXTENSIONS)
 """Image members of a sample, in order of preference (the image folders' endings)."""
 LABEL_SUFFIXES = ("cls", "json")
 """Label members, in order of preference: ``.cls`` (ASCII decimal) or ``.json``."""
+TEXT_SUFFIXES = ("txt", "text", "caption", "json")
+"""Other members read as UTF-8 text (a column of strings); any other suffix is bytes."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +65,13 @@ class Member:
 
 @dataclass(frozen=True)
 class TarSample:
-    """One sample of a shard: its image member and, if present, its label member."""
+    """One sample of a shard: its image member, its label member if any, and the other
+    members asked for (by suffix, in the order asked)."""
 
     key: str
     image: Member
     label: Member | None
+    extras: tuple[Member, ...] = ()
 
 
 def split_key(name: str) -> tuple[str, str]:
@@ -85,13 +96,16 @@ def index_shard(
     size: int | None = None,
     image_suffixes: Sequence[str] = IMAGE_SUFFIXES,
     label_suffixes: Sequence[str] = LABEL_SUFFIXES,
+    extra_suffixes: Sequence[str] = (),
 ) -> ShardIndex:
     """The samples of one shard, in order, from its member headers (data is seeked over).
     A sample's image and label are its first members with a suffix in ``image_suffixes``
-    and ``label_suffixes`` (empty: no labels). ``size`` is the shard's size in bytes.
+    and ``label_suffixes`` (empty: no labels); ``extra_suffixes`` are members every sample
+    must also have. ``size`` is the shard's size in bytes.
 
     Raises:
-        SourceError: the shard is not a readable tar, or a sample has no image member.
+        SourceError: the shard is not a readable tar, or a sample has no image member or
+            lacks one of ``extra_suffixes``.
     """
     samples: list[TarSample] = []
     key: str | None = None
@@ -110,7 +124,15 @@ def index_shard(
                 member=next(iter(members.values())).name,
             )
         label = next((members[s] for s in label_suffixes if s in members), None)
-        samples.append(TarSample(key, image, label))
+        missing = [s for s in extra_suffixes if s not in members]
+        if missing:
+            raise SourceError(
+                f"sample {key!r} has no .{missing[0]} member (found: "
+                f"{', '.join(sorted(members))}); every sample needs the members= asked for",
+                path=path,
+                member=image.name,
+            )
+        samples.append(TarSample(key, image, label, tuple(members[s] for s in extra_suffixes)))
 
     try:
         with fs.open_input_file(path) as raw:
@@ -150,21 +172,53 @@ def index_shard(
 
 
 def read_samples(
-    fs: pafs.FileSystem, path: str, samples: list[TarSample], *, label_field: str = "label"
+    fs: pafs.FileSystem,
+    path: str,
+    samples: list[TarSample],
+    *,
+    label_field: str = "label",
+    extra_suffixes: Sequence[str] = (),
 ) -> pa.Table:
-    """The image bytes and labels of ``samples`` (consecutive samples of one shard); see
+    """The image bytes and labels of ``samples`` (consecutive samples of one shard), and a
+    column per extra member suffix (text for :data:`TEXT_SUFFIXES`, else bytes); see
     :func:`parse_label` for the label members."""
     data: list[bytes] = []
     labels: list[int | None] = []
+    extras: list[list[bytes]] = [[] for _ in extra_suffixes]
     with fs.open_input_file(path) as f:
         for sample in samples:
             data.append(_read(f, sample.image, path))
+            for column, member in zip(extras, sample.extras, strict=True):
+                column.append(_read(f, member, path))
             if sample.label is None:
                 labels.append(None)
                 continue
             text = _read(f, sample.label, path)
             labels.append(parse_label(text, sample.label.name, path, label_field))
-    return pa.table({"data": pa.array(data, pa.binary()), "label": pa.array(labels, pa.int64())})
+    columns = {"data": pa.array(data, pa.binary()), "label": pa.array(labels, pa.int64())}
+    for position, (suffix, values) in enumerate(zip(extra_suffixes, extras, strict=True)):
+        members = [sample.extras[position] for sample in samples]
+        columns[suffix] = _member_column(suffix, values, members, path)
+    return pa.table(columns)
+
+
+def _member_column(suffix: str, values: list[bytes], members: list[Member], path: str) -> pa.Array:
+    """Members' bytes as a column: strings for :data:`TEXT_SUFFIXES`, else binary.
+
+    Raises:
+        SourceError: a text member that is not UTF-8, naming it.
+    """
+    if suffix not in TEXT_SUFFIXES:
+        return pa.array(values, pa.binary())
+    texts = []
+    for value, member in zip(values, members, strict=True):
+        try:
+            texts.append(value.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise SourceError(
+                f"the member is not UTF-8 text ({exc})", path=path, member=member.name
+            ) from None
+    return pa.array(texts, pa.string())
 
 
 def parse_label(text: bytes, member: str, path: str, label_field: str = "label") -> int:
@@ -229,11 +283,13 @@ def _read(f: Any, member: Member, path: str) -> bytes:
 
 class TarShards:
     """WebDataset tar shards as a :class:`fastdata.sources.Reader`: columns ``data`` (the
-    image member's bytes) and ``label`` (when the samples have label members).
+    image member's bytes), ``label`` (when the samples have label members) and one per
+    ``extra_suffixes`` member (see :func:`read_samples`).
 
     Args:
         listing: the shards (:func:`fastdata.sources._files.resolve_files`).
         image_suffixes / label_suffixes: which members are a sample's image and label.
+        extra_suffixes: other members every sample has and the reader reads, as columns.
         label_field: the key of a JSON label member's integer label.
         on_error: ``"raise"`` refuses a truncated shard; ``"skip"`` reads what precedes the
             cut and counts the shard in :attr:`skipped` (see the module docstring).
@@ -246,10 +302,12 @@ class TarShards:
         image_suffixes: Sequence[str] = IMAGE_SUFFIXES,
         label_suffixes: Sequence[str] = LABEL_SUFFIXES,
         label_field: str = "label",
+        extra_suffixes: Sequence[str] = (),
         on_error: str = "raise",
     ) -> None:
         self.fs, self.shards, self.sizes = listing
         self.label_field = label_field
+        self.extra_suffixes = tuple(extra_suffixes)
 
         def index(shard: tuple[str, int]) -> ShardIndex:
             return index_shard(
@@ -258,6 +316,7 @@ class TarShards:
                 size=shard[1],
                 image_suffixes=image_suffixes,
                 label_suffixes=label_suffixes,
+                extra_suffixes=self.extra_suffixes,
             )
 
         with ThreadPoolExecutor(_INDEX_THREADS) as pool:
@@ -292,14 +351,24 @@ class TarShards:
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
         samples = self.index[unit][start:stop]
-        table = read_samples(self.fs, self.shards[unit], samples, label_field=self.label_field)
+        table = read_samples(
+            self.fs,
+            self.shards[unit],
+            samples,
+            label_field=self.label_field,
+            extra_suffixes=self.extra_suffixes,
+        )
         return table if self.labelled else table.drop_columns(["label"])
 
     def location(self, unit: int, row: int) -> dict[str, Any]:
         return {"path": self.shards[unit], "member": self.index[unit][row].image.name}
 
     def identity(self) -> dict[str, Any]:
-        members = [[s.image.name, s.image.size] for samples in self.index for s in samples]
+        members = [
+            [s.image.name, s.image.size, *[[m.name, m.size] for m in s.extras]]
+            for samples in self.index
+            for s in samples
+        ]
         return {
             "shards": len(self.shards),
             "paths": paths_digest(self.shards),

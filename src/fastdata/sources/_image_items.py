@@ -1,0 +1,71 @@
+"""What an image stream's items look like: an image (or a batch of them) with its label and
+the other columns of its sample.
+
+Without other columns an item is ``image`` or ``(image, label)`` (a batch: ``(images,
+labels)``, labels an int64 tensor); with them (``ImageStream.from_parquet(columns=...)``,
+``from_tar(members=...)``) it is a dict ``{"image", "label", *columns}`` whose other values
+are those :class:`~fastdata.sources.ArrowDecoder` gives for the columns (tensors,
+:class:`fastdata.Ragged`, lists of str), JSON text parsed where asked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fastdata.ragged import Ragged
+
+__all__ = ["ItemColumns", "chw", "image_item", "stack"]
+
+
+@dataclass(frozen=True)
+class ItemColumns:
+    """The columns of an item besides the image."""
+
+    label: str | None
+    extras: tuple[str, ...] = ()
+    json: frozenset[str] = frozenset()
+
+    @property
+    def others(self) -> list[str]:
+        """The label column (if any), then the extra ones."""
+        return ([] if self.label is None else [self.label]) + list(self.extras)
+
+
+def image_item(images: Any, others: Any, columns: ItemColumns) -> Any:
+    """An item of ``images`` (one, or a batch) and the other columns' values: a batch's
+    ``{column: values}``, or one row's ``{column: value}``."""
+    label = None if columns.label is None else others[columns.label]
+    if isinstance(label, list | torch.Tensor):  # a batch's labels, as int64 always
+        label = torch.as_tensor(label, dtype=torch.int64)
+    elif label is not None:  # a row's, a Python int (not a numpy scalar)
+        label = int(label)
+    if not columns.extras:
+        return images if label is None else (images, label)
+    item = {"image": images} if label is None else {"image": images, "label": label}
+    for column in columns.extras:
+        value = others[column]
+        if column in columns.json:  # a batch's texts come as a Ragged of UTF-8
+            texts = value.tolist() if isinstance(value, Ragged) else value
+            value = [_json(v) for v in texts] if isinstance(texts, list) else _json(texts)
+        item[column] = value
+    return item
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def chw(image: np.ndarray) -> torch.Tensor:
+    """A ``(C, H, W)`` view of a decoded HWC (or HW) array."""
+    return torch.from_numpy(image[:, :, None] if image.ndim == 2 else image).permute(2, 0, 1)
+
+
+def stack(images: list[torch.Tensor]) -> torch.Tensor:
+    """Same-size images as one ``(N, C, H, W)`` batch, stacked as NHWC (one contiguous copy)
+    and returned channels-last, like the images."""
+    return torch.stack([img.permute(1, 2, 0) for img in images]).permute(0, 3, 1, 2)

@@ -1,0 +1,199 @@
+"""Multimodal samples: an image with its caption, tokens and metadata, from Parquet columns
+and from tar members, batched in the stream's own types, exactly once and resumable."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import warnings
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import fastdata as fd
+from fastdata import DataLoader, ImageStream, Ragged, SourceError
+
+from resume_helper import check_resume
+
+N = 23
+
+
+def _png(i: int) -> bytes:
+    """A 12x16 image whose pixels say ``i``."""
+    return cv2.imencode(".png", np.full((12, 16, 3), i, np.uint8))[1].tobytes()
+
+
+def _sample(i: int) -> dict:
+    return {
+        "caption": f"a photo number {i} é",
+        "meta": {"id": i, "tags": ["x"] * (i % 3)},
+        "tokens": list(range(i % 5 + 1)),
+    }
+
+
+def write_tars(root: Path, shards: int = 3, broken: frozenset[int] = frozenset()) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for shard in range(shards):
+        with tarfile.open(root / f"shard-{shard}.tar", "w") as tar:
+            for i in range(shard, N, shards):
+                sample = _sample(i)
+                members = {
+                    "jpg": b"broken" if i in broken else _png(i),
+                    "cls": str(i % 4).encode(),
+                    "txt": sample["caption"].encode(),
+                    "json": json.dumps(sample["meta"]).encode(),
+                }
+                for suffix, data in members.items():
+                    info = tarfile.TarInfo(f"s{i:05d}.{suffix}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return root
+
+
+def write_parquet(root: Path, broken: frozenset[int] = frozenset()) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    samples = [_sample(i) for i in range(N)]
+    table = pa.table(
+        {
+            "image": [b"broken" if i in broken else _png(i) for i in range(N)],
+            "label": pa.array([i % 4 for i in range(N)], pa.int32()),
+            "caption": [s["caption"] for s in samples],
+            "tokens": pa.array([s["tokens"] for s in samples], pa.list_(pa.int32())),
+            "unused": list(range(N)),
+        }
+    )
+    pq.write_table(table, root / "part-0.parquet", row_group_size=5)
+    return root
+
+
+def tar_stream(root: Path, **options) -> ImageStream:
+    return ImageStream.from_tar(root, members=["txt", "json"], **options)
+
+
+def parquet_stream(root: Path, **options) -> ImageStream:
+    return ImageStream.from_parquet(root, columns=["caption", "tokens"], **options)
+
+
+def ids(item: dict) -> list[int]:
+    """The sample numbers of a batch, read off its pixels."""
+    return item["image"][:, 0, 0, 0].tolist()
+
+
+def test_tar_batches_carry_caption_and_parsed_json(tmp_path: Path) -> None:
+    stream = tar_stream(write_tars(tmp_path / "tar"), batch_size=4)
+    seen = []
+    for batch in stream:
+        assert set(batch) == {"image", "label", "txt", "json"}
+        assert batch["image"].dtype == torch.uint8 and batch["label"].dtype == torch.int64
+        for k, i in enumerate(ids(batch)):
+            assert batch["txt"].tolist()[k] == _sample(i)["caption"]
+            assert batch["json"][k] == _sample(i)["meta"]
+            assert batch["label"][k] == i % 4
+        seen += ids(batch)
+    assert sorted(seen) == list(range(N))
+
+
+def test_parquet_batches_carry_text_and_ragged_tokens(tmp_path: Path) -> None:
+    stream = parquet_stream(write_parquet(tmp_path / "pq"), batch_size=4, shuffle=True)
+    seen = []
+    for batch in stream:
+        assert set(batch) == {"image", "label", "caption", "tokens"}
+        assert isinstance(batch["tokens"], Ragged) and batch["label"].dtype == torch.int64
+        for k, i in enumerate(ids(batch)):
+            assert batch["caption"].tolist()[k] == _sample(i)["caption"]
+            assert batch["tokens"][k].tolist() == _sample(i)["tokens"]
+        seen += ids(batch)
+    assert sorted(seen) == list(range(N))
+
+
+@pytest.mark.parametrize("kind", ["tar", "parquet"])
+def test_rows_carry_the_sample_values(tmp_path: Path, kind: str) -> None:
+    if kind == "tar":
+        rows = list(tar_stream(write_tars(tmp_path / "tar")))
+        key, expected = "json", lambda i: _sample(i)["meta"]
+    else:
+        rows = list(parquet_stream(write_parquet(tmp_path / "pq")))
+        key, expected = "caption", lambda i: _sample(i)["caption"]
+    assert len(rows) == N
+    for row in rows:
+        i = int(row["image"][0, 0, 0])
+        assert row[key] == expected(i) and row["label"] == i % 4 and isinstance(row["label"], int)
+
+
+@pytest.mark.parametrize("kind", ["tar", "parquet"])
+def test_skipped_images_drop_their_text_too(tmp_path: Path, kind: str) -> None:
+    broken = frozenset({1, 2, 9})
+    if kind == "tar":
+        stream = tar_stream(
+            write_tars(tmp_path / "t", broken=broken), batch_size=4, on_error="skip"
+        )
+        text = "txt"
+    else:
+        root = write_parquet(tmp_path / "p", broken=broken)
+        stream = parquet_stream(root, batch_size=4, on_error="skip")
+        text = "caption"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = list(stream)
+    assert [len(b["label"]) for b in batches] == [4, 4, 4, 4, 4]
+    for batch in batches:
+        assert [_sample(i)["caption"] for i in ids(batch)] == batch[text].tolist()
+    assert sorted(i for b in batches for i in ids(b)) == sorted(set(range(N)) - broken)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_multimodal_resume_is_exact(tmp_path: Path, num_workers: int) -> None:
+    root = write_tars(tmp_path / "tar", broken=frozenset({4}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_resume(
+            lambda: DataLoader(
+                tar_stream(root, batch_size=3, shuffle=True, on_error="skip"),
+                batch_size=None,
+                num_workers=num_workers,
+            ),
+            key=lambda batch: list(zip(ids(batch), batch["txt"].tolist(), strict=True)),
+        )
+
+
+def test_through_workers_with_the_collate_of_ragged_columns(tmp_path: Path) -> None:
+    stream = parquet_stream(write_parquet(tmp_path / "pq"), batch_size=5)
+    loader = DataLoader(stream, batch_size=None, num_workers=2)
+    batches = list(loader)
+    assert sorted(i for b in batches for i in ids(b)) == list(range(N))
+    padded = fd.pad_collate(batches[0])  # the tokens padded, the other columns as they are
+    lengths = [len(_sample(i)["tokens"]) for i in ids(batches[0])]
+    assert padded["tokens_lengths"].tolist() == lengths
+    assert padded["tokens"].shape == (5, max(lengths))
+    assert padded["image"] is batches[0]["image"]
+
+
+def test_a_sample_missing_a_member_is_named(tmp_path: Path) -> None:
+    root = tmp_path / "tar"
+    root.mkdir()
+    with tarfile.open(root / "shard.tar", "w") as tar:
+        for name, data in [("a.jpg", _png(1)), ("a.txt", b"one"), ("b.jpg", _png(2))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(SourceError, match=r"sample 'b' has no \.txt member") as err:
+        ImageStream.from_tar(root, members=["txt"])
+    assert err.value.member == "b.jpg" and err.value.path.endswith("shard.tar")
+
+
+def test_extra_columns_are_checked(tmp_path: Path) -> None:
+    root = write_parquet(tmp_path / "pq")
+    with pytest.raises(TypeError, match=r"columns=\['caption'\]"):
+        ImageStream.from_parquet(root, columns="caption")
+    with pytest.raises(ValueError, match="is the image or the label"):
+        ImageStream.from_parquet(root, columns=["label"])
+    with pytest.raises(SourceError, match="nope"):
+        ImageStream.from_parquet(root, columns=["nope"])
+    with pytest.raises(ValueError, match="reserved"):
+        ImageStream.from_tar(write_tars(tmp_path / "tar"), members=["jpg"])
