@@ -35,8 +35,8 @@ class Padded(NamedTuple):
 
 # Up to this many elements per item on average, padding scatters the concatenated items
 # through the mask (one vectorized copy, no per-item overhead); above it, one slice copy per
-# item is faster. Measured on one CPU thread with 1-D and L x 16 items of 64 to 16k elements:
-# the scatter is ~2x faster up to ~1k elements, the copies ~1.5x faster from ~4k.
+# item is faster. The crossover was measured on one CPU thread (docs/benchmarks.md,
+# "Measurements behind implementation choices").
 _SCATTER_MAX_MEAN_NUMEL = 2048
 
 

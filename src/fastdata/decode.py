@@ -305,9 +305,10 @@ def decode_for(
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
     (libjpeg's DCT scaling and area resizing differ slightly, and the box edges are rounded
-    to the reduced grid, within half a reduced pixel; about 40 dB PSNR on photos). Should the
-    header disagree with the decoder on the image's size, the image is decoded in full and
-    the geometry drawn on it, from the same random state, as the plain path does.
+    to the reduced grid, within half a reduced pixel; docs/guides/images.md gives the PSNR
+    measured on photo-like images). Should the header disagree with the decoder on the
+    image's size, the image is decoded in full and the geometry drawn on it, from the same
+    random state, as the plain path does.
     ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.
 
     Returns:
@@ -376,8 +377,8 @@ def decode_many(
 
     Args:
         items: encoded images.
-        threads: decode threads; 1 decodes in the calling thread. A pool is started per
-            call (about 1 ms: small against a batch of decodes at 1-3 ms each).
+        threads: decode threads; 1 decodes in the calling thread. A pool is started and
+            shut down per call.
         sources: each item's name for error messages; default ``"item <i>"``.
         transform: applied to each image in its thread; each JPEG is decoded at the
             resolution its geometry allows (see :func:`decode_for`).
