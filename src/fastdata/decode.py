@@ -51,6 +51,7 @@ from fastdata._transforms import (
     resized_center_crop,
     sample_rng,
 )
+from fastdata._validate import check_int
 from fastdata.errors import DecodeError
 
 __all__ = [
@@ -368,7 +369,9 @@ def decode_many(
 
     ``cv2.imdecode`` and ``cv2.resize`` release the GIL, so the threads run in parallel
     inside one process (one DataLoader worker, or the main process). The output equals
-    ``[transform(decode_image(x), rng) for x, rng in zip(items, rngs)]``.
+    ``[transform.apply(*decode_for(x, transform, rng)) for x, rng in zip(items, rngs)]``
+    with a ``transform`` (each JPEG decoded at the resolution its box allows), and
+    ``[decode_image(x, size=size) for x in items]`` without one.
 
     Threads and OpenCV: this function does not change OpenCV's own thread count, which is
     process-wide. When a pool decodes, call :func:`limit_opencv_threads` once per process
@@ -391,8 +394,7 @@ def decode_many(
     Raises:
         DecodeError: for the first item (in order) that fails, naming its source.
     """
-    if threads < 1:
-        raise ValueError(f"threads={threads!r}: expected at least 1")
+    threads = check_int("threads", threads, minimum=1)
     if size is not None and transform is not None:
         raise ValueError(
             "pass size= or transform=, not both: with a transform, each sample's geometry "
@@ -428,8 +430,7 @@ def limit_opencv_threads(n: int) -> int:
     ``limit_opencv_threads(1)``. The setting is process-wide, hence not changed implicitly
     by :func:`decode_many`.
     """
-    if n < 1:
-        raise ValueError(f"n={n!r}: expected at least 1 thread")
+    n = check_int("n", n, minimum=1)
     previous = cv2.getNumThreads()
     cv2.setNumThreads(n)
     return previous
