@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fastdata._validate import is_int
+
 
 class Padded(NamedTuple):
     """A padded field that has no mapping to hold its lengths and mask as sibling keys.
@@ -190,7 +192,7 @@ def check_multiples(
     """Validate ``pad_to_multiple_of``: None, a positive int, or one of those per dim."""
     entries: list[Any] = list(value) if isinstance(value, Sequence) else [value]
     for m in entries:
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+        if m is not None and (not is_int(m) or m < 1):
             raise ValueError(
                 f"pad_to_multiple_of={value!r}: expected a positive int (e.g. 8), "
                 "a sequence of positive ints or None (one per dim), or None"

@@ -23,6 +23,7 @@ from torch import nn
 
 from fastdata._normalize_cpu import normalize_on_this_thread
 from fastdata._tree import KeyPath, map_tensors
+from fastdata._validate import check_int
 
 __all__ = ["IMAGENET", "DeviceNormalize", "DevicePrefetcher", "MeanStd", "to_device"]
 
@@ -229,8 +230,7 @@ class DevicePrefetcher(Generic[B]):
                 f"device={device!r}, but CUDA is not available here; pass "
                 "device='cuda' if torch.cuda.is_available() else 'cpu'"
             )
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch={prefetch!r}: expected an integer >= 0")
+        check_int("prefetch", prefetch, minimum=0)
         if keys is not None and normalize is None:
             raise ValueError(f"keys={keys!r} chooses the tensors to normalize; pass normalize= too")
         self.normalize: Callable[[torch.Tensor], torch.Tensor] | None = (
