@@ -161,47 +161,42 @@ def test_jpeg_check(benchmark: Any, small_jpegs: list[bytes]) -> None:
     assert all(verdict is True for verdict in verdicts)
 
 
-@pytest.mark.benchmark(group="decode-reduced")
-def test_decode_reduced_fastdata(benchmark: Any, large_jpegs: list[bytes]) -> None:
-    def run() -> list[np.ndarray]:
-        return [CENTER_224(decode_image(b, size=CENTER_224.decode_size)) for b in large_jpegs]
+# A 224 centre crop, decoded at the reduction its size allows or in full.
+REDUCED: dict[str, Callable[[int, bytes], np.ndarray]] = {
+    "fastdata": lambda i, data: CENTER_224(decode_image(data, size=CENTER_224.decode_size)),
+    "baseline:full-decode": lambda i, data: CENTER_224(decode_image(data)),
+}
+# A 224 random-resized crop, each decoded at the reduction its box allows, or in full.
+REDUCED_CROP: dict[str, Callable[[int, bytes], np.ndarray]] = {
+    "fastdata": lambda i, data: RRC_224.apply(*decode_for(data, RRC_224, sample_rng(0, 0, i))),
+    "baseline:full-decode": lambda i, data: RRC_224(decode_image(data), sample_rng(0, 0, i)),
+}
 
-    out = measure(benchmark, run, role="fastdata", items=len(large_jpegs))
+
+def measure_large(
+    benchmark: Any, large_jpegs: list[bytes], role: str, sample: Callable[[int, bytes], np.ndarray]
+) -> None:
+    """Time ``sample(i, data)`` over the large JPEGs, as ``role``."""
+    out = measure(
+        benchmark,
+        lambda: [sample(i, data) for i, data in enumerate(large_jpegs)],
+        role=role,
+        items=len(large_jpegs),
+    )
     assert out[0].shape == (224, 224, 3)
     benchmark.extra_info["data"] = describe_images(large_jpegs)
 
 
 @pytest.mark.benchmark(group="decode-reduced")
-def test_decode_reduced_full_decode(benchmark: Any, large_jpegs: list[bytes]) -> None:
-    def run() -> list[np.ndarray]:
-        return [CENTER_224(decode_image(b)) for b in large_jpegs]
-
-    out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
-    assert out[0].shape == (224, 224, 3)
-    benchmark.extra_info["data"] = describe_images(large_jpegs)
+@pytest.mark.parametrize("role", list(REDUCED))
+def test_decode_reduced(benchmark: Any, large_jpegs: list[bytes], role: str) -> None:
+    measure_large(benchmark, large_jpegs, role, REDUCED[role])
 
 
 @pytest.mark.benchmark(group="decode-reduced-crop")
-def test_decode_reduced_crop_fastdata(benchmark: Any, large_jpegs: list[bytes]) -> None:
-    def run() -> list[np.ndarray]:
-        return [
-            RRC_224.apply(*decode_for(data, RRC_224, sample_rng(0, 0, i)))
-            for i, data in enumerate(large_jpegs)
-        ]
-
-    out = measure(benchmark, run, role="fastdata", items=len(large_jpegs))
-    assert out[0].shape == (224, 224, 3)
-    benchmark.extra_info["data"] = describe_images(large_jpegs)
-
-
-@pytest.mark.benchmark(group="decode-reduced-crop")
-def test_decode_reduced_crop_full_decode(benchmark: Any, large_jpegs: list[bytes]) -> None:
-    def run() -> list[np.ndarray]:
-        return [RRC_224(decode_image(b), sample_rng(0, 0, i)) for i, b in enumerate(large_jpegs)]
-
-    out = measure(benchmark, run, role="baseline:full-decode", items=len(large_jpegs))
-    assert out[0].shape == (224, 224, 3)
-    benchmark.extra_info["data"] = describe_images(large_jpegs)
+@pytest.mark.parametrize("role", list(REDUCED_CROP))
+def test_decode_reduced_crop(benchmark: Any, large_jpegs: list[bytes], role: str) -> None:
+    measure_large(benchmark, large_jpegs, role, REDUCED_CROP[role])
 
 
 @pytest.mark.benchmark(group="decode-region")

@@ -91,6 +91,11 @@ def cpu_float_batch(images: list[np.ndarray]) -> torch.Tensor:
     return collate_uint8(images).float().div_(255).sub_(mean).div_(std)
 
 
+def measure_batch(benchmark: Any, fn: Callable[[], torch.Tensor], role: str) -> torch.Tensor:
+    """Time ``fn``, which handles one batch of images, as ``role``."""
+    return measure(benchmark, fn, role=role, items=BATCH, unit="images", rounds=ROUNDS)
+
+
 def record_bytes(benchmark: Any, batch: torch.Tensor) -> None:
     benchmark.extra_info["h2d_bytes"] = batch.nbytes
     benchmark.extra_info["device"] = str(DEVICE)
@@ -99,13 +104,10 @@ def record_bytes(benchmark: Any, batch: torch.Tensor) -> None:
 @pytest.mark.benchmark(group="device-normalize")
 def test_fastdata_device_normalize(benchmark: Any, images: list[np.ndarray]) -> None:
     normalize = DeviceNormalize(*IMAGENET)
-    out = measure(
+    out = measure_batch(
         benchmark,
         finished(lambda: normalize(collate_uint8(images).to(DEVICE, non_blocking=True))),
-        role="fastdata",
-        items=BATCH,
-        unit="images",
-        rounds=ROUNDS,
+        "fastdata",
     )
     sent = collate_uint8(images)
     assert out.shape == sent.shape
@@ -113,53 +115,29 @@ def test_fastdata_device_normalize(benchmark: Any, images: list[np.ndarray]) -> 
     record_bytes(benchmark, sent)
 
 
-@pytest.mark.benchmark(group="device-normalize")
-def test_baseline_totensor_normalize(benchmark: Any, images: list[np.ndarray]) -> None:
-    out = measure(
-        benchmark,
-        finished(lambda: totensor_normalize(images).to(DEVICE, non_blocking=True)),
-        role="baseline:totensor-normalize",
-        items=BATCH,
-        unit="images",
-        rounds=ROUNDS,
-    )
-    record_bytes(benchmark, out)
+FLOAT_RECIPES = {
+    "baseline:totensor-normalize": totensor_normalize,
+    "baseline:cpu-float-batch": cpu_float_batch,
+}
 
 
 @pytest.mark.benchmark(group="device-normalize")
-def test_baseline_cpu_float_batch(benchmark: Any, images: list[np.ndarray]) -> None:
-    out = measure(
-        benchmark,
-        finished(lambda: cpu_float_batch(images).to(DEVICE, non_blocking=True)),
-        role="baseline:cpu-float-batch",
-        items=BATCH,
-        unit="images",
-        rounds=ROUNDS,
+@pytest.mark.parametrize("role", list(FLOAT_RECIPES))
+def test_baseline_device_normalize(benchmark: Any, images: list[np.ndarray], role: str) -> None:
+    recipe = FLOAT_RECIPES[role]
+    out = measure_batch(
+        benchmark, finished(lambda: recipe(images).to(DEVICE, non_blocking=True)), role
     )
     record_bytes(benchmark, out)
 
 
-@pytest.mark.benchmark(group="loader-cpu-time")
-def test_fastdata_loader_cpu_time(benchmark: Any, images: list[np.ndarray]) -> None:
-    out = measure(
-        benchmark,
-        lambda: collate_uint8(images),
-        role="fastdata",
-        items=BATCH,
-        unit="images",
-        rounds=ROUNDS,
-    )
-    record_bytes(benchmark, out)
+# What the loader process does per batch: fastdata only stacks uint8; the recipe normalizes.
+LOADER_SIDES = {"fastdata": collate_uint8, "baseline:totensor-normalize": totensor_normalize}
 
 
 @pytest.mark.benchmark(group="loader-cpu-time")
-def test_baseline_loader_cpu_time(benchmark: Any, images: list[np.ndarray]) -> None:
-    out = measure(
-        benchmark,
-        lambda: totensor_normalize(images),
-        role="baseline:totensor-normalize",
-        items=BATCH,
-        unit="images",
-        rounds=ROUNDS,
-    )
+@pytest.mark.parametrize("role", list(LOADER_SIDES))
+def test_loader_cpu_time(benchmark: Any, images: list[np.ndarray], role: str) -> None:
+    batch_of = LOADER_SIDES[role]
+    out = measure_batch(benchmark, lambda: batch_of(images), role)
     record_bytes(benchmark, out)

@@ -203,45 +203,32 @@ def first_batch_after_resume(root: Path, fraction: float, *, elastic: bool = Fal
     return time.perf_counter() - start
 
 
-@pytest.mark.benchmark(group="parquet-resume")
-def test_resume_late(benchmark, data: Path) -> None:
-    measure(
-        benchmark,
-        lambda: first_batch_after_resume(data, 0.9),
-        role="fastdata",
-        items=1,
-        unit="resumes",
-    )
+# How far into the epoch each side resumes: the ratio is what a late resume costs over an
+# early one.
+RESUME_AT = {"fastdata": 0.9, "baseline:resume-at-10pct": 0.1}
 
 
 @pytest.mark.benchmark(group="parquet-resume")
-def test_resume_early(benchmark, data: Path) -> None:
+@pytest.mark.parametrize("role", list(RESUME_AT))
+def test_resume(benchmark, data: Path, role: str) -> None:
+    fraction = RESUME_AT[role]
     measure(
         benchmark,
-        lambda: first_batch_after_resume(data, 0.1),
-        role="baseline:resume-at-10pct",
+        lambda: first_batch_after_resume(data, fraction),
+        role=role,
         items=1,
         unit="resumes",
     )
 
 
 @pytest.mark.benchmark(group="parquet-resume-elastic")
-def test_elastic_resume_late(benchmark, data: Path) -> None:
+@pytest.mark.parametrize("role", list(RESUME_AT))
+def test_elastic_resume(benchmark, data: Path, role: str) -> None:
+    fraction = RESUME_AT[role]
     measure(
         benchmark,
-        lambda: first_batch_after_resume(data, 0.9, elastic=True),
-        role="fastdata",
-        items=1,
-        unit="resumes",
-    )
-
-
-@pytest.mark.benchmark(group="parquet-resume-elastic")
-def test_elastic_resume_early(benchmark, data: Path) -> None:
-    measure(
-        benchmark,
-        lambda: first_batch_after_resume(data, 0.1, elastic=True),
-        role="baseline:resume-at-10pct",
+        lambda: first_batch_after_resume(data, fraction, elastic=True),
+        role=role,
         items=1,
         unit="resumes",
     )

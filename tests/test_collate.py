@@ -620,8 +620,8 @@ def test_bucketing_cuts_padding_on_long_tailed_lengths(boundaries: Any) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"batch_size": 0}, "positive int"),
-        ({"batch_size": 4, "buffer_size": 3}, ">= batch_size"),
+        ({"batch_size": 0}, r"batch_size=0: expected an integer >= 1"),
+        ({"batch_size": 4, "buffer_size": 3}, r"buffer_size=3: expected an integer >= 4"),
         ({"batch_size": 4, "boundaries": "sorted"}, "None, 'auto' or a list"),
         ({"batch_size": 4, "boundaries": [8, 4]}, "strictly increasing"),
         ({"batch_size": 4, "boundaries": [0, 4]}, "positive"),

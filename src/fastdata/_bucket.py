@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import numbers
 import operator
 import random
 import sys
@@ -21,6 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice, pairwise
 from typing import Any, Literal, TypeVar
+
+from fastdata._validate import check_int, is_int
 
 __all__ = ["PaddingStats", "bucket_by_length", "padding_stats"]
 
@@ -111,17 +112,10 @@ def bucket_by_length(
             "stream of batches holding a fastdata.Ragged column (e.g. key='tokens'), not "
             f"{'both' if key is not None else 'neither'}"
         )
-    if (
-        isinstance(batch_size, bool)
-        or not isinstance(batch_size, numbers.Integral)
-        or batch_size < 1
-    ):
-        raise ValueError(f"batch_size={batch_size!r}: expected a positive int")
-    if buffer_size is not None and (not isinstance(buffer_size, int) or buffer_size < batch_size):
-        raise ValueError(
-            f"buffer_size={buffer_size!r}: expected an int >= batch_size ({batch_size}); "
-            "a buffer smaller than one batch cannot form a batch"
-        )
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    buffer_size = check_int(
+        "buffer_size", buffer_size, minimum=batch_size, none="None for the default"
+    )
     if isinstance(boundaries, str) and boundaries != "auto":
         raise ValueError(f"boundaries={boundaries!r}: expected None, 'auto' or a list of ints")
     if boundaries is None or isinstance(boundaries, str):
@@ -131,7 +125,7 @@ def bucket_by_length(
         fixed = list(boundaries)
         if (
             not fixed
-            or not all(isinstance(b, numbers.Integral) and not isinstance(b, bool) for b in fixed)
+            or not all(is_int(b) for b in fixed)
             or fixed[0] < 1
             or any(a >= b for a, b in pairwise(fixed))
         ):

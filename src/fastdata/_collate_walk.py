@@ -6,6 +6,13 @@ dict / tuple of columns holding one). The walk finds the fields to pad or nest, 
 ``keys``, hands them to the caller's leaf functions (:class:`Walk`), collates the rest, and
 puts lengths and masks next to padded fields. The public functions live in
 :mod:`fastdata.collate`.
+
+This is not :func:`fastdata._tree.map_tensors`, the walk that moves a batch to a device, and
+cannot be: that one maps each tensor of one structure to one tensor in place. Collate zips the
+same field of many samples into one value, checks the samples agree (keys, lengths, types,
+shapes) and says which ``batch[i]`` differs, turns numbers into tensors, tuples into lists
+(as ``default_collate`` does), pads whole Ragged columns rather than their tensors, and adds
+sibling ``_lengths`` / ``_mask`` keys that the samples did not have.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def image_header(data: ImageData, /, *, exif: bool = True) -> ImageHeader | None
     read as Pillow reads it: the first Exif segment before the first scan, the tag in any
     integer type, either byte order; ``exif=False`` leaves it at 1.
     """
-    buf = as_array(data).data  # a memoryview: int indexing 10x faster than the array
+    buf = as_array(data).data  # a memoryview: indexing it gives ints, cheaper than numpy's
     head = bytes(buf[:16])
     if head[:3] == b"\xff\xd8\xff":
         return _jpeg(buf, exif)

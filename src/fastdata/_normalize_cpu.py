@@ -3,10 +3,11 @@
 torch's CPU kernels split every operation over large tensors among the intra-op threads, and
 each operation ends at a barrier that waits for all of them. In the process that receives the
 batches the cores are busy (DataLoader workers decode on each of them), so a thread of that
-team waits to be scheduled at every barrier: on a loaded 2-core machine a batch of 64 images at
-224 px took 190 ms with torch's 2 threads against 24 ms on one. Here the arithmetic is numpy's,
-which runs on the calling thread, and what is left to torch (the cast to bfloat16) is cut into
-pieces below torch's grain size, which it runs on the calling thread too.
+team waits to be scheduled at every barrier, and a batch takes several times as long as on one
+thread (see "Measurements behind implementation choices" in docs/benchmarks.md). Here the
+arithmetic is numpy's, which runs on the calling thread, and what is left to torch (the cast
+to bfloat16) is cut into pieces below torch's grain size, which it runs on the calling thread
+too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 __all__ = ["normalize_on_this_thread"]
 
 # Elements per slice: 1 MiB of float32, cache-sized, so that the passes over a slice (multiply,
-# add) find it in the CPU cache; measured 1.3x faster than whole-batch passes.
+# add) find it in the CPU cache (faster than whole-batch passes: docs/benchmarks.md).
 _SLICE_ELEMENTS = 2**18
 # torch runs an operation on fewer elements than its grain size (32,768) on the calling thread.
 _SERIAL_ELEMENTS = 2**15 - 1

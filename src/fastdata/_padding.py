@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from fastdata._validate import is_int
+
 
 class Padded(NamedTuple):
     """A padded field that has no mapping to hold its lengths and mask as sibling keys.
@@ -35,8 +37,8 @@ class Padded(NamedTuple):
 
 # Up to this many elements per item on average, padding scatters the concatenated items
 # through the mask (one vectorized copy, no per-item overhead); above it, one slice copy per
-# item is faster. Measured on one CPU thread with 1-D and L x 16 items of 64 to 16k elements:
-# the scatter is ~2x faster up to ~1k elements, the copies ~1.5x faster from ~4k.
+# item is faster. The crossover was measured on one CPU thread (docs/benchmarks.md,
+# "Measurements behind implementation choices").
 _SCATTER_MAX_MEAN_NUMEL = 2048
 
 
@@ -190,7 +192,7 @@ def check_multiples(
     """Validate ``pad_to_multiple_of``: None, a positive int, or one of those per dim."""
     entries: list[Any] = list(value) if isinstance(value, Sequence) else [value]
     for m in entries:
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+        if m is not None and (not is_int(m) or m < 1):
             raise ValueError(
                 f"pad_to_multiple_of={value!r}: expected a positive int (e.g. 8), "
                 "a sequence of positive ints or None (one per dim), or None"

@@ -51,6 +51,7 @@ from fastdata._transforms import (
     resized_center_crop,
     sample_rng,
 )
+from fastdata._validate import check_int
 from fastdata.errors import DecodeError
 
 __all__ = [
@@ -305,9 +306,10 @@ def decode_for(
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
     (libjpeg's DCT scaling and area resizing differ slightly, and the box edges are rounded
-    to the reduced grid, within half a reduced pixel; about 40 dB PSNR on photos). Should the
-    header disagree with the decoder on the image's size, the image is decoded in full and
-    the geometry drawn on it, from the same random state, as the plain path does.
+    to the reduced grid, within half a reduced pixel; docs/guides/images.md gives the PSNR
+    measured on photo-like images). Should the header disagree with the decoder on the
+    image's size, the image is decoded in full and the geometry drawn on it, from the same
+    random state, as the plain path does.
     ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.
 
     Returns:
@@ -367,7 +369,9 @@ def decode_many(
 
     ``cv2.imdecode`` and ``cv2.resize`` release the GIL, so the threads run in parallel
     inside one process (one DataLoader worker, or the main process). The output equals
-    ``[transform(decode_image(x), rng) for x, rng in zip(items, rngs)]``.
+    ``[transform.apply(*decode_for(x, transform, rng)) for x, rng in zip(items, rngs)]``
+    with a ``transform`` (each JPEG decoded at the resolution its box allows), and
+    ``[decode_image(x, size=size) for x in items]`` without one.
 
     Threads and OpenCV: this function does not change OpenCV's own thread count, which is
     process-wide. When a pool decodes, call :func:`limit_opencv_threads` once per process
@@ -376,8 +380,8 @@ def decode_many(
 
     Args:
         items: encoded images.
-        threads: decode threads; 1 decodes in the calling thread. A pool is started per
-            call (about 1 ms: small against a batch of decodes at 1-3 ms each).
+        threads: decode threads; 1 decodes in the calling thread. A pool is started and
+            shut down per call.
         sources: each item's name for error messages; default ``"item <i>"``.
         transform: applied to each image in its thread; each JPEG is decoded at the
             resolution its geometry allows (see :func:`decode_for`).
@@ -390,8 +394,7 @@ def decode_many(
     Raises:
         DecodeError: for the first item (in order) that fails, naming its source.
     """
-    if threads < 1:
-        raise ValueError(f"threads={threads!r}: expected at least 1")
+    threads = check_int("threads", threads, minimum=1)
     if size is not None and transform is not None:
         raise ValueError(
             "pass size= or transform=, not both: with a transform, each sample's geometry "
@@ -427,8 +430,7 @@ def limit_opencv_threads(n: int) -> int:
     ``limit_opencv_threads(1)``. The setting is process-wide, hence not changed implicitly
     by :func:`decode_many`.
     """
-    if n < 1:
-        raise ValueError(f"n={n!r}: expected at least 1 thread")
+    n = check_int("n", n, minimum=1)
     previous = cv2.getNumThreads()
     cv2.setNumThreads(n)
     return previous

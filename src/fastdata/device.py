@@ -13,32 +13,22 @@ is testable without a GPU.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import deque
-from collections.abc import (
-    Callable,
-    Collection,
-    Iterable,
-    Iterator,
-    Mapping,
-    MutableMapping,
-    Sequence,
-    Sized,
-)
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence, Sized
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import torch
 from torch import nn
 
 from fastdata._normalize_cpu import normalize_on_this_thread
-from fastdata.ragged import Ragged
+from fastdata._tree import KeyPath, map_tensors
+from fastdata._validate import check_int
 
 __all__ = ["IMAGENET", "DeviceNormalize", "DevicePrefetcher", "MeanStd", "to_device"]
 
 B = TypeVar("B")
 T = TypeVar("T")
-KeyPath = tuple[Any, ...]
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -240,8 +230,7 @@ class DevicePrefetcher(Generic[B]):
                 f"device={device!r}, but CUDA is not available here; pass "
                 "device='cuda' if torch.cuda.is_available() else 'cpu'"
             )
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch={prefetch!r}: expected an integer >= 0")
+        check_int("prefetch", prefetch, minimum=0)
         if keys is not None and normalize is None:
             raise ValueError(f"keys={keys!r} chooses the tensors to normalize; pass normalize= too")
         self.normalize: Callable[[torch.Tensor], torch.Tensor] | None = (
@@ -300,7 +289,7 @@ class DevicePrefetcher(Generic[B]):
             return moved
 
         with torch.cuda.stream(side):
-            staged = _map(batch, copy_host_tensor)
+            staged = map_tensors(copy_host_tensor, batch)
             ready = side.record_event()
         return staged, copies, ready
 
@@ -321,14 +310,14 @@ class DevicePrefetcher(Generic[B]):
         """Move what is not on ``device`` yet and normalize the selected tensors."""
         normalize = self.normalize
         if normalize is None:
-            return _map(batch, lambda t, path: self._move(t, device))
+            return map_tensors(lambda t, path: self._move(t, device), batch)
         targets = self._targets(batch)
 
         def finish(t: torch.Tensor, path: KeyPath) -> torch.Tensor:
             t = self._move(t, device)
             return normalize(t) if path in targets else t
 
-        return _map(batch, finish)
+        return map_tensors(finish, batch)
 
     def _targets(self, batch: Any) -> set[KeyPath]:
         """The paths of the tensors to normalize in ``batch`` (see the class docstring)."""
@@ -385,32 +374,6 @@ def to_device(
     )
 
 
-def _map(obj: T, fn: Callable[[torch.Tensor, KeyPath], torch.Tensor], path: KeyPath = ()) -> T:
-    """``obj`` with each tensor ``t`` found at ``path`` replaced by ``fn(t, path)``.
-
-    Walks dicts (any mutable mapping keeps its type; other mappings become dicts), lists,
-    tuples and named tuples depth-first, and the tensors of a :class:`~fastdata.Ragged` (at
-    ``(*path, "values")``, ``"offsets"``, ``"valid"``); any other object is returned as it is.
-    """
-    if isinstance(obj, torch.Tensor):
-        return fn(obj, path)  # type: ignore[return-value]
-    if isinstance(obj, Ragged):
-        return obj.map_tensors(lambda t, name: fn(t, (*path, name)))  # type: ignore[return-value]
-    if isinstance(obj, Mapping):
-        items = {k: _map(v, fn, (*path, k)) for k, v in obj.items()}
-        if isinstance(obj, MutableMapping):
-            clone = copy.copy(obj)
-            clone.update(items)
-            return clone
-        return items  # type: ignore[return-value]
-    if isinstance(obj, (list, tuple)):
-        values = [_map(v, fn, (*path, i)) for i, v in enumerate(obj)]
-        if hasattr(obj, "_fields"):  # named tuple
-            return type(obj)(*values)
-        return tuple(values) if isinstance(obj, tuple) else values  # type: ignore[return-value]
-    return obj
-
-
 def _tensors(batch: Any) -> dict[KeyPath, torch.Tensor]:
     """Every tensor of ``batch`` by its path, in depth-first order."""
     found: dict[KeyPath, torch.Tensor] = {}
@@ -419,7 +382,7 @@ def _tensors(batch: Any) -> dict[KeyPath, torch.Tensor]:
         found[path] = t
         return t
 
-    _map(batch, collect)
+    map_tensors(collect, batch)
     return found
 
 

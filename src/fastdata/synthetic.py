@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from fastdata._synth_image import CODECS, TEXTURES, codec, encode_image, synth_image
-from fastdata._validate import check_choice
+from fastdata._validate import check_choice, check_int, check_number
 
 __all__ = [
     "encode_image",
@@ -92,15 +92,15 @@ class _ImageSpec:
 
     def validated(self, n: int) -> _ImageSpec:
         """``self`` once every option (and the image count ``n``) is valid; else ValueError."""
-        _check_int("n", n, 0)
-        _check_int("seed", self.seed, 0)
-        _check_int("classes", self.classes, 1)
-        _check_int("large", self.large, 0)
+        check_int("n", n, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_int("classes", self.classes, minimum=1)
+        check_int("large", self.large, minimum=0)
         if self.large > n:
             raise ValueError(f"large={self.large} exceeds n={n}: at most n images can be large")
-        _check_int("min_short", self.min_short, 16)
-        _check_int("max_short", self.max_short, self.min_short)
-        _check_int("quality", self.quality, 1, 100)
+        check_int("min_short", self.min_short, minimum=16)
+        check_int("max_short", self.max_short, minimum=self.min_short)
+        check_int("quality", self.quality, minimum=1, maximum=100)
         check_choice("texture", self.texture, TEXTURES)
         _, valid_channels, valid_dtypes = codec(self.fmt)
         valid = [m for m, (c, d) in _MODES.items() if c in valid_channels and d in valid_dtypes]
@@ -270,11 +270,10 @@ def make_parquet(
         ValueError: an option outside its valid values, or a file with 2**31 tokens or more.
     """
     ranges = _file_ranges(rows, files, rows_per_file)
-    _check_int("row_group_size", row_group_size, 1)
-    _check_int("seed", seed, 0)
-    _check_int("max_tokens", max_tokens, 1)
-    if not 0.0 <= null_fraction <= 1.0:
-        raise ValueError(f"null_fraction={null_fraction!r} is not a probability: expected [0, 1]")
+    check_int("row_group_size", row_group_size, minimum=1)
+    check_int("seed", seed, minimum=0)
+    check_int("max_tokens", max_tokens, minimum=1)
+    check_number("null_fraction", null_fraction, minimum=0, maximum=1)
     root = _make_root(root, "part-*.parquet")
     paths, width = [], _width(len(ranges), 5)
     for k, ids in enumerate(ranges):
@@ -364,14 +363,13 @@ def make_tokens(
             bytes reach 2**31 (more than a list<int32> / string column can offset).
     """
     ranges = _file_ranges(rows, files, None)
-    _check_int("row_group_size", row_group_size, 1)
-    _check_int("seed", seed, 0)
-    _check_int("median_tokens", median_tokens, 1)
-    _check_int("max_tokens", max_tokens, 1)
+    check_int("row_group_size", row_group_size, minimum=1)
+    check_int("seed", seed, minimum=0)
+    check_int("median_tokens", median_tokens, minimum=1)
+    check_int("max_tokens", max_tokens, minimum=1)
     if not (isinstance(sigma, numbers.Real) and 0.0 <= sigma < math.inf):
         raise ValueError(f"sigma={sigma!r}: expected a finite number >= 0")
-    if not 0.0 <= null_fraction <= 1.0:
-        raise ValueError(f"null_fraction={null_fraction!r} is not a probability: expected [0, 1]")
+    check_number("null_fraction", null_fraction, minimum=0, maximum=1)
     root = _make_root(root, "tokens-*.parquet")
     paths, width = [], _width(len(ranges), 5)
     for k, ids in enumerate(ranges):
@@ -443,7 +441,7 @@ def make_image_parquet(
         seed, classes, fmt, quality, mode, large, min_short, max_short, texture
     ).validated(n)
     ranges = _file_ranges(n, files, None)
-    _check_int("row_group_size", row_group_size, 1)
+    check_int("row_group_size", row_group_size, minimum=1)
     root = _make_root(root, "part-*.parquet")
     paths, width = [], _width(files, 5)
     for k, ids in enumerate(ranges):
@@ -499,7 +497,7 @@ def make_tar_shards(
     spec = _ImageSpec(
         seed, classes, fmt, quality, mode, large, min_short, max_short, texture
     ).validated(n)
-    _check_int("shards", shards, 1)
+    check_int("shards", shards, minimum=1)
     ranges = _file_ranges(n, shards, None)
     root = _make_root(root, "shard-*.tar")
     paths, width, key_width = [], _width(shards, 5), _width(n, 6)
@@ -533,8 +531,8 @@ def _write_parquet(table: pa.Table, path: Path, row_group_size: int) -> Path:
 
 def _file_ranges(rows: int, files: int, rows_per_file: Sequence[int] | None) -> list[range]:
     """The global row indices of each file: ``rows`` split evenly, or ``rows_per_file``."""
-    _check_int("rows", rows, 0)
-    _check_int("files", files, 1)
+    check_int("rows", rows, minimum=0)
+    check_int("files", files, minimum=1)
     if rows_per_file is None:
         base, extra = divmod(rows, files)
         counts = [base + (k < extra) for k in range(files)]
@@ -543,7 +541,7 @@ def _file_ranges(rows: int, files: int, rows_per_file: Sequence[int] | None) -> 
         if not counts:
             raise ValueError("rows_per_file=[] names no file: give one count per file, e.g. [8, 0]")
         for k, count in enumerate(counts):
-            _check_int(f"rows_per_file[{k}]", count, 0)
+            check_int(f"rows_per_file[{k}]", count, minimum=0)
         if rows not in (_DEFAULT_ROWS, sum(counts)) or files not in (_DEFAULT_FILES, len(counts)):
             raise ValueError(
                 f"rows={rows}, files={files} disagree with rows_per_file={counts} ({sum(counts)} "
@@ -551,16 +549,6 @@ def _file_ranges(rows: int, files: int, rows_per_file: Sequence[int] | None) -> 
             )
     ends = itertools.accumulate(counts)
     return [range(end - count, end) for count, end in zip(counts, ends, strict=True)]
-
-
-def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> None:
-    """Raise unless ``value`` is an integer (not a bool) in ``[minimum, maximum]``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}={value!r} must be an integer, not {type(value).__name__}")
-    value = int(value)
-    if value < minimum or (maximum is not None and value > maximum):
-        valid = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name}={value} is out of range: expected an integer {valid}")
 
 
 def _width(count: int, minimum: int) -> int:

@@ -55,8 +55,10 @@ def test_decode_many_error_names_the_failing_item() -> None:
 
 
 def test_decode_many_validates_arguments() -> None:
-    with pytest.raises(ValueError, match="threads"):
+    with pytest.raises(ValueError, match=r"threads=0: expected an integer >= 1"):
         decode_many([JPEG], threads=0)
+    with pytest.raises(TypeError, match=r"threads='2': expected an integer >= 1, got str"):
+        decode_many([JPEG], threads="2")
     with pytest.raises(ValueError, match="one per item"):
         decode_many([JPEG, JPEG], threads=2, sources=["a.jpg"])
     assert decode_many([], threads=2) == []
@@ -71,5 +73,7 @@ def test_limit_opencv_threads_returns_previous() -> None:
         assert cv2.getNumThreads() == 1
     finally:
         cv2.setNumThreads(before)
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match=r"n=0: expected an integer >= 1"):
         limit_opencv_threads(0)
+    with pytest.raises(TypeError, match=r"n=1.5: expected an integer >= 1, got float"):
+        limit_opencv_threads(1.5)

@@ -61,20 +61,53 @@ def test_tune_returns_the_best_so_far_on_ctrl_c() -> None:
     assert result.config.num_workers == 1
 
 
-def test_the_transfer_moves_every_tensor_of_a_nested_batch() -> None:
-    from collections import namedtuple
+def nested_batch() -> dict[str, Any]:
+    """A batch of every container the walk knows, with tensors and other leaves at each depth."""
+    from collections import OrderedDict, namedtuple
 
+    pair = namedtuple("Pair", ["image", "label"])
+    tokens = fastdata.Ragged.from_rows([[1, 2, 3], None, [4]])
+    return {
+        "pair": pair(torch.zeros(2), [torch.ones(1), "text"]),
+        "meta": OrderedDict(tokens=tokens, inner={"mask": torch.ones(3, dtype=torch.bool)}),
+        "n": 3,
+    }
+
+
+def test_the_transfer_moves_every_tensor_of_a_nested_batch() -> None:
     from fastdata.tune import _Transfer
 
-    Pair = namedtuple("Pair", ["image", "label"])
+    batch = nested_batch()
     synced = []
     move = _Transfer(torch.device("meta"), lambda: synced.append(True))
-    moved = move({"pair": Pair(torch.zeros(2), [torch.ones(1), "text"]), "n": 3})
+    moved = move(batch)
+    assert type(moved["pair"]) is type(batch["pair"])
     assert moved["pair"].image.device.type == "meta"
-    assert isinstance(moved["pair"], Pair)
     assert moved["pair"].label[0].device.type == "meta" and moved["pair"].label[1] == "text"
+    assert type(moved["meta"]) is type(batch["meta"])  # an OrderedDict stays one
+    tokens = moved["meta"]["tokens"]
+    assert isinstance(tokens, fastdata.Ragged)
+    assert {t.device.type for t in (tokens.values, tokens.offsets, tokens.valid)} == {"meta"}
+    assert moved["meta"]["inner"]["mask"].device.type == "meta"
+    assert moved["meta"]["inner"]["mask"].dtype == torch.bool
     assert moved["n"] == 3
     assert synced == [True]  # waited once for the copies
+
+
+def test_the_transfer_moves_what_to_device_moves() -> None:
+    from fastdata._tree import map_tensors
+    from fastdata.tune import _Transfer
+
+    def layout(batch: Any) -> list[tuple[Any, ...]]:
+        found: list[tuple[Any, ...]] = []
+        map_tensors(lambda t, path: found.append((path, t.device.type, t.dtype)) or t, batch)
+        return found
+
+    tuned = _Transfer(torch.device("meta"), None)(nested_batch())
+    [trained] = list(fastdata.to_device([nested_batch()], "meta"))
+    assert layout(tuned) == layout(trained)
+    assert {device for _, device, _ in layout(tuned)} == {"meta"}
+    assert len(layout(tuned)) == 6  # image, label[0], Ragged's three tensors, mask
 
 
 class SleepyBatches(torch.utils.data.IterableDataset):

@@ -230,29 +230,22 @@ def _usable_cores() -> int:
 
 class _Transfer:
     """Moves every tensor of a (nested) batch to ``device``, then waits for the copies (on
-    CUDA), so the whole transfer counts as data wait and none of it leaks into the step."""
+    CUDA), so the whole transfer counts as data wait and none of it leaks into the step.
+
+    The batch is walked as :func:`fastdata.to_device` walks it (:func:`fastdata._tree.map_tensors`:
+    mappings, sequences, named tuples and Ragged columns), so the tuner moves what training moves.
+    """
 
     def __init__(self, device: Any, sync: Callable[[], None] | None) -> None:
         self.device, self.sync = device, sync
 
     def __call__(self, batch: Any) -> Any:
-        moved = self._move(batch)
+        from fastdata._tree import map_tensors
+
+        moved = map_tensors(lambda t, _: t.to(self.device, non_blocking=True), batch)
         if self.sync is not None:
             self.sync()
         return moved
-
-    def _move(self, batch: Any) -> Any:
-        import torch
-
-        if isinstance(batch, torch.Tensor):
-            return batch.to(self.device, non_blocking=True)
-        if isinstance(batch, Mapping):
-            return {k: self._move(v) for k, v in batch.items()}
-        if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a named tuple
-            return type(batch)(*(self._move(v) for v in batch))
-        if isinstance(batch, list | tuple):
-            return type(batch)(self._move(v) for v in batch)
-        return batch
 
 
 def _cuda_sync(device: Any) -> Callable[[], None]:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from fastdata._validate import is_int
 from fastdata.errors import FastDataError
 from fastdata.tune.decide import cost, decide, equivalent, explain
 from fastdata.tune.measure import Trial
@@ -406,4 +407,4 @@ def _reason(run: _Run, stopped: str) -> str:
 
 
 def _int_at_least(minimum: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= minimum
+    return lambda v: is_int(v) and v >= minimum
