@@ -75,44 +75,43 @@ class ImageStream(PlannedStream):
     here, default 2,048: a window of images holds their encoded bytes for Parquet and tar
     sources, paths for files).
 
-    Args:
-        size: the output size of the per-sample :class:`fastdata.decode.ImageTransform`:
-            an int = shorter side, or ``(h, w)``.
-        crop: ``"center"`` or ``"random-resized"``; None resizes only. Random crops and
-            flips are seeded per sample by ``(seed, epoch, index)``.
-        flip: mirror left-right with probability 0.5.
-        interpolation: a name of :data:`fastdata.decode.INTERPOLATIONS`: ``"antialias"``
-            (torchvision's own resampling: the same pixels for images decoded in full, see
-            ``reduced_decode``), ``"auto"`` (area averaging when shrinking, bilinear when
-            enlarging), ...; None takes :class:`fastdata.ImageTransform`'s default.
-        transform: an ``ImageTransform`` instead of ``size``/``crop``/``flip``/
-            ``interpolation``.
-        augment: per-sample augmentation after the decode, crop and flip, in the decode
-            threads (see :mod:`fastdata.augment`): a fastdata augmentation
-            (``fastdata.augment.TrivialAugmentWide()``, ``RandomErasing()``; on the HWC
-            array, drawing from the sample's generator), any callable of a uint8
-            ``(C, H, W)`` tensor returning one (a torchvision ``transforms.v2`` pipeline,
-            run with torch's generator seeded per sample, one call at a time per process),
-            or a list of these, applied in order. Seeded by ``(seed, epoch, index)`` like the
-            crop: a resumed run repeats it, with any ``num_workers`` and ``decode_threads``.
-            RGB only (not with ``keep_alpha``); with ``decode_device``, tensor callables
-            only, run on the device.
-        decode_threads: threads decoding in each process (OpenCV releases the GIL).
-        decode_device: ``"cuda"`` (or ``"cuda:N"``) decodes JPEGs with nvJPEG
-            (``torchvision.io.decode_jpeg``) and crops, resizes and flips on that device;
-            images come out as tensors on it. Other formats, and JPEGs nvJPEG refuses, are
-            decoded by OpenCV and copied over. CUDA cannot start in a forked DataLoader
+    Other Parameters:
+        size (int | tuple[int, int] | None): the output size of the per-sample
+            :class:`fastdata.decode.ImageTransform`: an int = shorter side, or ``(h, w)``.
+        crop (str | None): ``"center"`` or ``"random-resized"``; None resizes only. Random crops
+            and flips are seeded per sample by ``(seed, epoch, index)``.
+        flip (bool): mirror left-right with probability 0.5.
+        interpolation (str | None): a name of :data:`fastdata.decode.INTERPOLATIONS`:
+            ``"antialias"`` (torchvision's own resampling: the same pixels for images decoded in
+            full, see ``reduced_decode``), ``"auto"`` (area averaging when shrinking, bilinear
+            when enlarging), ...; None takes :class:`fastdata.ImageTransform`'s default.
+        transform (ImageTransform | None): an ``ImageTransform`` instead of
+            ``size``/``crop``/``flip``/ ``interpolation``.
+        augment (Callable | list[Callable] | None): per-sample augmentation after the decode,
+            crop and flip, in the decode threads (see :mod:`fastdata.augment`): a fastdata
+            augmentation (``fastdata.augment.TrivialAugmentWide()``, ``RandomErasing()``; on the
+            HWC array, drawing from the sample's generator), any callable of a uint8 ``(C, H,
+            W)`` tensor returning one (a torchvision ``transforms.v2`` pipeline, run with
+            torch's generator seeded per sample, one call at a time per process), or a list of
+            these, applied in order. Seeded by ``(seed, epoch, index)`` like the crop: a resumed
+            run repeats it, with any ``num_workers`` and ``decode_threads``. RGB only (not with
+            ``keep_alpha``); with ``decode_device``, tensor callables only, run on the device.
+        decode_threads (int): threads decoding in each process (OpenCV releases the GIL).
+        decode_device (str | torch.device | None): ``"cuda"`` (or ``"cuda:N"``) decodes JPEGs
+            with nvJPEG (``torchvision.io.decode_jpeg``) and crops, resizes and flips on that
+            device; images come out as tensors on it. Other formats, and JPEGs nvJPEG refuses,
+            are decoded by OpenCV and copied over. CUDA cannot start in a forked DataLoader
             worker: use ``num_workers=0`` or ``multiprocessing_context="spawn"``. ``None``
             (default) decodes with OpenCV on the CPU threads.
-        on_error: ``"raise"`` (default) stops at the first bad image with its location;
-            ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`,
-            and the next row's image takes its place in the batch: batches stay full (only
-            a reader's last one may be short) and are never empty; resume stays exact.
-        keep_alpha: as for :func:`fastdata.decode.decode_image`.
-        max_pixels: as for :func:`fastdata.decode.decode_image`.
-        reduced_decode: decode a JPEG at 1/2, 1/4 or 1/8 when its crop box still covers
-            the output size at that scale (several times faster). False decodes every image
-            in full: the pixels of a torchvision pipeline exactly, with
+        on_error (str): ``"raise"`` (default) stops at the first bad image with its location;
+            ``"skip"`` leaves it out, logs its location and counts it in :attr:`skipped`, and
+            the next row's image takes its place in the batch: batches stay full (only a
+            reader's last one may be short) and are never empty; resume stays exact.
+        keep_alpha (bool): as for :func:`fastdata.decode.decode_image`.
+        max_pixels (int | None): as for :func:`fastdata.decode.decode_image`.
+        reduced_decode (bool): decode a JPEG at 1/2, 1/4 or 1/8 when its crop box still covers
+            the output size at that scale (several times faster). False decodes every image in
+            full: the pixels of a torchvision pipeline exactly, with
             ``interpolation="antialias"``, at that cost.
 
     Every constructor also takes ``cache_dir=`` and ``cache_limit=`` for files on a remote
