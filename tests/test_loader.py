@@ -540,3 +540,19 @@ def test_drop_in_details_found_by_pytorchs_own_suite() -> None:
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize("timeout", [0, 30])
+def test_an_abandoned_iterator_stops_its_workers(timeout: int) -> None:
+    """Dropping an iterator mid-epoch stops its workers at once, with or without a timeout
+    (whose watchdog thread must not keep the iterator alive): a tuner's trials, each left
+    after a few batches, must not pile up worker processes."""
+    loader = DataLoader(Squares(), batch_size=2, num_workers=2, timeout=timeout)
+    iterator = iter(loader)
+    next(iterator)
+    workers = list(iterator._workers)
+    del iterator
+    deadline = time.monotonic() + 10
+    while any(worker.is_alive() for worker in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(worker.is_alive() for worker in workers)

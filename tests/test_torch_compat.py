@@ -8,12 +8,17 @@ supported range starts at torch 2.5 (pyproject.toml).
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.utils.data.dataloader as dataloader
 from torch.utils.data import DataLoader, TensorDataset
 
+import fastdata
 from fastdata import _torch_compat as compat
 
 
@@ -77,3 +82,20 @@ def test_pin_memory_of_a_nested_batch() -> None:
     batch = {"x": torch.ones(2), "y": [torch.zeros(1)]}
     pinned = compat.pin_memory(batch)
     assert torch.equal(pinned["x"], batch["x"]) and torch.equal(pinned["y"][0], batch["y"][0])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterator_alive_at_interpreter_exit_goes_quietly(workers: int) -> None:
+    """As with torch's DataLoader, a script that ends while an iterator is still alive
+    exits 0 with nothing on stderr (no "Exception ignored in __del__")."""
+    code = (
+        "import fastdata as fd\n"
+        f"it = iter(fd.DataLoader(list(range(10)), batch_size=2, num_workers={workers}))\n"
+        "next(it)\n"
+    )
+    src = str(Path(fastdata.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0 and result.stderr == ""

@@ -14,6 +14,7 @@ import math
 import os
 import re
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -108,8 +109,9 @@ class SingleIterator(_dataloader._SingleProcessDataLoaderIter):
 
     _fd_record: IteratorRecord | None = None
 
-    def __del__(self) -> None:
-        _close(self)
+    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
+        if not _finalizing():  # at interpreter exit there is no next epoch to record for
+            _close(self)
 
 
 def drain_sampler(iterator: Any) -> None:
@@ -190,9 +192,12 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
         self._fd_watchdog: threading.Thread | None = None
         if self._timeout > 0:
             self._fd_done = threading.Event()
+            # The thread holds the iterator weakly: a strong reference would keep an abandoned
+            # iterator, and so its workers, alive until the process ends.
             self._fd_watchdog = threading.Thread(
-                target=self._watch, name="fastdata-timeout", daemon=True
-            )
+                target=_watch, args=(weakref.ref(self), self._fd_done), name="fastdata-timeout",
+                daemon=True,
+            )  # fmt: skip
             self._fd_watchdog.start()
 
     def _try_get_data(self, timeout: float = _dataloader._utils.MP_STATUS_CHECK_INTERVAL) -> Any:
@@ -229,22 +234,11 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
             "so the epoch cannot complete"
         )
 
-    def _watch(self) -> None:
-        while not self._fd_done.wait(0.25):
-            deadline = self._fd_deadline
-            if deadline is None or time.monotonic() < deadline:
-                continue
-            self._fd_timed_out = True
-            for worker in self._workers:
-                if worker.pid is not None and worker.exitcode is None:
-                    with contextlib.suppress(OSError):
-                        os.kill(worker.pid, signal.SIGKILL)
-            return
-
     _fd_record: IteratorRecord | None = None
 
-    def __del__(self) -> None:
-        _close(self)
+    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
+        if not _finalizing():  # as SingleIterator's; torch's own clean-up still runs
+            _close(self)
         super().__del__()
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
@@ -256,6 +250,25 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
         if getattr(self, "_fd_watchdog", None) is not None:
             self._fd_done.set()
         super()._shutdown_workers()
+
+
+def _watch(ref: weakref.ref[WorkerIterator], done: threading.Event) -> None:
+    """The watchdog of a :class:`WorkerIterator` with a timeout: once a receive has run past
+    its deadline, kill the workers (the receive then fails and the error says why). Ends
+    when the iterator shuts down or is collected."""
+    while not done.wait(0.25):
+        iterator = ref()
+        if iterator is None:
+            return
+        deadline = iterator._fd_deadline
+        if deadline is not None and time.monotonic() >= deadline:
+            iterator._fd_timed_out = True
+            for worker in iterator._workers:
+                if worker.pid is not None and worker.exitcode is None:
+                    with contextlib.suppress(OSError):
+                        os.kill(worker.pid, signal.SIGKILL)
+            return
+        del iterator  # not held while waiting
 
 
 def _ended(exitcode: int) -> str:
