@@ -228,10 +228,8 @@ def _decode_jpeg(
 ) -> np.ndarray:
     """A whole JPEG at ``1 / factor``, oriented: through the extension when it decodes it,
     else through OpenCV, and the extension then checks the data."""
-    found = _libjpeg.decode(buf, header, factor, None, source)
-    if found is not None:
-        image = found[0]
-    else:
+    image = _libjpeg.decode(buf, header, factor, None, source)
+    if image is None:
         flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
         image = _imdecode(buf, flags | _libjpeg.REDUCED_FLAGS[factor], header, source)
         _libjpeg.verify(buf, source)
@@ -284,6 +282,7 @@ def decode_for(
     source: str | None = None,
     reduce: bool = True,
     region: bool = True,
+    reuse: bool = False,
 ) -> tuple[np.ndarray, Geometry]:
     """Decode one image for ``transform``, at the lowest resolution its geometry allows.
 
@@ -297,11 +296,12 @@ def decode_for(
     With :data:`JPEG_EXTENSION` (and ``region``, the default), only the region of a JPEG
     around the box is decoded (libjpeg-turbo skips the transforms of the rows above and
     below it and of the iMCU columns beside it; a random-resized crop keeps about half of an
-    image on average): the pixels of the box are exactly those of the whole decode, and the
-    image returned is that region. The whole file is still read, so errors are exactly
-    :func:`decode_image`'s. Decoded whole instead: EXIF orientations other than 1,
-    ``keep_alpha``, colour spaces other than gray and YCbCr, incomplete progressive JPEGs and
-    rare samplings that a reduced region would upsample differently.
+    image on average): the image returned is the box alone, contiguous, with exactly the
+    whole decode's pixels (its geometry's box is then the whole image). The whole file is
+    still read, so errors are exactly :func:`decode_image`'s. Decoded whole instead: EXIF
+    orientations other than 1, ``keep_alpha``, colour spaces other than gray and YCbCr,
+    incomplete progressive JPEGs and rare samplings that a reduced region would upsample
+    differently.
 
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
@@ -311,6 +311,9 @@ def decode_for(
     image's size, the image is decoded in full and the geometry drawn on it, from the same
     random state, as the plain path does.
     ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.
+    ``reuse=True`` decodes a region into a buffer the calling thread reuses: the image
+    returned is valid until the thread's next ``decode_for(..., reuse=True)``, for a caller
+    that applies the geometry at once (as the streams do, into a batch's slot).
 
     Returns:
         The decoded image and the geometry to apply to it.
@@ -337,10 +340,9 @@ def decode_for(
     scaled_hw = (-(-src_hw[0] // factor), -(-src_hw[1] // factor))
     scaled = geometry.reduced(factor, scaled_hw)
     if region and not keep_alpha and header.orientation == 1:
-        found = _libjpeg.decode(as_array(data), header, factor, scaled.box, source)
-        if found is not None:
-            image, (row, col) = found
-            return image, Geometry((row, col, *scaled.box[2:]), scaled.size, scaled.flip)
+        box = _libjpeg.decode(as_array(data), header, factor, scaled.box, source, reuse=reuse)
+        if box is not None:
+            return box, Geometry((0, 0, *scaled.box[2:]), scaled.size, scaled.flip)
     image = decode_image(data, size=hint, **options)
     if image.shape[:2] == scaled_hw:
         return image, scaled

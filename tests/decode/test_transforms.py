@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
+from fastdata._transforms import reused_sample_rng
 from fastdata.decode import (
     ImageTransform,
     center_crop,
@@ -270,6 +271,32 @@ def test_random_resized_crop_is_reproducible_and_ignores_global_rng() -> None:
         for index in range(10)
     }
     assert len(others) > 25  # epochs and indices get independent streams
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(
+        st.tuples(st.integers(0, 2**64), st.integers(0, 1000), st.integers(0, 2**40)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_reused_generator_draws_sample_rng_s_stream(keys: list[tuple[int, int, int]]) -> None:
+    """The decode threads' reused generator gives each sample exactly sample_rng's draws,
+    whatever samples (of whatever seeds and epochs) the thread drew before."""
+    for key in keys:
+        expected = sample_rng(*key)
+        got = reused_sample_rng(*key)
+        assert got.random(4).tolist() == expected.random(4).tolist()
+        assert got.integers(0, 1 << 62, 3).tolist() == expected.integers(0, 1 << 62, 3).tolist()
+
+
+def test_neighbouring_samples_draw_unrelated_numbers() -> None:
+    """Samples' streams are 2**64 steps apart in one PCG64DXSM stream: their first draws
+    are as unrelated as independent uniforms (no correlation between neighbours)."""
+    first = np.array([sample_rng(3, 0, index).random() for index in range(4000)])
+    assert abs(np.corrcoef(first[:-1], first[1:])[0, 1]) < 0.05
+    assert abs(first.mean() - 0.5) < 0.02
 
 
 def test_random_resized_crop_crops_then_resizes() -> None:

@@ -34,7 +34,7 @@ import torch
 from fastdata._augment import SampleAugment
 from fastdata._device_decode import decode_on_device
 from fastdata._env import worker_slot
-from fastdata._transforms import ImageTransform, sample_rng
+from fastdata._transforms import ImageTransform, reused_sample_rng, sample_rng
 from fastdata.decode import decode_for
 from fastdata.errors import DecodeError, SourceError
 from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
@@ -192,8 +192,15 @@ class ImageDecoder:
         with self.fs.open_input_file(value) as f:
             return f.read()
 
-    def _rng(self, index: int, context: Context) -> np.random.Generator | None:
-        return sample_rng(context.seed, context.epoch, index) if self.random else None
+    def _rng(
+        self, index: int, context: Context, *, reused: bool = False
+    ) -> np.random.Generator | None:
+        """The sample's generator (:func:`sample_rng`), None when nothing is random;
+        ``reused``: the decode thread's own, valid until its next image."""
+        if not self.random:
+            return None
+        make = reused_sample_rng if reused else sample_rng
+        return make(context.seed, context.epoch, index)
 
     def _load(
         self, row: dict[str, Any], out: np.ndarray | None, context: Context
@@ -202,7 +209,7 @@ class ImageDecoder:
         ``out`` when given), and the seconds spent decoding (reading included) and
         transforming."""
         index = row[INDEX]
-        rng = self._rng(index, context)
+        rng = self._rng(index, context, reused=True)
         start = time.perf_counter()
         try:
             image, geometry = decode_for(
@@ -212,6 +219,7 @@ class ImageDecoder:
                 keep_alpha=self.keep_alpha,
                 max_pixels=self.max_pixels,
                 reduce=self.reduced_decode,
+                reuse=out is not None,  # the region is transformed into out at once
             )
             decoded = time.perf_counter()
             result = self.transform.apply(image, geometry, out=out)
