@@ -18,6 +18,7 @@ import torch
 
 import fastdata as fd
 from fastdata import DataLoader, ImageStream, Ragged, SourceError
+from fastdata.writer import Sample
 
 from resume_helper import check_resume
 
@@ -197,3 +198,49 @@ def test_extra_columns_are_checked(tmp_path: Path) -> None:
         ImageStream.from_parquet(root, columns=["nope"])
     with pytest.raises(ValueError, match="reserved"):
         ImageStream.from_tar(write_tars(tmp_path / "tar"), members=["jpg"])
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_the_writer_round_trips_image_caption_json_and_tokens(tmp_path: Path, format: str) -> None:
+    """fd.write_shards(Sample(..., extras=...)) -> the stream: every sample once, with its
+    caption, JSON metadata and tokens as written."""
+    samples = [
+        Sample(
+            _png(i),
+            label=i % 4,
+            key=f"s{i:03d}",
+            extras={"txt": s["caption"], "json": s["meta"], "tokens": s["tokens"]},
+        )
+        for i, s in enumerate(_sample(i) for i in range(N))
+    ]
+    fd.write_shards(samples, tmp_path / "out", format=format, target_shard_bytes=2_000, workers=0)
+    if format == "tar":
+        stream = ImageStream.from_tar(tmp_path / "out", members=["txt", "json", "tokens"])
+    else:
+        stream = ImageStream.from_parquet(tmp_path / "out", columns=["txt", "json", "tokens"])
+    rows = list(stream)
+    assert sorted(int(row["image"][0, 0, 0]) for row in rows) == list(range(N))
+    for row in rows:
+        i = int(row["image"][0, 0, 0])
+        assert row["label"] == i % 4 and row["txt"] == _sample(i)["caption"]
+        meta = row["json"] if format == "tar" else json.loads(row["json"])
+        tokens = json.loads(row["tokens"]) if format == "tar" else row["tokens"].tolist()
+        assert meta == _sample(i)["meta"] and tokens == _sample(i)["tokens"]
+
+
+def test_the_writer_refuses_extras_that_do_not_fit(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sample 1: extras"):
+        fd.write_shards(
+            [Sample(_png(0), extras={"txt": "a"}), Sample(_png(1), extras={"json": {}})],
+            tmp_path / "a",
+            format="tar",
+        )
+    with pytest.raises(ValueError, match="taken by the parquet"):
+        fd.write_shards([Sample(_png(0), extras={"label": "a"})], tmp_path / "b")
+    with pytest.raises(ValueError, match=r"without '\.'"):
+        fd.write_shards([Sample(_png(0), extras={"a.txt": "a"})], tmp_path / "c", format="tar")
+    with pytest.raises(ValueError, match="'n': its values make no one Arrow column"):
+        fd.write_shards(
+            [Sample(_png(0), extras={"n": 1}), Sample(_png(1), extras={"n": "one"})],
+            tmp_path / "d",
+        )

@@ -27,7 +27,16 @@ from fastdata.sources._cache_disk import CHUNK, unlink
 from fastdata.sources._files import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 
-__all__ = ["MANIFEST", "Destination", "Item", "ShardTask", "image_suffix", "write_shard"]
+__all__ = [
+    "MANIFEST",
+    "Destination",
+    "Item",
+    "ShardTask",
+    "column_value",
+    "image_suffix",
+    "member",
+    "write_shard",
+]
 
 MANIFEST = "_fastdata_shards.json"
 """The conversion's record in the destination: its plan (checked when resuming), classes,
@@ -39,19 +48,42 @@ _FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "tiff": "
 
 
 class Item(NamedTuple):
-    """A sample as the shards hold it: key, image (path or bytes), size, label, suffix."""
+    """A sample as the shards hold it: key, image (path or bytes), size, label, suffix, and
+    its other fields (name, value), in the writer's order."""
 
     key: str
     image: str | bytes
     size: int
     label: int | None
     suffix: str
+    extras: tuple[tuple[str, Any], ...] = ()
 
     def plan(self) -> list[Any]:
         """What decides the sample's place and bytes in the shards: with its path (or its
         bytes' hash), so that other images of the same sizes make another plan."""
         image = self.image if isinstance(self.image, str) else sha1(self.image).hexdigest()
-        return [self.key, self.size, self.label, self.suffix, image]
+        extras = [[name, sha1(member(value)).hexdigest()] for name, value in self.extras]
+        return [self.key, self.size, self.label, self.suffix, image, *extras]
+
+
+def member(value: Any) -> bytes:
+    """An extra field as a tar member's bytes: text as UTF-8, bytes as they are, anything
+    else as JSON text (numbers, lists such as tokens, dicts)."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def column_value(value: Any) -> Any:
+    """An extra field as a Parquet value: a dict as JSON text, anything else as it is (text,
+    bytes, numbers, lists of numbers: Arrow's own types)."""
+    return (
+        json.dumps(value, separators=(",", ":"), sort_keys=True)
+        if isinstance(value, dict)
+        else value
+    )
 
 
 def image_suffix(image: str | bytes, key: str) -> str:
@@ -175,6 +207,7 @@ class ShardTask:
     row_groups: list[range]
     source: pafs.FileSystem
     destination: Destination
+    extra_fields: tuple[pa.Field, ...] = ()  # Parquet: the extras' columns, of every shard
 
 
 def write_shard(task: ShardTask) -> tuple[int, int]:
@@ -200,6 +233,8 @@ def _write_tar(out: IO[bytes], task: ShardTask) -> None:
             _add(tar, f"{item.key}.{item.suffix}", data)
             if item.label is not None:
                 _add(tar, f"{item.key}.cls", str(item.label).encode("ascii"))
+            for name, value in item.extras:
+                _add(tar, f"{item.key}.{name}", member(value))
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -213,7 +248,8 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 def _write_parquet(path: str, task: ShardTask) -> None:
     labelled = task.items[0].label is not None
     fields = [pa.field("key", pa.string(), False), pa.field("image", pa.binary(), False)]
-    schema = pa.schema(fields + ([pa.field("label", pa.int64(), False)] if labelled else []))
+    labels = [pa.field("label", pa.int64(), False)] if labelled else []
+    schema = pa.schema(fields + labels + list(task.extra_fields))
     contents = _contents(task)
     # Images are compressed already; statistics of image bytes would only bloat the footer.
     with pq.ParquetWriter(
@@ -227,6 +263,9 @@ def _write_parquet(path: str, task: ShardTask) -> None:
             ]
             if labelled:
                 columns.append(pa.array([item.label for item in items], pa.int64()))
+            for i, field in enumerate(task.extra_fields):
+                values = [column_value(item.extras[i][1]) for item in items]
+                columns.append(pa.array(values, field.type))
             writer.write_table(pa.Table.from_arrays(columns, schema=schema), len(items))
 
 

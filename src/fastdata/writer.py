@@ -1,6 +1,7 @@
 """Write image samples into shards that fastdata streams well: Parquet files (``key``,
-``image`` bytes, ``label``; row groups sized for streaming) or WebDataset tar shards
-(``{key}.jpg`` + ``{key}.cls``), each about ``target_shard_bytes``.
+``image`` bytes, ``label``, a column per extra field; row groups sized for streaming) or
+WebDataset tar shards (``{key}.jpg`` + ``{key}.cls`` + ``{key}.{extra}``), each about
+``target_shard_bytes``.
 
 The conversion is planned before anything is read, from the samples' sizes alone: sample
 ``i`` goes to the shard :func:`split_by_bytes` gives it, so the same samples and options
@@ -23,17 +24,21 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata._shard_files import (
     Destination,
     Item,
     ShardTask,
+    column_value,
     image_suffix,
+    member,
     write_shard,
 )
 from fastdata._validate import check_bytes, check_choice, check_int
 from fastdata.sources._files import as_filesystem, digest
+from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 
 __all__ = [
     "Sample",
@@ -52,7 +57,9 @@ _TAR_BLOCK = 512
 
 @dataclass(frozen=True)
 class Sample:
-    """One sample to write: an encoded image and, optionally, its label and key.
+    """One sample to write: an encoded image and, optionally, its label, key and other
+    fields (a caption, tokens, JSON metadata: the multimodal samples that
+    ``ImageStream.from_tar(members=...)`` and ``from_parquet(columns=...)`` read back).
 
     Args:
         image: the path of an image file (on ``source_filesystem`` of :func:`write_shards`,
@@ -61,12 +68,17 @@ class Sample:
         key: the sample's name in the shard (the tar member stem, the Parquet ``key``
             column); default: its index, zero-padded. Unique, without ``.``.
         size: the image file's size in bytes, when already known (saves a ``stat``).
+        extras: other fields by name, the same names for every sample: in a tar shard the
+            member ``{key}.{name}`` (``"txt"``, ``"json"``...: text as UTF-8, bytes as they
+            are, anything else as JSON text), in Parquet the column ``name`` (text, bytes,
+            numbers and lists of numbers in Arrow's types, a dict as JSON text).
     """
 
     image: str | bytes
     label: int | None = None
     key: str | None = None
     size: int | None = None
+    extras: Mapping[str, Any] | None = None
 
 
 class WriteProgress(NamedTuple):
@@ -127,9 +139,9 @@ def write_shards(
     Args:
         samples: :class:`Sample` objects, or dicts of their fields.
         dest: a local folder, a URI (``s3://bucket/out``), or a path on ``filesystem``.
-        format: ``"parquet"`` (columns ``key``, ``image``, ``label``; read with
-            ``ImageStream.from_parquet``) or ``"tar"`` (WebDataset: ``{key}.{ext}`` and
-            ``{key}.cls``; read with ``ImageStream.from_tar``).
+        format: ``"parquet"`` (columns ``key``, ``image``, ``label`` and the extras; read
+            with ``ImageStream.from_parquet``) or ``"tar"`` (WebDataset: ``{key}.{ext}``,
+            ``{key}.cls`` and ``{key}.{extra}``; read with ``ImageStream.from_tar``).
         target_shard_bytes: bytes per shard (an int, or ``"256MB"``); a sample larger than
             this is a shard of its own.
         row_group_bytes: bytes per Parquet row group (the unit a stream reads and shards).
@@ -155,7 +167,8 @@ def write_shards(
     group_bytes = check_bytes("row_group_bytes", row_group_bytes)
     workers = check_int("workers", workers, minimum=0, none="None for the CPU count")
     source_fs = as_filesystem(source_filesystem) or pafs.LocalFileSystem()
-    items = _items(list(samples), source_fs)
+    items = _items(list(samples), source_fs, format)
+    extra_fields = _extra_fields(items) if format == "parquet" else ()
     estimates = [_estimate(item, format) for item in items]
     ranges = split_by_bytes(estimates, shard_bytes)
     width = max(6, len(str(len(ranges) - 1)))
@@ -174,6 +187,7 @@ def write_shards(
             row_groups=split_by_bytes(estimates[rows.start : rows.stop], group_bytes),
             source=source_fs,
             destination=destination,
+            extra_fields=extra_fields,
         )
         for name, rows in zip(names, ranges, strict=True)
         if name not in done
@@ -214,7 +228,9 @@ class _Progress:
             self.callback(WriteProgress(self.done, self.total, self.samples, self.bytes))
 
 
-def _items(samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem) -> list[Item]:
+def _items(
+    samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem, format: Format
+) -> list[Item]:
     """The samples checked, with their sizes (stat'ed where unknown), keys and suffixes."""
     if not samples:
         raise ValueError("samples is empty: nothing to write")
@@ -222,6 +238,7 @@ def _items(samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem) -> li
     labelled = {s.label is not None for s in parsed}
     if len(labelled) > 1:
         raise ValueError("some samples have a label and some do not: give all or none one")
+    names = _extra_names(parsed[0].extras, format)
     local = isinstance(fs, pafs.LocalFileSystem)
     paths = {
         i: os.path.abspath(s.image) if local else os.fspath(s.image)
@@ -241,15 +258,57 @@ def _items(samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem) -> li
             )
         keys.add(key)
         label = None if s.label is None else check_int(f"sample {i}: label", s.label)
+        extras = dict(s.extras or {})
+        if list(extras) != names:
+            raise ValueError(
+                f"sample {i}: extras {sorted(extras)} differ from the first sample's "
+                f"{sorted(names)}: every sample needs the same fields"
+            )
+        fields = tuple(extras.items())
         if isinstance(s.image, bytes | bytearray | memoryview):
             image = bytes(s.image)
-            items.append(Item(key, image, len(image), label, image_suffix(image, key)))
+            items.append(Item(key, image, len(image), label, image_suffix(image, key), fields))
         elif i in paths:
-            size = sizes.get(paths[i], s.size)
-            items.append(Item(key, paths[i], int(size or 0), label, image_suffix(paths[i], key)))
+            size, suffix = int(sizes.get(paths[i], s.size) or 0), image_suffix(paths[i], key)
+            items.append(Item(key, paths[i], size, label, suffix, fields))
         else:
             raise TypeError(f"sample {i}: image={s.image!r}: expected a path or bytes")
     return items
+
+
+# Names the shards use themselves. A tar ".json" extra is allowed: with a ".cls" label it is
+# data; without labels read it with ImageStream.from_tar(..., label_suffixes=()).
+_RESERVED = {"parquet": ("key", "image", "label"), "tar": ("cls", *IMAGE_SUFFIXES)}
+
+
+def _extra_names(extras: Mapping[str, Any] | None, format: Format) -> list[str]:
+    """The extra fields' names (the first sample's), checked: a tar member suffix or a
+    Parquet column name that is not the key's, image's or label's."""
+    names = list(extras or {})
+    for name in names:
+        if not isinstance(name, str) or not name or "." in name or "/" in name:
+            raise ValueError(f"extras name {name!r}: expected a non-empty name without '.' or '/'")
+        if name in _RESERVED[format]:
+            raise ValueError(
+                f"extras name {name!r} is taken by the {format} shard's own "
+                f"{'columns' if format == 'parquet' else 'members'} {_RESERVED[format]}"
+            )
+    return names
+
+
+def _extra_fields(items: list[Item]) -> tuple[pa.Field, ...]:
+    """The Parquet columns of the extras: one Arrow type per field over all samples, so
+    every shard has the same schema (SchemaError names the field that cannot be one)."""
+    fields = []
+    for i, (name, _) in enumerate(items[0].extras):
+        try:
+            values = pa.array([column_value(item.extras[i][1]) for item in items])
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise ValueError(
+                f"extras field {name!r}: its values make no one Arrow column ({exc})"
+            ) from exc
+        fields.append(pa.field(name, values.type))
+    return tuple(fields)
 
 
 def _sizes(paths: list[str], fs: pafs.FileSystem) -> Iterable[tuple[str, int]]:
@@ -264,10 +323,11 @@ def _sizes(paths: list[str], fs: pafs.FileSystem) -> Iterable[tuple[str, int]]:
 def _estimate(item: Item, format: Format) -> int:
     """Bytes a sample takes in a shard: its image, and for tar the member headers and
     the padding to 512-byte blocks (a label member is one header and one block)."""
+    extras = [len(member(value)) for _, value in item.extras]
     if format == "parquet":
-        return item.size
-    blocks = -(-item.size // _TAR_BLOCK)
-    return _TAR_BLOCK * (1 + blocks + (2 if item.label is not None else 0))
+        return item.size + sum(extras)
+    blocks = sum(1 + -(-size // _TAR_BLOCK) for size in [item.size, *extras])
+    return _TAR_BLOCK * (blocks + (2 if item.label is not None else 0))
 
 
 def folder_samples(
