@@ -244,3 +244,38 @@ def test_the_writer_refuses_extras_that_do_not_fit(tmp_path: Path) -> None:
             [Sample(_png(0), extras={"n": 1}), Sample(_png(1), extras={"n": "one"})],
             tmp_path / "d",
         )
+
+
+def test_the_writer_takes_extras_in_any_order_and_numpy_or_bytes_like_values(
+    tmp_path: Path,
+) -> None:
+    samples = [
+        Sample(_png(0), extras={"txt": "a", "tokens": np.arange(3), "raw": bytearray(b"x")}),
+        Sample(_png(1), extras={"raw": memoryview(b"y"), "tokens": [7], "txt": "b"}),
+    ]
+    result = fd.write_shards(samples, tmp_path / "pq", workers=0)
+    table = pq.read_table(result.paths)
+    assert table.column_names == ["key", "image", "txt", "tokens", "raw"]
+    assert table.column("tokens").to_pylist() == [[0, 1, 2], [7]]
+    assert table.column("raw").to_pylist() == [b"x", b"y"]
+
+
+def test_the_writer_refuses_what_it_could_not_read_back(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"sample 1: extras\['txt'\] is None"):
+        fd.write_shards(
+            [Sample(_png(0), extras={"txt": "a"}), Sample(_png(1), extras={"txt": None})],
+            tmp_path / "a",
+            format="tar",
+        )
+    with pytest.raises(ValueError, match=r"'txt': .*every value is None"):
+        fd.write_shards([Sample(_png(0), extras={"txt": None})], tmp_path / "b")
+    with pytest.raises(ValueError, match="'big': its values make no one Arrow column"):
+        fd.write_shards([Sample(_png(0), extras={"big": 2**64})], tmp_path / "c")
+
+
+def test_extras_of_another_type_are_another_conversion(tmp_path: Path) -> None:
+    """Resuming a conversion whose extras changed type (same bytes in a tar member, another
+    Parquet column type) is refused rather than mixing schemas."""
+    fd.write_shards([Sample(_png(0), extras={"n": "1"})], tmp_path / "out", workers=0)
+    with pytest.raises(ValueError, match="another conversion"):
+        fd.write_shards([Sample(_png(0), extras={"n": 1})], tmp_path / "out", workers=0)

@@ -62,7 +62,10 @@ class Item(NamedTuple):
         """What decides the sample's place and bytes in the shards: with its path (or its
         bytes' hash), so that other images of the same sizes make another plan."""
         image = self.image if isinstance(self.image, str) else sha1(self.image).hexdigest()
-        extras = [[name, sha1(member(value)).hexdigest()] for name, value in self.extras]
+        extras = [
+            [name, type(value).__name__, sha1(member(value)).hexdigest()]
+            for name, value in self.extras
+        ]  # the type too: "1" and 1 are the same member but other Parquet columns
         return [self.key, self.size, self.label, self.suffix, image, *extras]
 
 

@@ -186,35 +186,33 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
     """
 
     def __init__(self, loader: Any) -> None:
-        self._fd_deadline: float | None = None
-        self._fd_timed_out = False
+        self._fd_watch: _Watch | None = None
         super().__init__(loader)
-        self._fd_watchdog: threading.Thread | None = None
         if self._timeout > 0:
-            self._fd_done = threading.Event()
-            # The thread holds the iterator weakly: a strong reference would keep an abandoned
-            # iterator, and so its workers, alive until the process ends.
-            self._fd_watchdog = threading.Thread(
-                target=_watch, args=(weakref.ref(self), self._fd_done), name="fastdata-timeout",
-                daemon=True,
-            )  # fmt: skip
-            self._fd_watchdog.start()
+            # The watchdog thread sees only this small record, never the iterator: holding the
+            # iterator would keep an abandoned one, and so its workers, alive.
+            self._fd_watch = _Watch(list(self._workers))
+            threading.Thread(
+                target=self._fd_watch.run, name="fastdata-timeout", daemon=True
+            ).start()
 
     def _try_get_data(self, timeout: float = _dataloader._utils.MP_STATUS_CHECK_INTERVAL) -> Any:
-        if self._fd_watchdog is not None:
-            self._fd_deadline = time.monotonic() + timeout + _GRACE_S
+        watch = self._fd_watch
+        if watch is not None:
+            watch.deadline = time.monotonic() + timeout + _GRACE_S
         try:
             return super()._try_get_data(timeout)
         except (ConnectionError, EOFError, RuntimeError) as exc:
-            if isinstance(exc, RuntimeError) and not self._fd_timed_out:
+            if isinstance(exc, RuntimeError) and not (watch and watch.timed_out):
                 raise  # torch's own, naming the worker
             raise self._hand_over_failed(exc) from exc
         finally:
-            self._fd_deadline = None
+            if watch is not None:
+                watch.deadline = None
 
     def _hand_over_failed(self, exc: BaseException) -> BaseException:
         """The error for a hand-over that broke: naming the workers that died, if any."""
-        if self._fd_timed_out:
+        if self._fd_watch is not None and self._fd_watch.timed_out:
             return RuntimeError(
                 f"DataLoader timed out after {self._timeout} seconds: a worker announced a "
                 "batch but did not hand it over (stopped, or hung holding the GIL); its "
@@ -247,28 +245,34 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
         return super()._process_data(data, worker_idx)
 
     def _shutdown_workers(self) -> None:
-        if getattr(self, "_fd_watchdog", None) is not None:
-            self._fd_done.set()
+        watch = getattr(self, "_fd_watch", None)
+        if watch is not None:
+            watch.done.set()
         super()._shutdown_workers()
 
 
-def _watch(ref: weakref.ref[WorkerIterator], done: threading.Event) -> None:
+class _Watch:
     """The watchdog of a :class:`WorkerIterator` with a timeout: once a receive has run past
-    its deadline, kill the workers (the receive then fails and the error says why). Ends
-    when the iterator shuts down or is collected."""
-    while not done.wait(0.25):
-        iterator = ref()
-        if iterator is None:
-            return
-        deadline = iterator._fd_deadline
-        if deadline is not None and time.monotonic() >= deadline:
-            iterator._fd_timed_out = True
-            for worker in iterator._workers:
+    its ``deadline`` (set around each receive), kill the workers; the receive then fails and
+    the error says why (``timed_out``). Ends when ``done`` is set (the iterator shuts down)."""
+
+    def __init__(self, workers: list[Any]) -> None:
+        self.workers = workers
+        self.deadline: float | None = None
+        self.timed_out = False
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.25):
+            deadline = self.deadline
+            if deadline is None or time.monotonic() < deadline:
+                continue
+            self.timed_out = True
+            for worker in self.workers:
                 if worker.pid is not None and worker.exitcode is None:
                     with contextlib.suppress(OSError):
                         os.kill(worker.pid, signal.SIGKILL)
             return
-        del iterator  # not held while waiting
 
 
 def _ended(exitcode: int) -> str:

@@ -110,8 +110,16 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     changed. (PCG64DXSM rather than PCG64: streams that differ by a multiple of a large
     power of two are the case its output function was made for.)
     """
-    bits = np.random.PCG64DXSM(np.random.SeedSequence([seed, epoch]))
-    return np.random.Generator(bits.advance(index << 64))
+    bits = np.random.PCG64DXSM(np.random.SeedSequence([int(seed), int(epoch)]))
+    return np.random.Generator(bits.advance(_offset(index)))
+
+
+def _offset(index: int) -> int:
+    """Where sample ``index``'s stretch of the stream starts (numpy integers taken too)."""
+    index = int(index)
+    if not 0 <= index < 1 << 64:
+        raise ValueError(f"index={index}: a sample index is in [0, 2**64)")
+    return index << 64
 
 
 class _Reused(threading.local):
@@ -133,12 +141,13 @@ def reused_sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     object set-up), ~5x more than resetting this one."""
     reused = _REUSED
     if reused.key != (seed, epoch) or reused.bits is None or reused.generator is None:
-        reused.start = np.random.PCG64DXSM(np.random.SeedSequence([seed, epoch])).state
+        start = np.random.PCG64DXSM(np.random.SeedSequence([int(seed), int(epoch)]))
+        reused.start = start.state
         reused.bits = np.random.PCG64DXSM(0)
         reused.generator = np.random.Generator(reused.bits)
         reused.key = (seed, epoch)
     reused.bits.state = reused.start
-    reused.bits.advance(index << 64)
+    reused.bits.advance(_offset(index))
     return reused.generator
 
 

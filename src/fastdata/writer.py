@@ -259,12 +259,13 @@ def _items(
         keys.add(key)
         label = None if s.label is None else check_int(f"sample {i}: label", s.label)
         extras = dict(s.extras or {})
-        if list(extras) != names:
+        if set(extras) != set(names):
             raise ValueError(
                 f"sample {i}: extras {sorted(extras)} differ from the first sample's "
                 f"{sorted(names)}: every sample needs the same fields"
             )
-        fields = tuple(extras.items())
+        fields = tuple((name, _plain(f"sample {i}: extras[{name!r}]", extras[name], format))
+                       for name in names)  # fmt: skip
         if isinstance(s.image, bytes | bytearray | memoryview):
             image = bytes(s.image)
             items.append(Item(key, image, len(image), label, image_suffix(image, key), fields))
@@ -296,6 +297,20 @@ def _extra_names(extras: Mapping[str, Any] | None, format: Format) -> list[str]:
     return names
 
 
+def _plain(what: str, value: Any, format: Format) -> Any:
+    """An extra value as plain Python: bytes-like as bytes, numpy values as Python's."""
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if hasattr(value, "tolist") and not isinstance(value, str | bytes):
+        return value.tolist()  # a numpy array or scalar
+    if value is None and format == "tar":
+        raise ValueError(
+            f"{what} is None: a tar sample's member cannot be left out (the reader needs "
+            "every sample to have it); give a value, or write Parquet, where it is a null"
+        )
+    return value
+
+
 def _extra_fields(items: list[Item]) -> tuple[pa.Field, ...]:
     """The Parquet columns of the extras: one Arrow type per field over all samples, so
     every shard has the same schema (SchemaError names the field that cannot be one)."""
@@ -303,7 +318,9 @@ def _extra_fields(items: list[Item]) -> tuple[pa.Field, ...]:
     for i, (name, _) in enumerate(items[0].extras):
         try:
             values = pa.array([column_value(item.extras[i][1]) for item in items])
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            if pa.types.is_null(values.type):
+                raise pa.ArrowInvalid("every value is None")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
             raise ValueError(
                 f"extras field {name!r}: its values make no one Arrow column ({exc})"
             ) from exc

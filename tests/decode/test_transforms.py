@@ -291,6 +291,15 @@ def test_the_reused_generator_draws_sample_rng_s_stream(keys: list[tuple[int, in
         assert got.integers(0, 1 << 62, 3).tolist() == expected.integers(0, 1 << 62, 3).tolist()
 
 
+def test_sample_rng_takes_numpy_integers_and_refuses_indices_out_of_range() -> None:
+    index = np.arange(5)[3]
+    assert sample_rng(np.int64(1), np.int32(2), index).random() == sample_rng(1, 2, 3).random()
+    assert reused_sample_rng(1, 2, index).random() == sample_rng(1, 2, 3).random()
+    for bad in (-1, 2**64):
+        with pytest.raises(ValueError, match="sample index"):
+            sample_rng(0, 0, bad)
+
+
 def test_neighbouring_samples_draw_unrelated_numbers() -> None:
     """Samples' streams are 2**64 steps apart in one PCG64DXSM stream: their first draws
     are as unrelated as independent uniforms (no correlation between neighbours)."""
