@@ -13,8 +13,7 @@
  * (jpeg_crop_scanline); the rows below it are entropy-decoded without output. The region
  * extends one iMCU beyond the requested box on every side (where the image allows), so the
  * box's pixels are exactly those of a full decode: chroma upsampling at a region's edge sees
- * no neighbours and differs there. Only the box is written out, the margin dropped as each
- * row is decoded, so the caller gets a contiguous image to resize. Two cases where a region would not be the whole decode's
+ * no neighbours and differs there. Two cases where a region would not be the whole decode's
  * pixels are declined: a progressive JPEG whose coefficients are incomplete (libjpeg smooths
  * the missing ones across block edges, which the region's edges change), and a reduced decode
  * that still upsamples a component whose DCT is scaled differently (libjpeg-turbo before 3.0
@@ -82,16 +81,15 @@ static void read_to_end(j_decompress_ptr cinfo) {
     jpeg_finish_decompress(cinfo);
 }
 
-/* Decode into out the box box[] = (top, left, height, width) of the image scaled by 1/denom,
- * rows width * 3 bytes apart. libjpeg decodes the box plus one iMCU around it (after
- * jpeg_crop_scanline's alignment), so that the box's pixels are the whole decode's; rows
- * inside the box and exactly as wide go straight into out, the others through a spare
- * buffer, of which the box's columns are copied while the row is still in the cache. With
- * out == NULL, only read the file (any colour space, at 1/8: the entropy decoding is the
- * same at any scale). Sets found[] = the scaled image's height and width; warning =
- * libjpeg's message when CORRUPT. */
+/* Decode into out the rows and (after jpeg_crop_scanline's alignment) the columns of the box
+ * box[] = (top, left, height, width) of the image scaled by 1/denom, plus one iMCU around it;
+ * out's rows are out_cols pixels apart and hold at most out_rows rows. With out == NULL,
+ * only read the file (any colour space, at 1/8: the entropy decoding is the same at any
+ * scale). Sets found[] = the box's row and column in out, the rows and columns decoded and
+ * the scaled image's height and width; warning = libjpeg's message when CORRUPT. */
 static enum outcome run(const unsigned char *data, size_t size, int denom, const int box[4],
-                        unsigned char *out, int found[2], char warning[JMSG_LENGTH_MAX]) {
+                        unsigned char *out, int out_rows, int out_cols, int found[6],
+                        char warning[JMSG_LENGTH_MAX]) {
     struct jpeg_decompress_struct cinfo;
     error_manager err;
     JSAMPROW rows[16];
@@ -138,36 +136,26 @@ static enum outcome run(const unsigned char *data, size_t size, int denom, const
         int x1 = left + width + mcu_w < image_w ? left + width + mcu_w : image_w;
         JDIMENSION x0 = left - mcu_w > 0 ? (JDIMENSION)(left - mcu_w) : 0;
         JDIMENSION cols = (JDIMENSION)x1 - x0;
-        size_t stride = (size_t)width * 3, skip;
-        JSAMPARRAY spare;
-        int direct;
 
         if ((y0 > 0 || y1 < image_h || x0 > 0 || x1 < image_w) && !region_is_exact(&cinfo))
             goto done;
         if (x0 > 0 || x1 < image_w) jpeg_crop_scanline(&cinfo, &x0, &cols); /* to iMCUs */
-        direct = (int)cols == width; /* then x0 == left */
-        skip = (size_t)(left - (int)x0) * 3;
-        spare = (*cinfo.mem->alloc_sarray)((j_common_ptr)&cinfo, JPOOL_IMAGE, cols * 3, 16);
+        if (y1 - y0 > out_rows || (int)cols > out_cols) goto done;
         if (y0 > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0) != (JDIMENSION)y0) goto done;
         while ((int)cinfo.output_scanline < y1) {
-            int first = (int)cinfo.output_scanline, want = y1 - first, got, i;
+            int want = y1 - (int)cinfo.output_scanline, i;
             if (want > 16) want = 16;
-            for (i = 0; i < want; i++) {
-                int row = first + i;
-                int inside = row >= top && row < top + height;
-                rows[i] = direct && inside ? out + (size_t)(row - top) * stride : spare[i];
-            }
-            got = (int)jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)want);
-            if (got == 0) goto done;
-            for (i = 0; !direct && i < got; i++) {
-                int row = first + i;
-                if (row >= top && row < top + height)
-                    memcpy(out + (size_t)(row - top) * stride, spare[i] + skip, stride);
-            }
+            for (i = 0; i < want; i++)
+                rows[i] = out + (size_t)((int)cinfo.output_scanline - y0 + i) * out_cols * 3;
+            if (jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)want) == 0) goto done;
         }
         read_to_end(&cinfo);
-        found[0] = image_h;
-        found[1] = image_w;
+        found[0] = top - y0;
+        found[1] = left - (int)x0;
+        found[2] = y1 - y0;
+        found[3] = (int)cols;
+        found[4] = image_h;
+        found[5] = image_w;
         result = DECODED;
     }
 done:
@@ -176,42 +164,43 @@ done:
 }
 
 PyDoc_STRVAR(decode_rgb_doc,
-             "decode_rgb($module, data, denom, top, left, height, width, out, /)\n"
+             "decode_rgb($module, data, denom, top, left, height, width, out, rows, cols, /)\n"
              "--\n\n"
-             "Decode the box (top, left, height, width) of a JPEG scaled by 1/denom (1, 2, 4\n"
-             "or 8) as RGB into out, a writable contiguous buffer of height x width x 3\n"
-             "bytes, with exactly the pixels of the whole decode there; a box covering the\n"
-             "image decodes it whole. Returns (height, width) of the scaled image; a str,\n"
-             "libjpeg's warning, when the data is corrupt; None when the image is to be\n"
-             "decoded the ordinary way.");
+             "Decode, at 1/denom scale (1, 2, 4 or 8), the region of a JPEG around the box\n"
+             "(top, left, height, width) of the scaled image as RGB into out, a writable\n"
+             "contiguous buffer of rows x cols x 3 bytes; a box covering the image decodes it\n"
+             "whole. Returns (row, col, rows, cols, height, width): the box's offsets in out,\n"
+             "the rows and columns decoded and the scaled image's size; a str, libjpeg's\n"
+             "warning, when the data is corrupt; None when the image is to be decoded the\n"
+             "ordinary way.");
 
 static PyObject *decode_rgb(PyObject *self, PyObject *args) {
     Py_buffer data, out;
-    int denom, box[4], found[2] = {0, 0};
+    int denom, box[4], rows, cols, found[6] = {0, 0, 0, 0, 0, 0};
     enum outcome result;
     char warning[JMSG_LENGTH_MAX];
     (void)self;
 
-    if (!PyArg_ParseTuple(args, "y*iiiiiw*", &data, &denom, &box[0], &box[1], &box[2], &box[3],
-                          &out))
+    if (!PyArg_ParseTuple(args, "y*iiiiiw*ii", &data, &denom, &box[0], &box[1], &box[2], &box[3],
+                          &out, &rows, &cols))
         return NULL;
-    if (box[2] < 0 || box[3] < 0 || out.len != (Py_ssize_t)box[2] * box[3] * 3 ||
+    if (rows < 0 || cols < 0 || out.len != (Py_ssize_t)rows * cols * 3 ||
         (denom != 1 && denom != 2 && denom != 4 && denom != 8)) {
         PyBuffer_Release(&data);
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError,
-                        "denom must be 1, 2, 4 or 8 and out hold exactly height x width x 3 bytes");
+                        "denom must be 1, 2, 4 or 8 and out hold exactly rows x cols x 3 bytes");
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
     result = run((const unsigned char *)data.buf, (size_t)data.len, denom, box,
-                 (unsigned char *)out.buf, found, warning);
+                 (unsigned char *)out.buf, rows, cols, found, warning);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     PyBuffer_Release(&out);
     if (result == CORRUPT) return PyUnicode_DecodeLatin1(warning, (Py_ssize_t)strlen(warning), NULL);
     if (result == DECLINED) Py_RETURN_NONE;
-    return Py_BuildValue("(ii)", found[0], found[1]);
+    return Py_BuildValue("(iiiiii)", found[0], found[1], found[2], found[3], found[4], found[5]);
 }
 
 PyDoc_STRVAR(check_doc,
@@ -223,13 +212,14 @@ PyDoc_STRVAR(check_doc,
 static PyObject *check(PyObject *self, PyObject *args) {
     Py_buffer data;
     enum outcome result;
-    int found[2];
+    int found[6];
     char warning[JMSG_LENGTH_MAX];
     (void)self;
 
     if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
     Py_BEGIN_ALLOW_THREADS
-    result = run((const unsigned char *)data.buf, (size_t)data.len, 8, NULL, NULL, found, warning);
+    result = run((const unsigned char *)data.buf, (size_t)data.len, 8, NULL, NULL, 0, 0, found,
+                 warning);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
     if (result == CORRUPT) return PyUnicode_DecodeLatin1(warning, (Py_ssize_t)strlen(warning), NULL);

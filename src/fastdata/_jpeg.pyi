@@ -13,6 +13,8 @@ def decode_rgb(
     height: int,
     width: int,
     out: bytearray | memoryview | np.ndarray,
+    rows: int,
+    cols: int,
     /,
-) -> tuple[int, int] | str | None: ...
+) -> tuple[int, int, int, int, int, int] | str | None: ...
 def check(data: bytes | bytearray | memoryview | np.ndarray, /) -> bool | str: ...

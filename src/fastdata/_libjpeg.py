@@ -40,6 +40,10 @@ OpenCV reads the colour mode from the other bits, so REDUCED_GRAYSCALE_k | IMREA
 decodes RGB at 1/k (REDUCED_COLOR_k includes the BGR bit, which OpenCV refuses to combine
 with IMREAD_COLOR_RGB)."""
 
+# The most a region decode adds around a box per side: one iMCU (at most 4 x 8 pixels), and on
+# the left up to one more to reach an iMCU boundary.
+_REGION_MARGIN = 32
+
 # OpenCV refuses images over these (read from the environment as OpenCV reads them); the
 # extension must not accept what cv2.imdecode would refuse.
 _OPENCV_LIMITS = tuple(
@@ -75,9 +79,13 @@ def agrees_with_opencv(module: ModuleType) -> bool:
                     return False
                 hw = expected.shape[:2]
                 top, left, h, w = box or (0, 0, *hw)
-                out = np.zeros((h, w, 3), np.uint8)
-                found = module.decode_rgb(data, factor, top, left, h, w, out)
-                if found != hw or not np.array_equal(out, expected[top : top + h, left : left + w]):
+                out = np.zeros_like(expected)
+                found = module.decode_rgb(data, factor, top, left, h, w, out, *hw)
+                if not isinstance(found, tuple) or found[4:] != hw:
+                    return False
+                row, col = found[:2]  # the box in what was decoded: only it must be exact
+                got = out[: found[2], : found[3]][row : row + h, col : col + w]
+                if not np.array_equal(got, expected[top : top + h, left : left + w]):
                     return False
     except Exception:  # an extension that fails on a valid JPEG is as unusable
         return False
@@ -125,11 +133,11 @@ def decode(
     source: str | None,
     *,
     reuse: bool = False,
-) -> np.ndarray | None:
+) -> tuple[np.ndarray, tuple[int, int]] | None:
     """The JPEG decoded at ``1 / factor`` in its stored orientation, RGB: whole when ``box``
-    is None, else only ``box`` (``top, left, height, width`` of the scaled image), with
-    exactly the whole decode's pixels. None when the extension is absent or declines:
-    decode with OpenCV.
+    is None, else the region around ``box`` (``top, left, height, width`` of the scaled
+    image) with exactly the whole decode's pixels there; and where the box's corner lies in
+    what is returned. None when the extension is absent or declines: decode with OpenCV.
 
     ``reuse``: decode into a buffer this thread keeps, for a caller that transforms the
     image before its next decode (the image is overwritten then): no allocation, and memory
@@ -142,21 +150,21 @@ def decode(
         return None
     hw = (-(-header.height // factor), -(-header.width // factor))
     top, left, h, w = box or (0, 0, *hw)
-    if min(top, left) < 0 or min(h, w) <= 0:
-        return None
-    size = h * w * 3
+    rows, cols = (min(hw[0], h + 2 * _REGION_MARGIN), min(hw[1], w + 3 * _REGION_MARGIN))
+    size = rows * cols * 3
     if reuse and size <= _REUSED_BYTES:
         if _SCRATCH.buffer.size < size:
             _SCRATCH.buffer = np.empty(size, np.uint8)
-        out = _SCRATCH.buffer[:size].reshape(h, w, 3)
+        out = _SCRATCH.buffer[:size].reshape(rows, cols, 3)
     else:
-        out = np.empty((h, w, 3), np.uint8)
-    found = _jpeg.decode_rgb(buf, factor, top, left, h, w, out)
+        out = np.empty((rows, cols, 3), np.uint8)
+    found = _jpeg.decode_rgb(buf, factor, top, left, h, w, out, rows, cols)
     if isinstance(found, str):
         raise _corrupt(found, source)
-    if found is None or found != hw:  # declined, or libjpeg and the header disagree
+    if found is None or found[4:] != hw:  # declined, or libjpeg and the header disagree
         return None
-    return out
+    row, col, n_rows, n_cols = found[:4]
+    return out[:n_rows, :n_cols], (row, col)
 
 
 def check(data: bytes | bytearray | memoryview | np.ndarray) -> bool | str:

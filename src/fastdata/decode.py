@@ -228,8 +228,10 @@ def _decode_jpeg(
 ) -> np.ndarray:
     """A whole JPEG at ``1 / factor``, oriented: through the extension when it decodes it,
     else through OpenCV, and the extension then checks the data."""
-    image = _libjpeg.decode(buf, header, factor, None, source)
-    if image is None:
+    found = _libjpeg.decode(buf, header, factor, None, source)
+    if found is not None:
+        image = found[0]
+    else:
         flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION
         image = _imdecode(buf, flags | _libjpeg.REDUCED_FLAGS[factor], header, source)
         _libjpeg.verify(buf, source)
@@ -296,12 +298,11 @@ def decode_for(
     With :data:`JPEG_EXTENSION` (and ``region``, the default), only the region of a JPEG
     around the box is decoded (libjpeg-turbo skips the transforms of the rows above and
     below it and of the iMCU columns beside it; a random-resized crop keeps about half of an
-    image on average): the image returned is the box alone, contiguous, with exactly the
-    whole decode's pixels (its geometry's box is then the whole image). The whole file is
-    still read, so errors are exactly :func:`decode_image`'s. Decoded whole instead: EXIF
-    orientations other than 1, ``keep_alpha``, colour spaces other than gray and YCbCr,
-    incomplete progressive JPEGs and rare samplings that a reduced region would upsample
-    differently.
+    image on average): the pixels of the box are exactly those of the whole decode, and the
+    image returned is that region. The whole file is still read, so errors are exactly
+    :func:`decode_image`'s. Decoded whole instead: EXIF orientations other than 1,
+    ``keep_alpha``, colour spaces other than gray and YCbCr, incomplete progressive JPEGs and
+    rare samplings that a reduced region would upsample differently.
 
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
@@ -340,9 +341,10 @@ def decode_for(
     scaled_hw = (-(-src_hw[0] // factor), -(-src_hw[1] // factor))
     scaled = geometry.reduced(factor, scaled_hw)
     if region and not keep_alpha and header.orientation == 1:
-        box = _libjpeg.decode(as_array(data), header, factor, scaled.box, source, reuse=reuse)
-        if box is not None:
-            return box, Geometry((0, 0, *scaled.box[2:]), scaled.size, scaled.flip)
+        found = _libjpeg.decode(as_array(data), header, factor, scaled.box, source, reuse=reuse)
+        if found is not None:
+            image, (row, col) = found
+            return image, Geometry((row, col, *scaled.box[2:]), scaled.size, scaled.flip)
     image = decode_image(data, size=hint, **options)
     if image.shape[:2] == scaled_hw:
         return image, scaled

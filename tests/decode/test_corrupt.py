@@ -141,7 +141,7 @@ def test_opencv_decodes_are_checked_too() -> None:
     cmyk = io.BytesIO()
     Image.fromarray(photo(64, 96)).convert("CMYK").save(cmyk, "JPEG")
     data = cmyk.getvalue()
-    assert _jpeg.decode_rgb(data, 1, 0, 0, 64, 96, np.empty((64, 96, 3), np.uint8)) is None
+    assert _jpeg.decode_rgb(data, 1, 0, 0, 64, 96, np.empty((64, 96, 3), np.uint8), 64, 96) is None
     assert decode_image(data).shape == (64, 96, 3)
     middle = len(data) * 2 // 3
     with pytest.raises(DecodeError, match="corrupt or truncated JPEG"):

@@ -86,15 +86,17 @@ def test_region_decode_gives_the_whole_decodes_pixels(
 
 @needs_extension
 def test_region_decode_decodes_less_of_cropped_images(tmp_path) -> None:
-    """Random-resized crops of ImageNet-sized and of large photos decode the box alone,
-    a contiguous image that needs no cropping copy before the resize."""
+    """Random-resized crops of ImageNet-sized and of large photos decode a region, which
+    holds the box and at most one iMCU (and the alignment) around it."""
     paths = make_images(tmp_path, 4, large=2, seed=1)
     smaller = 0
     for index, path in enumerate(paths):
         data = path.read_bytes()
         image, geometry = decode_for(data, RRC_224, sample_rng(0, 0, index))
         whole, _ = whole_decode_for(data, RRC_224, sample_rng(0, 0, index))
-        assert geometry.box == (0, 0, *image.shape[:2]) and image.flags.c_contiguous
+        top, left, h, w = geometry.box
+        assert top + h <= image.shape[0] and left + w <= image.shape[1]
+        assert image.shape[0] <= h + 32 and image.shape[1] <= w + 48  # 4:2:0: 16 x 16 iMCUs
         smaller += image.size < whole.size
     assert smaller >= 3
 
@@ -132,8 +134,8 @@ def test_region_decode_leaves_every_judgement_to_the_whole_decode() -> None:
     truncated = data[: len(data) * 3 // 4]  # the bottom rows are missing
     boxes = [whole_decode_for(data, RRC_224, sample_rng(0, 0, i))[1].box for i in range(100)]
     index, (top, left, h, w) = next((i, b) for i, b in enumerate(boxes) if b[0] + b[2] < 200)
-    out = np.empty((h, w, 3), np.uint8)
-    verdict = _jpeg.decode_rgb(truncated, 1, top, left, h, w, out)
+    out = np.empty((400, 600, 3), np.uint8)
+    verdict = _jpeg.decode_rgb(truncated, 1, top, left, h, w, out, 400, 600)
     assert verdict == "Premature end of JPEG file"  # though the region's rows are all there
     with pytest.raises(DecodeError, match="truncated"):
         decode_for(truncated, RRC_224, sample_rng(0, 0, index))
@@ -250,20 +252,17 @@ def test_region_decode_respects_opencvs_pixel_limits(monkeypatch: pytest.MonkeyP
 @needs_extension
 def test_region_decoder_validates_its_arguments() -> None:
     data = jpeg(photo(64, 64))
-    with pytest.raises(ValueError, match="height x width x 3"):
-        _jpeg.decode_rgb(data, 1, 0, 0, 8, 8, np.empty((9, 8, 3), np.uint8))
-    with pytest.raises(ValueError, match="height x width x 3"):
-        _jpeg.decode_rgb(data, 1, 0, 0, -8, -8, np.empty((8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match="rows x cols x 3"):
+        _jpeg.decode_rgb(data, 1, 0, 0, 8, 8, np.empty((8, 8, 3), np.uint8), 9, 8)
     with pytest.raises(ValueError, match="denom"):
-        _jpeg.decode_rgb(data, 3, 0, 0, 8, 8, np.empty((8, 8, 3), np.uint8))
-    out = np.empty((8, 8, 3), np.uint8)
-    assert _jpeg.decode_rgb(data, 1, 60, 0, 8, 8, out) is None  # past the edge
-    assert _jpeg.decode_rgb(b"not a jpeg", 1, 0, 0, 8, 8, out) is None
-    assert _jpeg.decode_rgb(data, 1, 0, 0, 8, 8, out) == (64, 64)
+        _jpeg.decode_rgb(data, 3, 0, 0, 8, 8, np.empty((8, 8, 3), np.uint8), 8, 8)
+    out = np.empty((64, 64, 3), np.uint8)
+    assert _jpeg.decode_rgb(data, 1, 60, 0, 8, 8, out, 64, 64) is None  # past the edge
+    assert _jpeg.decode_rgb(b"not a jpeg", 1, 0, 0, 8, 8, out, 64, 64) is None
+    assert _jpeg.decode_rgb(data, 1, 0, 0, 64, 64, out, 8, 8 * 64) is None  # no room
     big = 2**31 - 1  # left + width overflows 32 bits: refused, not written past out
-    assert _jpeg.decode_rgb(data, 1, 0, big, 1, 1, np.empty((1, 1, 3), np.uint8)) is None
-    whole = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR_RGB)
-    # 4:2:0 has 16 x 16 iMCUs: a box off the iMCU grid, decoded with the margin, cut exactly
-    box = np.empty((9, 7, 3), np.uint8)
-    assert _jpeg.decode_rgb(data, 1, 20, 21, 9, 7, box) == (64, 64)
-    np.testing.assert_array_equal(box, whole[20:29, 21:28])
+    assert _jpeg.decode_rgb(data, 1, 0, big, 1, big, out, 64, 64) is None
+    found = _jpeg.decode_rgb(data, 1, 20, 20, 8, 8, out, 64, 64)
+    # 4:2:0 has 16 x 16 iMCUs: rows 4-44 (one iMCU around the box), columns 0-44 (one iMCU
+    # to the left is column 4, which the decoder aligns down to 0)
+    assert found == (16, 20, 40, 44, 64, 64)
