@@ -76,17 +76,18 @@ def member(value: Any) -> bytes:
         return value.encode()
     if isinstance(value, bytes):
         return value
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return _json(value).encode()
 
 
 def column_value(value: Any) -> Any:
     """An extra field as a Parquet value: a dict as JSON text, anything else as it is (text,
     bytes, numbers, lists of numbers: Arrow's own types)."""
-    return (
-        json.dumps(value, separators=(",", ":"), sort_keys=True)
-        if isinstance(value, dict)
-        else value
-    )
+    return _json(value) if isinstance(value, dict) else value
+
+
+def _json(value: Any) -> str:
+    """Compact JSON with sorted keys: the same value always gives the same bytes."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def image_suffix(image: str | bytes, key: str) -> str:

@@ -110,8 +110,12 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     changed. (PCG64DXSM rather than PCG64: streams that differ by a multiple of a large
     power of two are the case its output function was made for.)
     """
-    bits = np.random.PCG64DXSM(np.random.SeedSequence([int(seed), int(epoch)]))
-    return np.random.Generator(bits.advance(_offset(index)))
+    return np.random.Generator(_epoch_stream(seed, epoch).advance(_offset(index)))
+
+
+def _epoch_stream(seed: int, epoch: int) -> np.random.PCG64DXSM:
+    """The stream of an epoch, at its start: every sample's stretch is a part of it."""
+    return np.random.PCG64DXSM(np.random.SeedSequence([int(seed), int(epoch)]))
 
 
 def _offset(index: int) -> int:
@@ -141,8 +145,7 @@ def reused_sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     object set-up), ~5x more than resetting this one."""
     reused = _REUSED
     if reused.key != (seed, epoch) or reused.bits is None or reused.generator is None:
-        start = np.random.PCG64DXSM(np.random.SeedSequence([int(seed), int(epoch)]))
-        reused.start = start.state
+        reused.start = _epoch_stream(seed, epoch).state
         reused.bits = np.random.PCG64DXSM(0)
         reused.generator = np.random.Generator(reused.bits)
         reused.key = (seed, epoch)
