@@ -11,9 +11,11 @@
  * on average. libjpeg-turbo skips the inverse DCT, upsampling and colour conversion of the
  * rows above the region (jpeg_skip_scanlines) and of the iMCU columns beside it
  * (jpeg_crop_scanline); the rows below it are entropy-decoded without output. The region
- * extends one iMCU beyond the requested box on every side (where the image allows), so the
- * box's pixels are exactly those of a full decode: chroma upsampling at a region's edge sees
- * no neighbours and differs there. Two cases where a region would not be the whole decode's
+ * extends beyond the requested box by the reach of chroma upsampling (one chroma sample, 2
+ * pixels per sampling step: 4 for 4:2:0) on every side where the image allows, so the box's
+ * pixels are exactly those of a full decode: upsampling at a region's edge sees no
+ * neighbours and differs there. (A whole iMCU of margin converted up to 16 more rows and
+ * columns per side.) Two cases where a region would not be the whole decode's
  * pixels are declined: a progressive JPEG whose coefficients are incomplete (libjpeg smooths
  * the missing ones across block edges, which the region's edges change), and a reduced decode
  * that still upsamples a component whose DCT is scaled differently (libjpeg-turbo before 3.0
@@ -82,7 +84,7 @@ static void read_to_end(j_decompress_ptr cinfo) {
 }
 
 /* Decode into out the rows and (after jpeg_crop_scanline's alignment) the columns of the box
- * box[] = (top, left, height, width) of the image scaled by 1/denom, plus one iMCU around it;
+ * box[] = (top, left, height, width) of the image scaled by 1/denom, plus the upsampling's reach around it;
  * out's rows are out_cols pixels apart and hold at most out_rows rows. With out == NULL,
  * only read the file (any colour space, at 1/8: the entropy decoding is the same at any
  * scale). Sets found[] = the box's row and column in out, the rows and columns decoded and
@@ -129,12 +131,11 @@ static enum outcome run(const unsigned char *data, size_t size, int denom, const
     {
         int top = box[0], left = box[1], height = box[2], width = box[3];
         int image_w = (int)cinfo.output_width, image_h = (int)cinfo.output_height;
-        int mcu_w = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
-        int mcu_h = cinfo.max_v_samp_factor * cinfo.min_DCT_scaled_size;
-        int y0 = top - mcu_h > 0 ? top - mcu_h : 0;
-        int y1 = top + height + mcu_h < image_h ? top + height + mcu_h : image_h;
-        int x1 = left + width + mcu_w < image_w ? left + width + mcu_w : image_w;
-        JDIMENSION x0 = left - mcu_w > 0 ? (JDIMENSION)(left - mcu_w) : 0;
+        int pad_w = 2 * cinfo.max_h_samp_factor, pad_h = 2 * cinfo.max_v_samp_factor;
+        int y0 = top - pad_h > 0 ? top - pad_h : 0;
+        int y1 = top + height + pad_h < image_h ? top + height + pad_h : image_h;
+        int x1 = left + width + pad_w < image_w ? left + width + pad_w : image_w;
+        JDIMENSION x0 = left - pad_w > 0 ? (JDIMENSION)(left - pad_w) : 0;
         JDIMENSION cols = (JDIMENSION)x1 - x0;
 
         if ((y0 > 0 || y1 < image_h || x0 > 0 || x1 < image_w) && !region_is_exact(&cinfo))

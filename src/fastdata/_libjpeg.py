@@ -40,8 +40,9 @@ OpenCV reads the colour mode from the other bits, so REDUCED_GRAYSCALE_k | IMREA
 decodes RGB at 1/k (REDUCED_COLOR_k includes the BGR bit, which OpenCV refuses to combine
 with IMREAD_COLOR_RGB)."""
 
-# The most a region decode adds around a box per side: one iMCU (at most 4 x 8 pixels), and on
-# the left up to one more to reach an iMCU boundary.
+# The most a region decode adds around a box per side: the chroma upsampling's reach (at most
+# 8 pixels, for 4:1:1), and on the left up to one iMCU (at most 4 x 8 pixels) more to reach an
+# iMCU boundary.
 _REGION_MARGIN = 32
 
 # OpenCV refuses images over these (read from the environment as OpenCV reads them); the

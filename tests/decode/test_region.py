@@ -87,7 +87,7 @@ def test_region_decode_gives_the_whole_decodes_pixels(
 @needs_extension
 def test_region_decode_decodes_less_of_cropped_images(tmp_path) -> None:
     """Random-resized crops of ImageNet-sized and of large photos decode a region, which
-    holds the box and at most one iMCU (and the alignment) around it."""
+    holds the box, the chroma upsampling's reach around it and the alignment to iMCUs."""
     paths = make_images(tmp_path, 4, large=2, seed=1)
     smaller = 0
     for index, path in enumerate(paths):
@@ -96,7 +96,8 @@ def test_region_decode_decodes_less_of_cropped_images(tmp_path) -> None:
         whole, _ = whole_decode_for(data, RRC_224, sample_rng(0, 0, index))
         top, left, h, w = geometry.box
         assert top + h <= image.shape[0] and left + w <= image.shape[1]
-        assert image.shape[0] <= h + 32 and image.shape[1] <= w + 48  # 4:2:0: 16 x 16 iMCUs
+        # 4:2:0: 4 px of upsampling reach per side, and up to 15 more to the left's iMCU
+        assert image.shape[0] <= h + 8 and image.shape[1] <= w + 8 + 15
         smaller += image.size < whole.size
     assert smaller >= 3
 
@@ -263,6 +264,8 @@ def test_region_decoder_validates_its_arguments() -> None:
     big = 2**31 - 1  # left + width overflows 32 bits: refused, not written past out
     assert _jpeg.decode_rgb(data, 1, 0, big, 1, big, out, 64, 64) is None
     found = _jpeg.decode_rgb(data, 1, 20, 20, 8, 8, out, 64, 64)
-    # 4:2:0 has 16 x 16 iMCUs: rows 4-44 (one iMCU around the box), columns 0-44 (one iMCU
-    # to the left is column 4, which the decoder aligns down to 0)
-    assert found == (16, 20, 40, 44, 64, 64)
+    # 4:2:0: rows 16-32 (the box and the 4 rows its chroma upsampling reads on each side),
+    # columns 16-32 (4 columns to the left is column 16, an iMCU boundary already)
+    assert found == (4, 4, 16, 16, 64, 64)
+    # columns 0-33: 4 to the left of a box at column 13 is column 9, aligned down to the iMCU at 0
+    assert _jpeg.decode_rgb(data, 1, 20, 13, 8, 16, out, 64, 64) == (4, 13, 16, 33, 64, 64)
