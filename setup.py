@@ -11,6 +11,7 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("fastdata._jpeg", ["src/fastdata/_jpeg.c"], libraries=["jpeg"], optional=True)
+        Extension("fastdata._jpeg", ["src/fastdata/_jpeg.c"], libraries=["jpeg"], optional=True),
+        Extension("fastdata._resample", ["src/fastdata/_resample.c"], optional=True),
     ]
 )

@@ -24,6 +24,11 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
+try:  # torch's antialiased pixels, computed by fastdata's C extension (see _resample.c)
+    from fastdata import _resample  # type: ignore[attr-defined]
+except ImportError:  # built without a C compiler: torch computes them
+    _resample = None
+
 __all__ = [
     "INTERPOLATIONS",
     "Geometry",
@@ -228,13 +233,15 @@ def resize(
 
 def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | None) -> np.ndarray:
     """:func:`resize` with torch's antialiased bilinear (``interpolation="antialias"``)."""
-    # only this interpolation needs torch: the rest of the stage runs without
+    if out is None:
+        out = np.empty((*hw, *img.shape[2:]), img.dtype)
+    if _resample_into(img, out, flip=False):
+        return out
+    # otherwise torch computes them: the rest of the stage runs without it
     from fastdata._torch_compat import upsample_bilinear_aa
 
     if not img.flags.writeable:
         img = img.copy()  # torch warns on read-only arrays
-    if out is None:
-        out = np.empty((*hw, *img.shape[2:]), img.dtype)
     if hw[1] == 1 and hw[0] not in (1, img.shape[0]) and img.dtype == np.float32:
         # torch's float32 kernel mis-resamples the height of outputs one pixel wide (not 1x1)
         # when the channels are contiguous, as one always is; the transposed problem is exact.
@@ -248,6 +255,26 @@ def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | No
     # no out=, its kernel does.
     upsample_bilinear_aa(_nchw(np.ascontiguousarray(img)), hw, _nchw(out))
     return out
+
+
+def _resample_into(img: np.ndarray, out: np.ndarray, *, flip: bool) -> bool:
+    """Resize a uint8 image into ``out`` (mirrored when ``flip``) with the C extension, which
+    computes torch's antialiased pixels from the image in place (a crop is not copied first)
+    at about two thirds of torch's time (docs/benchmarks.md, "resize-antialias"); False, with
+    nothing done, where it does not apply (no extension, another dtype, more than 4 channels,
+    columns not contiguous)."""
+    if _resample is None or img.dtype != np.uint8 or img.ndim not in (2, 3):
+        return False
+    if out.dtype != np.uint8 or not (out.flags.c_contiguous and out.flags.writeable):
+        return False
+    if img.ndim == 2:
+        img, out = img[:, :, None], out[:, :, None]
+    channels = img.shape[2]
+    rows, cols, step = img.strides
+    if channels > 4 or step != 1 or cols != channels or rows < img.shape[1] * channels:
+        return False
+    _resample.resize(img, out, flip)
+    return True
 
 
 def _nchw(img: np.ndarray) -> torch.Tensor:
@@ -520,6 +547,14 @@ class ImageTransform:
                 "image (geometry() on its size, or reduced() to the size it was decoded at)"
             )
         region = img if (h, w) == img.shape[:2] else img[top : top + h, left : left + w]
+        if (
+            self.interpolation == "antialias"
+            and out is not None
+            and out.shape == (*out_hw, *img.shape[2:])
+            and (h, w) != out_hw
+            and _resample_into(region, out, flip=flip)
+        ):
+            return out  # resized and flipped in one pass, the crop read in place
         if out is None:
             resized = resize(region, out_hw, interpolation=self.interpolation)
             return hflip(resized) if flip else np.ascontiguousarray(resized)

@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
-from fastdata._transforms import reused_sample_rng
+import fastdata._transforms as transforms_module
+from fastdata._torch_compat import upsample_bilinear_aa
+from fastdata._transforms import _resample, reused_sample_rng
 from fastdata.decode import (
     ImageTransform,
     center_crop,
@@ -190,10 +192,12 @@ def test_resize_antialias_takes_views_out_and_refuses_other_dtypes() -> None:
 
 def test_transform_antialias_is_torchvision_resized_crop_and_flip() -> None:
     """ImageTransform(interpolation="antialias") reproduces torchvision's RandomResizedCrop +
-    RandomHorizontalFlip on the same box and flip, bit for bit."""
+    RandomHorizontalFlip on the same box and flip, bit for bit, into a new array or into a
+    batch's slot (where the C extension crops, resizes and flips in one pass)."""
     img = photo(300, 400)
     transform = ImageTransform(size=96, crop="random-resized", flip=True, interpolation="antialias")
     flips = set()
+    slot = np.empty((96, 96, 3), np.uint8)
     for index in range(12):
         (top, left, h, w), _, flip = geometry = transform.geometry(
             (300, 400), sample_rng(0, 0, index)
@@ -203,8 +207,91 @@ def test_transform_antialias_is_torchvision_resized_crop_and_flip() -> None:
         )
         expected = (tvf2.horizontal_flip(expected) if flip else expected).permute(1, 2, 0)
         np.testing.assert_array_equal(transform.apply(img, geometry), expected.numpy())
+        assert transform.apply(img, geometry, out=slot) is slot
+        np.testing.assert_array_equal(slot, expected.numpy())
         flips.add(flip)
     assert flips == {False, True}
+
+
+needs_resample = pytest.mark.skipif(
+    _resample is None, reason="fastdata._resample was not built (no C compiler)"
+)
+
+
+@needs_resample
+@settings(max_examples=150, deadline=None)
+@given(
+    hw=st.tuples(st.integers(1, 400), st.integers(1, 400)),
+    out_hw=st.tuples(st.integers(1, 250), st.integers(1, 250)),
+    channels=st.sampled_from([1, 3, 4]),
+    margins=st.tuples(*[st.integers(0, 9)] * 4),
+    flip=st.booleans(),
+    simd=st.booleans(),
+    smooth=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_resize_extension_is_torchs_kernel_bit_for_bit(
+    hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    channels: int,
+    margins: tuple[int, int, int, int],
+    flip: bool,
+    simd: bool,
+    smooth: bool,
+    seed: int,
+) -> None:
+    """fastdata._resample.resize, on a crop read in place (rows at the parent's stride, the
+    crop touching the parent's last row or not), with or without its AVX2 passes and the
+    flip, gives torch's antialiased bilinear uint8 pixels (shrinking by up to 400x and
+    enlarging), also on smooth images, where rounding ties are common."""
+    top, bottom, left, right = margins
+    rng = np.random.default_rng(seed)
+    parent = rng.integers(0, 256, (hw[0] + top + bottom, hw[1] + left + right, channels), np.uint8)
+    if smooth:
+        parent = cv2.GaussianBlur(parent, (0, 0), 3).reshape(parent.shape)
+    crop = parent[top : top + hw[0], left : left + hw[1]]
+    expected = torch.empty((*out_hw, channels), dtype=torch.uint8)
+    upsample_bilinear_aa(
+        torch.from_numpy(crop.copy()).permute(2, 0, 1)[None],
+        out_hw,
+        expected.permute(2, 0, 1)[None],
+    )
+    out = np.empty((*out_hw, channels), np.uint8)
+    _resample.resize(crop, out, flip, simd)
+    np.testing.assert_array_equal(out, expected.numpy()[:, ::-1] if flip else expected.numpy())
+
+
+@needs_resample
+def test_the_resize_extension_refuses_what_it_cannot_read() -> None:
+    img = photo(40, 50)
+    out = np.empty((20, 20, 3), np.uint8)
+    for src, into in [
+        (img.astype(np.float32), out),  # another dtype
+        (img[:, ::-1], out),  # columns backwards
+        (img[:, :, :2], out),  # channels not contiguous with the next pixel
+        (np.zeros((40, 50, 5), np.uint8), np.empty((20, 20, 5), np.uint8)),  # 5 channels
+        (img, np.empty((20, 20, 4), np.uint8)),  # channels differ
+        (img, np.empty((20, 40, 3), np.uint8)[:, ::2]),  # out not contiguous
+        (img[:0], out),  # empty
+    ]:
+        with pytest.raises((ValueError, BufferError)):
+            _resample.resize(src, into, False)
+
+
+def test_antialias_without_the_extension_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built without a C compiler, torch computes the same pixels (and the flip)."""
+    img = photo(120, 160)
+    transform = ImageTransform(size=48, crop="random-resized", flip=True, interpolation="antialias")
+    geometries = [transform.geometry((120, 160), sample_rng(1, 0, i)) for i in range(8)]
+    with_extension = [
+        transform.apply(img, g, out=np.empty((48, 48, 3), np.uint8)) for g in geometries
+    ]
+    monkeypatch.setattr(transforms_module, "_resample", None)
+    for geometry, expected in zip(geometries, with_extension, strict=True):
+        np.testing.assert_array_equal(
+            transform.apply(img, geometry, out=np.empty((48, 48, 3), np.uint8)), expected
+        )
+        np.testing.assert_array_equal(transform.apply(img, geometry), expected)
 
 
 def tv_params(
