@@ -70,6 +70,31 @@ static int region_is_exact(j_decompress_ptr cinfo) {
     return 1;
 }
 
+/* The first two methods of libjpeg's entropy decoder (struct jpeg_entropy_decoder in
+ * jpegint.h, the same since libjpeg 6b; that header is not always installed). */
+typedef struct {
+    void (*start_pass)(j_decompress_ptr cinfo);
+    boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+} entropy_methods;
+
+/* libjpeg's decode_mcu, and the iMCU columns a cropped decode keeps (cinfo->client_data). */
+typedef struct {
+    boolean (*decode_mcu)(j_decompress_ptr cinfo, JBLOCKROW *MCU_data);
+    JDIMENSION calls, first, last;
+} kept_columns;
+
+/* decode_mcu for a cropped single-scan decode: an MCU outside the kept columns is decoded
+ * without keeping its coefficients, as jpeg_skip_scanlines decodes skipped rows. libjpeg
+ * would otherwise extend and store every coefficient of the rows it outputs, across the whole
+ * width, then transform only the kept columns: that storing costs a quarter of the Huffman
+ * decoding. The symbols read, the DC predictions and the warnings are the same either way.
+ * MCUs come in raster order, so the call count gives the column. */
+static boolean decode_kept_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
+    kept_columns *kept = (kept_columns *)cinfo->client_data;
+    JDIMENSION col = kept->calls++ % cinfo->MCUs_per_row;
+    return kept->decode_mcu(cinfo, col < kept->first || col > kept->last ? NULL : MCU_data);
+}
+
 /* Read the rows left after output_scanline without keeping them (entropy-decoded, one row
  * transformed), then the markers up to the end of image, where libjpeg reports what is wrong
  * with the rest of the file. */
@@ -94,6 +119,7 @@ static enum outcome run(const unsigned char *data, size_t size, int denom, const
                         char warning[JMSG_LENGTH_MAX]) {
     struct jpeg_decompress_struct cinfo;
     error_manager err;
+    kept_columns kept;
     JSAMPROW rows[16];
     enum outcome result = DECLINED;
     int jumped;
@@ -140,7 +166,22 @@ static enum outcome run(const unsigned char *data, size_t size, int denom, const
 
         if ((y0 > 0 || y1 < image_h || x0 > 0 || x1 < image_w) && !region_is_exact(&cinfo))
             goto done;
-        if (x0 > 0 || x1 < image_w) jpeg_crop_scanline(&cinfo, &x0, &cols); /* to iMCUs */
+        if (x0 > 0 || x1 < image_w) {
+            jpeg_crop_scanline(&cinfo, &x0, &cols); /* to iMCUs */
+            /* a single scan, not yet begun, whose MCUs are iMCUs: interleaved, or one
+             * component at full resolution (a lone component's MCU is one block) */
+            if (!jpeg_has_multiple_scans(&cinfo) &&
+                (cinfo.comps_in_scan > 1 || cinfo.max_h_samp_factor == 1)) {
+                entropy_methods *entropy = (entropy_methods *)cinfo.entropy;
+                int imcu = cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size;
+                kept.decode_mcu = entropy->decode_mcu;
+                kept.calls = 0;
+                kept.first = x0 / (JDIMENSION)imcu;
+                kept.last = (x0 + cols - 1) / (JDIMENSION)imcu;
+                cinfo.client_data = &kept;
+                entropy->decode_mcu = decode_kept_mcu;
+            }
+        }
         if (y1 - y0 > out_rows || (int)cols > out_cols) goto done;
         if (y0 > 0 && jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0) != (JDIMENSION)y0) goto done;
         while ((int)cinfo.output_scanline < y1) {

@@ -21,9 +21,12 @@ from decode_helpers import (
     CORPUS,
     HARMLESS,
     _jpeg,
+    jpeg,
     needs_extension,
     photo,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from fastdata import _libjpeg
@@ -117,6 +120,42 @@ def test_refusals_include_pils_and_what_libjpeg_warns_about() -> None:
         and cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) is not None
     ]
     assert any("marker-in-scan" in name for name in opencv_decodes)  # why the extension
+
+
+@needs_extension
+@settings(max_examples=60, deadline=None)
+@given(
+    sampling=st.sampled_from(["gray", "444", "420", "411"]),
+    restart=st.sampled_from([0, 2]),
+    at=st.floats(0.0, 0.999),
+    bit=st.integers(0, 7),
+    left=st.floats(0.0, 0.9),
+)
+def test_a_narrow_region_reads_the_columns_beside_it_as_the_whole_decode(
+    sampling: str, restart: int, at: float, bit: int, left: float
+) -> None:
+    """A region a few iMCUs wide reads the MCUs beside it without keeping their coefficients
+    (the extension's cheaper path): a flipped bit anywhere in the scan, beside the box
+    included, gets the whole decode's verdict, and a clean region has its pixels."""
+    img = photo(200, 320, seed=bit)
+    gray = sampling == "gray"
+    data = bytearray(
+        jpeg(img[:, :, 1] if gray else img, "444" if gray else sampling, False, restart)
+    )
+    scan = data.index(b"\xff\xda") + 14
+    data[scan + int(at * (len(data) - 2 - scan))] ^= 1 << bit
+    x = int(left * 300)
+    whole = np.empty((200, 320, 3), np.uint8)
+    region = np.empty((200, 320, 3), np.uint8)
+    verdict = _jpeg.decode_rgb(bytes(data), 1, 60, x, 80, 20, region, 200, 320)
+    reference = _jpeg.decode_rgb(bytes(data), 1, 0, 0, 200, 320, whole, 200, 320)
+    if reference is None or isinstance(reference, str):  # unreadable, or corrupt
+        assert verdict == reference == _jpeg.check(bytes(data)) or verdict is reference is None
+    else:
+        row, col, rows, cols = verdict[:4]
+        np.testing.assert_array_equal(
+            region[:rows, :cols][row : row + 80, col : col + 20], whole[60:140, x : x + 20]
+        )
 
 
 @needs_extension
