@@ -471,4 +471,12 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__resample(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__resample(void) {
+    PyObject *m = PyModule_Create(&module);
+    /* whether resize runs its AVX2 passes here (else its plain loops, slower than torch's) */
+    if (m != NULL && PyModule_AddObject(m, "AVX2", PyBool_FromLong(have_avx2())) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -260,18 +260,17 @@ def _resize_antialias(img: np.ndarray, hw: tuple[int, int], out: np.ndarray | No
 def _resample_into(img: np.ndarray, out: np.ndarray, *, flip: bool) -> bool:
     """Resize a uint8 image into ``out`` (mirrored when ``flip``) with the C extension, which
     computes torch's antialiased pixels from the image in place (a crop is not copied first)
-    at about two thirds of torch's time (docs/benchmarks.md, "resize-antialias"); False, with
-    nothing done, where it does not apply (no extension, another dtype, more than 4 channels,
-    columns not contiguous)."""
-    if _resample is None or img.dtype != np.uint8 or img.ndim not in (2, 3):
+    at about two thirds of torch's time (docs/benchmarks.md, "Measurements behind
+    implementation choices"); False, with nothing done, where it does not apply: no extension,
+    a CPU without AVX2 (its plain loops are slower than torch's vector kernels), another dtype,
+    other than 3 or 4 channels, pixels not contiguous."""
+    if _resample is None or not _resample.AVX2 or img.dtype != np.uint8 or img.ndim != 3:
         return False
     if out.dtype != np.uint8 or not (out.flags.c_contiguous and out.flags.writeable):
         return False
-    if img.ndim == 2:
-        img, out = img[:, :, None], out[:, :, None]
     channels = img.shape[2]
     rows, cols, step = img.strides
-    if channels > 4 or step != 1 or cols != channels or rows < img.shape[1] * channels:
+    if channels not in (3, 4) or step != 1 or cols != channels or rows < img.shape[1] * channels:
         return False
     _resample.resize(img, out, flip)
     return True
@@ -379,14 +378,28 @@ def random_resized_crop_params(
     first box that fits, placed uniformly; otherwise the central crop closest to ``ratio``.
     Only ``rng`` supplies randomness.
     """
-    lo_scale, hi_scale = _check_range("scale", scale)
-    lo_ratio, hi_ratio = _check_range("ratio", ratio)
+    return _random_resized_box(
+        src_hw, _check_range("scale", scale), _check_range("ratio", ratio), rng
+    )
+
+
+def _random_resized_box(
+    src_hw: tuple[int, int],
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    rng: np.random.Generator,
+) -> tuple[int, int, int, int]:
+    """:func:`random_resized_crop_params` of checked ranges (``ImageTransform`` checks its own
+    once)."""
+    (lo_scale, hi_scale), (lo_ratio, hi_ratio) = scale, ratio
     height, width = src_hw
     area = height * width
     log_lo, log_hi = math.log(lo_ratio), math.log(hi_ratio)
     for _ in range(10):
-        target_area = area * rng.uniform(lo_scale, hi_scale)
-        aspect = math.exp(rng.uniform(log_lo, log_hi))
+        # lo + (hi - lo) * random() is Generator.uniform(lo, hi) bit for bit, in a third of
+        # its time (no argument checks)
+        target_area = area * (lo_scale + (hi_scale - lo_scale) * rng.random())
+        aspect = math.exp(log_lo + (log_hi - log_lo) * rng.random())
         w = round(math.sqrt(target_area * aspect))
         h = round(math.sqrt(target_area / aspect))
         if 0 < w <= width and 0 < h <= height:
@@ -504,9 +517,7 @@ class ImageTransform:
         box = (0, 0, *src_hw)
         out_hw = src_hw
         if size is not None and self.crop == "random-resized":
-            box = random_resized_crop_params(
-                src_hw, scale=self.scale, ratio=self.ratio, rng=_require_rng(rng)
-            )
+            box = _random_resized_box(src_hw, self.scale, self.ratio, _require_rng(rng))
             out_hw = _pair(size)
         elif size is not None and self.crop == "center":
             box, out_hw = center_crop_box(src_hw, _center_scale(size, self.crop_pct), size)

@@ -341,6 +341,36 @@ def test_random_resized_crop_distribution_matches_torchvision(hw: tuple[int, int
         assert ks_statistic(ours[:, column], theirs[:, column]) < critical, name
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    hw=st.tuples(st.integers(1, 2000), st.integers(1, 2000)),
+    scale=st.tuples(st.floats(0.01, 1.0), st.floats(0.0, 1.0)),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_random_resized_crop_draws_as_generator_uniform(
+    hw: tuple[int, int], scale: tuple[float, float], seed: int
+) -> None:
+    """The boxes are those of torchvision's algorithm with ``Generator.uniform`` draws: the
+    cheaper ``lo + (hi - lo) * random()`` is the same number, bit for bit."""
+    lo, hi = scale[0], scale[0] + (1 - scale[0]) * scale[1]
+    ours, reference = sample_rng(seed, 0, 0), sample_rng(seed, 0, 0)
+    height, width = hw
+    log_ratio = (math.log(3 / 4), math.log(4 / 3))
+    expected = None
+    for _ in range(10):
+        area = height * width * reference.uniform(lo, hi)
+        aspect = math.exp(reference.uniform(*log_ratio))
+        w, h = round(math.sqrt(area * aspect)), round(math.sqrt(area / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(reference.integers(0, height - h + 1))
+            expected = (top, int(reference.integers(0, width - w + 1)), h, w)
+            break
+    got = random_resized_crop_params(hw, scale=(lo, hi), rng=ours)
+    if expected is not None:
+        assert got == expected
+    assert ours.bit_generator.state == reference.bit_generator.state
+
+
 def test_random_resized_crop_is_reproducible_and_ignores_global_rng() -> None:
     img = photo(120, 160)
     np.random.seed(1)
