@@ -12,6 +12,13 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("fastdata._jpeg", ["src/fastdata/_jpeg.c"], libraries=["jpeg"], optional=True),
-        Extension("fastdata._resample", ["src/fastdata/_resample.c"], optional=True),
+        # torch's weights are computed in plain double arithmetic: no contraction into fused
+        # multiply-adds, no fast-math reassociation (CFLAGS could ask for either)
+        Extension(
+            "fastdata._resample",
+            ["src/fastdata/_resample.c"],
+            extra_compile_args=["-ffp-contract=off", "-fno-fast-math"],
+            optional=True,
+        ),
     ]
 )

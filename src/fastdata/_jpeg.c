@@ -88,11 +88,14 @@ typedef struct {
  * would otherwise extend and store every coefficient of the rows it outputs, across the whole
  * width, then transform only the kept columns: that storing costs a quarter of the Huffman
  * decoding. The symbols read, the DC predictions and the warnings are the same either way.
- * MCUs come in raster order, so the call count gives the column. */
+ * MCUs come in raster order, so the count of MCUs decoded gives the column (a suspended
+ * call, which a memory source never makes, is repeated for the same MCU). */
 static boolean decode_kept_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data) {
     kept_columns *kept = (kept_columns *)cinfo->client_data;
-    JDIMENSION col = kept->calls++ % cinfo->MCUs_per_row;
-    return kept->decode_mcu(cinfo, col < kept->first || col > kept->last ? NULL : MCU_data);
+    JDIMENSION col = kept->calls % cinfo->MCUs_per_row;
+    boolean done = kept->decode_mcu(cinfo, col < kept->first || col > kept->last ? NULL : MCU_data);
+    if (done) kept->calls++;
+    return done;
 }
 
 /* Read the rows left after output_scanline without keeping them (entropy-decoded, one row

@@ -40,9 +40,9 @@ OpenCV reads the colour mode from the other bits, so REDUCED_GRAYSCALE_k | IMREA
 decodes RGB at 1/k (REDUCED_COLOR_k includes the BGR bit, which OpenCV refuses to combine
 with IMREAD_COLOR_RGB)."""
 
-# The most a region decode adds around a box per side: the chroma upsampling's reach (at most
-# 8 pixels, for 4:1:1), and on the left up to one iMCU (at most 4 x 8 pixels) more to reach an
-# iMCU boundary.
+# What a region decode adds around a box: the chroma upsampling's reach per side (at most 8
+# pixels, for 4:1:1) and, on the left, up to an iMCU less one pixel (31 at most) to reach an
+# iMCU boundary; 2 x 32 rows and 3 x 32 columns more than the box hold it.
 _REGION_MARGIN = 32
 
 # OpenCV refuses images over these (read from the environment as OpenCV reads them); the

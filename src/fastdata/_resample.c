@@ -20,11 +20,14 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && defined(__x86_64__) /* SSE doubles: no x87 extra precision */
 #include <immintrin.h>
 #define RESAMPLE_AVX2 1
 #define AVX2 __attribute__((target("avx2")))
 #endif
+
+/* The longest side taken: the taps of a shrink by up to this factor fit an int. */
+#define MAX_SIDE (1 << 24)
 
 /* One axis: for each output index, the first input index, the weights' count and the
  * weights as int16 (taps per output, padded with zeros to a multiple of 4). */
@@ -293,15 +296,14 @@ static void horizontal(const image *src, int first, int last, uint8_t *dst, size
     if (simd && (src->channels == 3 || src->channels == 4)) {
         /* The 16-byte loads of a row reach at most this far past its start; a row whose reads
          * would leave the image's last row is done by the plain loop. */
-        const uint8_t *end = src->data + (size_t)(src->height - 1) * src->pitch +
-                             (size_t)src->width * src->channels;
+        size_t end = (size_t)(src->height - 1) * src->pitch + (size_t)src->width * src->channels;
         size_t reach = 0;
         int x;
         for (x = 0; x < h->size; x++) {
             size_t r = (size_t)(h->start[x] + (h->count[x] + 3) / 4 * 4 - 4) * src->channels + 16;
             if (h->count[x] > 0 && r > reach) reach = r;
         }
-        for (; y + 4 <= last && src->data + (size_t)(y + 3) * src->pitch + reach <= end; y += 4) {
+        for (; y + 4 <= last && (size_t)(y + 3) * src->pitch + reach <= end; y += 4) {
             const uint8_t *in[4];
             uint8_t *out[4];
             int r;
@@ -435,14 +437,14 @@ static PyObject *resize_py(PyObject *self, PyObject *args) {
         (src.shape[1] > 1 && src.strides[1] != src.shape[2]) ||
         (src.shape[0] > 1 && src.strides[0] < src.shape[1] * src.shape[2]) ||
         src.shape[0] < 1 || src.shape[1] < 1 || out.shape[0] < 1 || out.shape[1] < 1 ||
-        src.shape[0] > INT_MAX || src.shape[1] > INT_MAX || out.shape[0] > INT_MAX ||
-        out.shape[1] > INT_MAX) {
+        src.shape[0] > MAX_SIDE || src.shape[1] > MAX_SIDE || out.shape[0] > MAX_SIDE ||
+        out.shape[1] > MAX_SIDE) {
         PyBuffer_Release(&src);
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError,
                         "resize takes a uint8 (height, width, channels) src with 1 to 4 contiguous "
                         "channels and rows at a positive stride, and a C-contiguous uint8 out with "
-                        "the same channels");
+                        "the same channels, sides of 1 to 2**24 pixels");
         return NULL;
     }
     img.data = (const uint8_t *)src.buf;

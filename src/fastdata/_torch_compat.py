@@ -191,7 +191,7 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
         if self._timeout > 0:
             # The watchdog thread sees only this small record, never the iterator: holding the
             # iterator would keep an abandoned one, and so its workers, alive.
-            self._fd_watch = _Watch(list(self._workers))
+            self._fd_watch = _Watch(list(self._workers), id(self))
             threading.Thread(
                 target=self._fd_watch.run, name="fastdata-timeout", daemon=True
             ).start()
@@ -247,31 +247,47 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
     def _shutdown_workers(self) -> None:
         watch = getattr(self, "_fd_watch", None)
         if watch is not None:
-            watch.done.set()
+            with watch.lock:
+                watch.done.set()
+                if watch.unregistered:  # the watchdog took the pids out of torch's registry
+                    self._worker_pids_set = False
         super()._shutdown_workers()
 
 
 class _Watch:
     """The watchdog of a :class:`WorkerIterator` with a timeout: once a receive has run past
     its ``deadline`` (set around each receive), kill the workers; the receive then fails and
-    the error says why (``timed_out``). Ends when ``done`` is set (the iterator shuts down)."""
+    the error says why (``timed_out``). Ends when ``done`` is set (the iterator shuts down).
 
-    def __init__(self, workers: list[Any]) -> None:
+    Before killing, it takes the workers out of torch's SIGCHLD registry (``unregistered``,
+    under ``lock``, which the iterator's shut-down takes too): torch's handler would otherwise
+    raise "worker killed by signal" in the main thread wherever it is when they die, possibly
+    after the timeout error was caught, in the caller's own code."""
+
+    def __init__(self, workers: list[Any], iterator_id: int) -> None:
         self.workers = workers
+        self.iterator_id = iterator_id
         self.deadline: float | None = None
         self.timed_out = False
+        self.unregistered = False
         self.done = threading.Event()
+        self.lock = threading.Lock()
 
     def run(self) -> None:
         while not self.done.wait(0.25):
             deadline = self.deadline
             if deadline is None or time.monotonic() < deadline:
                 continue
-            self.timed_out = True
-            for worker in self.workers:
-                if worker.pid is not None and worker.exitcode is None:
-                    with contextlib.suppress(OSError):
-                        os.kill(worker.pid, signal.SIGKILL)
+            with self.lock:
+                if self.done.is_set():
+                    return
+                self.timed_out = True
+                _dataloader._utils.signal_handling._remove_worker_pids(self.iterator_id)
+                self.unregistered = True
+                for worker in self.workers:
+                    if worker.pid is not None and worker.exitcode is None:
+                        with contextlib.suppress(OSError):
+                            os.kill(worker.pid, signal.SIGKILL)
             return
 
 

@@ -28,6 +28,8 @@ try:  # torch's antialiased pixels, computed by fastdata's C extension (see _res
     from fastdata import _resample  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler: torch computes them
     _resample = None
+# whether its AVX2 passes run here (a build older than the flag has none worth using)
+_RESAMPLE_AVX2 = bool(getattr(_resample, "AVX2", False))
 
 __all__ = [
     "INTERPOLATIONS",
@@ -264,9 +266,11 @@ def _resample_into(img: np.ndarray, out: np.ndarray, *, flip: bool) -> bool:
     implementation choices"); False, with nothing done, where it does not apply: no extension,
     a CPU without AVX2 (its plain loops are slower than torch's vector kernels), another dtype,
     other than 3 or 4 channels, pixels not contiguous."""
-    if _resample is None or not _resample.AVX2 or img.dtype != np.uint8 or img.ndim != 3:
+    if _resample is None or not _RESAMPLE_AVX2 or img.dtype != np.uint8 or img.ndim != 3:
         return False
     if out.dtype != np.uint8 or not (out.flags.c_contiguous and out.flags.writeable):
+        return False
+    if img.size == 0 or np.may_share_memory(img, out):  # written while read: torch's copy
         return False
     channels = img.shape[2]
     rows, cols, step = img.strides
