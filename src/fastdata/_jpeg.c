@@ -112,8 +112,8 @@ static void read_to_end(j_decompress_ptr cinfo) {
 }
 
 /* Decode into out the rows and (after jpeg_crop_scanline's alignment) the columns of the box
- * box[] = (top, left, height, width) of the image scaled by 1/denom, plus the upsampling's reach around it;
- * out's rows are out_cols pixels apart and hold at most out_rows rows. With out == NULL,
+ * box[] = (top, left, height, width) of the image scaled by 1/denom, plus the upsampling's
+ * reach around it; out's rows are out_cols pixels apart and hold at most out_rows rows. With out == NULL,
  * only read the file (any colour space, at 1/8: the entropy decoding is the same at any
  * scale). Sets found[] = the box's row and column in out, the rows and columns decoded and
  * the scaled image's height and width; warning = libjpeg's message when CORRUPT. */

@@ -399,6 +399,9 @@ static int resize(const image *src, uint8_t *out, int out_h, int out_w, int flip
     return ok;
 }
 
+/* Whether this CPU runs the AVX2 passes: asked once, when the module is imported. */
+static int avx2_here = 0;
+
 static int have_avx2(void) {
 #ifdef RESAMPLE_AVX2
     __builtin_cpu_init();
@@ -452,7 +455,7 @@ static PyObject *resize_py(PyObject *self, PyObject *args) {
     img.height = (int)src.shape[0];
     img.width = (int)src.shape[1];
     img.channels = (int)src.shape[2];
-    simd = simd && have_avx2();
+    simd = simd && avx2_here;
     Py_BEGIN_ALLOW_THREADS
     ok = resize(&img, (uint8_t *)out.buf, (int)out.shape[0], (int)out.shape[1], flip, simd);
     Py_END_ALLOW_THREADS
@@ -475,8 +478,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__resample(void) {
     PyObject *m = PyModule_Create(&module);
+    avx2_here = have_avx2();
     /* whether resize runs its AVX2 passes here (else its plain loops, slower than torch's) */
-    if (m != NULL && PyModule_AddObject(m, "AVX2", PyBool_FromLong(have_avx2())) < 0) {
+    if (m != NULL && PyModule_AddObject(m, "AVX2", PyBool_FromLong(avx2_here)) < 0) {
         Py_DECREF(m);
         return NULL;
     }
