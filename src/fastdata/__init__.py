@@ -16,6 +16,7 @@ from fastdata.tune import TuneResult, tune  # eager: the subpackage name would s
 
 if TYPE_CHECKING:
     from fastdata import augment, decode, synthetic, writer
+    from fastdata._install import install_dataloader
     from fastdata._stats_out import flatten_stats, log_stats
     from fastdata.collate import (
         Padded,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
     "gather_state": "fastdata.loader",
+    "install_dataloader": "fastdata._install",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",

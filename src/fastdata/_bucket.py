@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from itertools import chain, islice, pairwise
 from typing import Any, Literal, TypeVar
 
-from fastdata._validate import check_int, is_int
+from fastdata._validate import check_int, constructor_keywords_checked, is_int
 
 __all__ = ["PaddingStats", "bucket_by_length", "padding_stats"]
 
@@ -174,6 +174,7 @@ def _bucket_rows(
     return rows.bucketed_rows(batches, batch_size, boundaries, buffer_size or 0, rng, drop_last)
 
 
+@constructor_keywords_checked
 @dataclass(frozen=True)
 class PaddingStats:
     """How much padding a batching needs.

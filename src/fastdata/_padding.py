@@ -13,9 +13,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fastdata._validate import is_int
+from fastdata._validate import constructor_keywords_checked, is_int
 
 
+@constructor_keywords_checked
 class Padded(NamedTuple):
     """A padded field that has no mapping to hold its lengths and mask as sibling keys.
 

@@ -25,6 +25,7 @@ import torch.utils.data.dataloader as _dataloader
 
 __all__ = [
     "CHECKED_TORCH",
+    "TORCH_DATALOADER",
     "WORKER_RERAISE",
     "DataLoaderHooks",
     "IteratorRecord",
@@ -41,6 +42,29 @@ __all__ = [
 
 CHECKED_TORCH = "2.14.1"
 """The torch release every name here was last checked against (``tests/test_torch_compat.py``)."""
+
+
+def _torch_dataloader() -> type:
+    """torch's own ``DataLoader`` class, found once, at import.
+
+    Users install a replacement loader by assigning it over torch's names
+    (``torch.utils.data.DataLoader = fastdata.DataLoader``, before or after this import, in
+    ``torch.utils.data`` or ``torch.utils.data.dataloader``); a replacement subclasses
+    torch's class, so torch's own is the one in the class's MRO that torch's module defined.
+    Everything in fastdata that needs torch's class uses this one, never the names.
+    """
+    for cls in _dataloader.DataLoader.__mro__:
+        if cls.__module__ == _dataloader.__name__ and cls.__qualname__ == "DataLoader":
+            return cls
+    raise ImportError(
+        f"torch.utils.data.dataloader.DataLoader is {_dataloader.DataLoader!r}, which does not "
+        "subclass torch's DataLoader; fastdata builds on torch's own class: import fastdata "
+        "before replacing torch's DataLoader with another class"
+    )
+
+
+TORCH_DATALOADER: type = _torch_dataloader()
+"""torch's own DataLoader class, whatever torch's names point to now (see above)."""
 
 
 def num_yielded(iterator: Any) -> int:
@@ -153,7 +177,7 @@ class DataLoaderHooks:
 
     @property
     def _index_sampler(self) -> Any:
-        base = _dataloader.DataLoader._index_sampler.fget(self)  # type: ignore[attr-defined]
+        base = TORCH_DATALOADER._index_sampler.fget(self)  # type: ignore[attr-defined]
         return self._resumed_sampler(base)  # type: ignore[attr-defined]
 
 
@@ -187,6 +211,7 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
 
     def __init__(self, loader: Any) -> None:
         self._fd_watch: _Watch | None = None
+        self._fd_pid = os.getpid()
         super().__init__(loader)
         if self._timeout > 0:
             # The watchdog thread sees only this small record, never the iterator: holding the
@@ -234,9 +259,9 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
 
     _fd_record: IteratorRecord | None = None
 
-    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
-        if not _finalizing():  # as SingleIterator's; torch's own clean-up still runs
-            _close(self)
+    def __del__(self, _finalizing: Any = sys.is_finalizing, _getpid: Any = os.getpid) -> None:
+        if not _finalizing() and getattr(self, "_fd_pid", None) == _getpid():
+            _close(self)  # as SingleIterator's; torch's own clean-up still runs
         super().__del__()
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
@@ -244,7 +269,13 @@ class WorkerIterator(_dataloader._MultiProcessingDataLoaderIter):
             self._fd_record.workers.append(worker_idx % 256)
         return super()._process_data(data, worker_idx)
 
-    def _shutdown_workers(self) -> None:
+    def _shutdown_workers(self, _getpid: Any = os.getpid) -> None:
+        # (os.getpid bound here: at interpreter exit this runs after module globals are gone)
+        if not hasattr(self, "_shutdown") or getattr(self, "_fd_pid", None) != _getpid():
+            # Construction failed before torch had anything to shut down, or this is a copy
+            # of the iterator in a process forked from its owner (a worker of another
+            # loader): the owner's workers are not this process's to stop or ask about.
+            return
         watch = getattr(self, "_fd_watch", None)
         if watch is not None:
             with watch.lock:
@@ -304,11 +335,7 @@ def _ended(exitcode: int) -> str:
 def worker_iterator(loader: Any) -> tuple[Any, IteratorRecord]:
     """The iterator torch's ``DataLoader._get_iterator`` would make (as
     :class:`SingleIterator` / :class:`WorkerIterator`), and its record."""
-    iterator: Any
-    if loader.num_workers == 0:
-        iterator = SingleIterator(loader)
-    else:
-        loader.check_worker_number_rationality()
-        iterator = WorkerIterator(loader)
+    # (torch warned of too many workers when the loader was made: once is enough)
+    iterator: Any = SingleIterator(loader) if loader.num_workers == 0 else WorkerIterator(loader)
     iterator._fd_record = IteratorRecord(iterator)
     return iterator, iterator._fd_record

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import cv2
 import numpy as np
 
+from fastdata._validate import constructor_keywords_checked
+
 if TYPE_CHECKING:
     import torch
 
@@ -437,6 +439,7 @@ def random_resized_crop(
     return resize(img[top : top + h, left : left + w], _pair(size), interpolation=interpolation)
 
 
+@constructor_keywords_checked
 @dataclass(frozen=True)
 class ImageTransform:
     """The per-sample transform of the image streams: resize, crop, random flip.

@@ -8,12 +8,16 @@ accepted, e.g. ``batch_size='64': expected an integer >= 1 or None, got str``.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import numbers
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
     "check_bool",
@@ -24,7 +28,10 @@ __all__ = [
     "check_names",
     "check_number",
     "check_size",
+    "constructor_keywords_checked",
     "is_int",
+    "keywords_checked",
+    "unexpected_keyword",
 ]
 
 
@@ -228,3 +235,65 @@ def check_device(name: str, value: Any, *, kinds: Sequence[str] | None = None) -
             f"indices 0..{count - 1}"
         )
     return device
+
+
+def unexpected_keyword(owner: str, name: str, valid: Iterable[str]) -> TypeError:
+    """The error for keyword ``name`` that ``owner`` (``"ParquetStream()"``) does not take,
+    naming the closest valid ones: what Python says of a mistyped keyword, without naming
+    the internal function that happened to receive it."""
+    names = sorted(valid)
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return TypeError(
+        f"{owner} got an unexpected keyword argument {name!r}{hint} (it takes: {', '.join(names)})"
+    )
+
+
+def keywords_checked(options: Any = None) -> Callable[[F], F]:
+    """Decorate a callable so that a keyword that is neither one of its parameters nor one of
+    ``options`` (the TypedDict of its ``**options``, if any) is a :class:`TypeError` naming
+    the callable (its class for a constructor) and the closest valid names, raised before
+    anything runs."""
+
+    def decorate(fn: F) -> F:
+        parameters = inspect.signature(fn).parameters.values()
+        named = {
+            p.name
+            for p in parameters
+            if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        } - {"self", "cls"}
+        if options is not None:
+            named |= options.__required_keys__ | options.__optional_keys__
+        valid = frozenset(named)
+        constructor = fn.__name__ in ("__init__", "__new__")
+        qualname = fn.__qualname__
+
+        @functools.wraps(fn)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            for name in kwargs:
+                if name not in valid:
+                    owner = qualname
+                    if constructor:  # the class being made, a subclass perhaps
+                        made = args[0]
+                        owner = (made if isinstance(made, type) else type(made)).__name__
+                    raise unexpected_keyword(f"{owner}()", name, valid)
+            return fn(*args, **kwargs)
+
+        return checked  # type: ignore[return-value]
+
+    return decorate
+
+
+C = TypeVar("C", bound=type)
+
+
+def constructor_keywords_checked(cls: C) -> C:
+    """Class decorator: :func:`keywords_checked` on the class's constructor (``__new__`` for a
+    tuple such as a NamedTuple, else ``__init__``; put it above ``@dataclass``)."""
+    if issubclass(cls, tuple):
+        new = cls.__dict__["__new__"]
+        checked_new = keywords_checked()(getattr(new, "__func__", new))
+        setattr(cls, "__new__", staticmethod(checked_new))  # noqa: B010 (mypy: no method-assign)
+    else:
+        setattr(cls, "__init__", keywords_checked()(cls.__init__))  # noqa: B010
+    return cls

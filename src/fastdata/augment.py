@@ -31,7 +31,7 @@ import torch
 
 from fastdata import _augment_ops as ops
 from fastdata._augment import Augmentation, torch_seeded
-from fastdata._validate import check_choice, check_int, check_number
+from fastdata._validate import check_choice, check_int, check_number, constructor_keywords_checked
 
 __all__ = ["Augmentation", "BatchAugment", "RandomErasing", "TrivialAugmentWide"]
 
@@ -103,6 +103,7 @@ def _fill(name: str, value: Fill) -> tuple[float, ...]:
     return tuple(check_number(name, v, minimum=0, maximum=255) for v in values)
 
 
+@constructor_keywords_checked
 @dataclass(frozen=True)
 class TrivialAugmentWide(Augmentation):
     """torchvision's ``TrivialAugmentWide`` on uint8 HWC arrays: one operation drawn
@@ -142,6 +143,7 @@ class TrivialAugmentWide(Augmentation):
         return _apply_op(image, op, magnitude, interpolation=self.interpolation, fill=fill)
 
 
+@constructor_keywords_checked
 @dataclass(frozen=True)
 class RandomErasing(Augmentation):
     """torchvision's ``RandomErasing`` on uint8 HWC arrays (in place): with probability
@@ -195,6 +197,7 @@ class RandomErasing(Augmentation):
         return image
 
 
+@constructor_keywords_checked
 class BatchAugment:
     """A batch augmentation seeded by the training step.
 

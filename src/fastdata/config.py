@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from fastdata._validate import constructor_keywords_checked
+
 __all__ = ["CONFIG_FORMAT", "LoaderConfig", "load_config"]
 
 CONFIG_FORMAT = "fastdata.LoaderConfig"
@@ -23,6 +25,7 @@ CONFIG_FORMAT = "fastdata.LoaderConfig"
 CONFIG_VERSION = 1
 
 
+@constructor_keywords_checked
 @dataclass(frozen=True)
 class LoaderConfig:
     """Settings of a ``torch.utils.data.DataLoader`` that decide its speed, not its data.

@@ -23,7 +23,7 @@ from torch import nn
 
 from fastdata._normalize_cpu import normalize_on_this_thread
 from fastdata._tree import KeyPath, map_tensors
-from fastdata._validate import check_int
+from fastdata._validate import check_int, constructor_keywords_checked
 
 __all__ = ["IMAGENET", "DeviceNormalize", "DevicePrefetcher", "MeanStd", "to_device"]
 
@@ -33,6 +33,7 @@ T = TypeVar("T")
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+@constructor_keywords_checked
 class MeanStd(NamedTuple):
     """Per-channel mean and standard deviation of images scaled to [0, 1].
 
@@ -47,6 +48,7 @@ class MeanStd(NamedTuple):
 IMAGENET = MeanStd(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 
 
+@constructor_keywords_checked
 class DeviceNormalize(nn.Module):
     """``(x / scale - mean) / std`` of a uint8 image batch, computed on the batch's device.
 
@@ -171,6 +173,7 @@ class DeviceNormalize(nn.Module):
         return self._constants_by_device[key]
 
 
+@constructor_keywords_checked
 class DevicePrefetcher(Generic[B]):
     """Iterate ``loader`` and yield each batch on ``device``, image tensors normalized.
 

@@ -8,6 +8,7 @@ the value, the reason and the fix, and its attributes hold the location so a cal
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 __all__ = ["DecodeError", "FastDataError", "ResumeError", "SchemaError", "SourceError"]
@@ -131,3 +132,9 @@ class DecodeError(SourceError):
 
 class ResumeError(FastDataError):
     """A ``state_dict`` that cannot be applied (different dataset, layout or version)."""
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` where Python has notes (3.11+); nothing on 3.10."""
+    if sys.version_info >= (3, 11):
+        exc.add_note(note)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import torch
 import torch.utils.data
 import torch.utils.data as tud
 
@@ -38,9 +39,14 @@ from fastdata._resume import (
     index_sampler_skipping,
 )
 from fastdata._stats import StageTimes, TimedCollate, WaitClock, cache_stats
-from fastdata._torch_compat import DataLoaderHooks, IteratorRecord, drain_sampler
-from fastdata._validate import check_bool, check_device
-from fastdata.errors import ResumeError
+from fastdata._torch_compat import (
+    TORCH_DATALOADER,
+    DataLoaderHooks,
+    IteratorRecord,
+    drain_sampler,
+)
+from fastdata._validate import check_bool, check_device, unexpected_keyword
+from fastdata.errors import ResumeError, add_note
 from fastdata.sources import PlannedStream
 from fastdata.sources._checks import require_int, require_mapping, short
 from fastdata.sources._state import consumed_after, merge
@@ -49,7 +55,11 @@ from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_meth
 __all__ = ["DataLoader", "gather_state"]
 
 STATE_VERSION = 3
-_TORCH_INIT = torch.utils.data.DataLoader.__init__
+if TYPE_CHECKING:
+    _TorchDataLoader = torch.utils.data.DataLoader
+else:
+    _TorchDataLoader = TORCH_DATALOADER  # torch's own class, whatever its names point to now
+_TORCH_INIT = _TorchDataLoader.__init__
 
 
 _T_co = TypeVar("_T_co", covariant=True)
@@ -67,7 +77,7 @@ class _Progress:
         self.wall = 0.0
 
 
-class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
+class DataLoader(DataLoaderHooks, _TorchDataLoader[_T_co]):
     """A drop-in for :class:`torch.utils.data.DataLoader` with opt-in extras.
 
     Every positional and keyword argument of torch's DataLoader is accepted with torch's
@@ -121,17 +131,19 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
         stats = check_bool("stats", stats)
+        for name in kwargs:
+            if name not in _PARAMETERS:
+                raise unexpected_keyword("DataLoader()", name, _PARAMETERS)
         given = inspect.signature(_TORCH_INIT).bind_partial(None, *args, **kwargs).arguments
+        _check_stream_batching(given)
         super().__init__(*args, **kwargs)
-        if (
-            isinstance(self.dataset, PlannedStream)
-            and self.dataset.batch_size is not None
-            and self.batch_size is None
-            and given.get("collate_fn") is None
-        ):
-            # The stream's batches are tensors already: torch's default_convert would only
-            # walk them (every element of every list column) to hand them over unchanged.
-            self.collate_fn = as_is
+        if isinstance(self.dataset, PlannedStream) and given.get("collate_fn") is None:
+            if self.dataset.batch_size is not None:
+                # The stream's batches are tensors already: torch's default_convert would
+                # only walk them (every element of every list column) to hand them over.
+                self.collate_fn = as_is
+            elif self.batch_size is not None:
+                self.collate_fn = RowsCollate(self.collate_fn).__call__
         self.device = device
         self.normalize = normalize
         self._fd_times = StageTimes() if stats else None
@@ -142,6 +154,7 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         self._fd_progress = _Progress()
 
     def __iter__(self) -> Any:
+        entered = time.perf_counter()
         if isinstance(self.dataset, PlannedStream):
             if not self.dataset.resuming:
                 self._fd_resume_base = 0  # set_epoch() after load_state_dict() started afresh
@@ -150,7 +163,8 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
             try:
                 self._fd_sampler_state = SamplerState.capture(self)
             except ResumeError as exc:  # raised by state_dict(), never by iteration
-                self._fd_sampler_state = exc
+                # Without its traceback, which holds this frame and so the iterator.
+                self._fd_sampler_state = exc.with_traceback(None)
         with opencv_single_threaded_fork(self):
             self._fd_starting = True
             try:
@@ -171,12 +185,14 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         if not self._fd_wrapped:
             return iterator
         self._fd_progress.consumed = 0
-        return self._extras(iterator)
+        return self._extras(iterator, time.perf_counter() - entered)
 
-    def _extras(self, iterator: Any) -> Iterator[Any]:
+    def _extras(self, iterator: Any, starting: float) -> Iterator[Any]:
         """Device transfer and timing around torch's iterator (only when asked for).
 
-        The consumer's wait is the time blocked in ``next()`` here; the part of it not spent
+        The consumer's wait is the time blocked in ``iter()`` (``starting``: workers started
+        or reset) and in ``next()`` here, as a loop timing itself around them measures it;
+        the part of it not spent
         waiting for torch's iterator is the transfer (copies issued, normalization). Counts
         go to :class:`_Progress`, not to the loader: torch's ``DataLoader.__setattr__`` is
         Python code, too slow to run per batch.
@@ -191,7 +207,9 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         times = self._fd_times if self.device is not None else None
         progress = self._fd_progress
         clock = time.perf_counter
-        start = now = clock()
+        progress.wait += starting
+        now = clock()
+        start = now - starting
         wall_before = progress.wall
         while True:
             try:
@@ -448,6 +466,60 @@ class DataLoader(DataLoaderHooks, torch.utils.data.DataLoader[_T_co]):
         self._fd_loaded = True
 
 
+def _check_stream_batching(given: Mapping[str, Any]) -> None:
+    """Refuse to batch the batches of a stream that makes them itself (``batch_size=N``):
+    torch's loader would stack N of them into one tensor of N batches."""
+    stream = given.get("dataset")
+    batch_size = given.get("batch_size", 1)
+    if not isinstance(stream, PlannedStream) or stream.batch_size is None or batch_size is None:
+        return
+    default = "" if "batch_size" in given else ", torch's default"
+    raise ValueError(
+        f"{type(stream).__name__}(batch_size={stream.batch_size}) yields whole batches, and "
+        f"DataLoader(batch_size={batch_size}{default}) would batch them again (each item "
+        f"{batch_size} of its batches stacked); pass DataLoader(..., batch_size=None) to take the "
+        "stream's batches as they are, or batch_size=None to the stream to let the loader "
+        "batch its rows"
+    )
+
+
+class RowsCollate:
+    """torch's collate of a stream's rows (``batch_size=None`` streams under a batching
+    loader), whose error for rows of different lengths says which column and what to do."""
+
+    def __init__(self, collate: Any) -> None:
+        self.collate = collate
+
+    def __call__(self, rows: Any) -> Any:
+        try:
+            return self.collate(rows)
+        except RuntimeError as exc:
+            column = _ragged_column(rows)
+            if column is None:
+                raise
+            add_note(
+                exc,
+                f"fastdata: column {column!r} holds rows of different lengths, which "
+                "default_collate cannot stack: batch in the stream (batch_size=N there, "
+                "DataLoader(batch_size=None)) to get it as a fastdata.Ragged, or pass "
+                "collate_fn=fastdata.pad_collate to pad it",
+            )
+            raise
+
+
+def _ragged_column(rows: list[Any]) -> str | None:
+    """The first column of dict rows whose tensors differ in shape (None: none does)."""
+    if not rows or not isinstance(rows[0], Mapping):
+        return None
+    for name, value in rows[0].items():
+        if isinstance(value, torch.Tensor) and any(
+            isinstance(row.get(name), torch.Tensor) and row[name].shape != value.shape
+            for row in rows[1:]
+        ):
+            return str(name)
+    return None
+
+
 def as_is(batch: Any) -> Any:
     """The collate function of a fastdata stream's ready-made batches: the batch itself."""
     return batch
@@ -488,6 +560,7 @@ def _signature() -> inspect.Signature:
 
 
 DataLoader.__init__.__signature__ = _signature()  # type: ignore[attr-defined]
+_PARAMETERS = frozenset(DataLoader.__init__.__signature__.parameters) - {"self"}  # type: ignore[attr-defined]
 
 
 def _merge_config(config: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from fastdata._validate import check_choice
+from fastdata._validate import check_choice, constructor_keywords_checked
 
 if TYPE_CHECKING:
     from fastdata.collate import Padded
@@ -39,6 +39,7 @@ _KINDS = ("list", "str", "bytes")
 _ROW_PREVIEW = 3  # rows shown by repr
 
 
+@constructor_keywords_checked
 class Ragged:
     """``B`` rows of different lengths: ``values`` cut at ``offsets``, nulls in ``valid``.
 

@@ -16,7 +16,6 @@ position each batch reached (``varying``, :meth:`ImageDecoder.items`) and resume
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 import warnings
@@ -36,7 +35,7 @@ from fastdata._device_decode import decode_on_device
 from fastdata._env import worker_slot
 from fastdata._transforms import ImageTransform, reused_sample_rng, sample_rng
 from fastdata.decode import decode_for
-from fastdata.errors import DecodeError, SourceError
+from fastdata.errors import DecodeError, SourceError, add_note
 from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
 from fastdata.sources._reading import RowFeed
 from fastdata.sources.base import INDEX, ArrowDecoder, Context
@@ -394,8 +393,7 @@ def _naming(index: int, context: Context) -> Iterator[None]:
         yield
     except Exception as exc:
         where = ", ".join(f"{k}={v}" for k, v in context.locate(index).items() if v is not None)
-        if sys.version_info >= (3, 11):  # notes are new in 3.11
-            exc.add_note(f"while augmenting the image at {where}")
+        add_note(exc, f"while augmenting the image at {where}")
         raise
 
 

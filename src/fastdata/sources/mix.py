@@ -27,14 +27,14 @@ import torch
 from torch.utils.data import get_worker_info
 
 from fastdata._env import worker_slot
-from fastdata._validate import check_int, check_number
+from fastdata._validate import check_int, check_number, keywords_checked
 from fastdata.sources.base import Context, Decoder, Reader
+from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from fastdata.sources.options import StreamOptions
 
 __all__ = ["MixedStream", "mix"]
 
@@ -190,6 +190,7 @@ class MixedStream(PlannedStream):
 
     decoder: _Counting
 
+    @keywords_checked(StreamOptions)
     def __init__(
         self,
         sources: Mapping[str, PlannedStream],
@@ -250,6 +251,7 @@ def _decoder_key(decoder: Decoder) -> tuple[Any, ...]:
     return (type(decoder).__name__, *(repr(config.get(k)) for k in shown))
 
 
+@keywords_checked(StreamOptions)
 def mix(
     sources: Mapping[str, PlannedStream],
     /,

@@ -40,15 +40,15 @@ import torch
 from torch.utils.data import get_worker_info
 
 from fastdata._env import worker_slot
-from fastdata._validate import check_bool, check_choice, check_int
+from fastdata._validate import check_bool, check_choice, check_int, keywords_checked
 from fastdata.errors import SchemaError
 from fastdata.sources.base import Context
+from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from fastdata.sources.options import StreamOptions
 
 __all__ = ["PackedStream", "Packer", "pack"]
 
@@ -246,6 +246,7 @@ class PackedStream(PlannedStream):
         return f"PackedStream({self.reader!r}, rows={d.batch_rows}, seq_len={d.seq_len})"
 
 
+@keywords_checked(StreamOptions)
 def pack(
     source: PlannedStream,
     /,

@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fastdata._validate import keywords_checked
 from fastdata.sources._cache import start_fetching, with_cache
+from fastdata.sources.options import StreamOptions
 from fastdata.sources.readers.parquet import ParquetRowGroups
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from fastdata.sources.options import StreamOptions
 
 __all__ = ["ParquetStream"]
 
@@ -53,6 +54,7 @@ class ParquetStream(PlannedStream):
 
     reader: ParquetRowGroups
 
+    @keywords_checked(StreamOptions)
     def __init__(
         self,
         source: Any,

@@ -22,7 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from fastdata._env import resolve_rank, worker_slot
 from fastdata._stats import StageTimes
-from fastdata._validate import check_int
+from fastdata._validate import check_int, keywords_checked
 from fastdata.errors import ResumeError
 from fastdata.sources._cursors import Cursors
 from fastdata.sources._reading import cut, read_segments
@@ -56,6 +56,7 @@ class PlannedStream(IterableDataset):
             ``world_size``, ``read_ahead``).
     """
 
+    @keywords_checked(StreamOptions)
     def __init__(
         self,
         reader: Reader,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastdata._validate import constructor_keywords_checked
 from fastdata.config import LoaderConfig
 from fastdata.tune.measure import Trial
 
@@ -26,6 +27,7 @@ RESULT_FORMAT = "fastdata.TuneResult"
 RESULT_VERSION = 1
 
 
+@constructor_keywords_checked
 @dataclass(frozen=True)
 class TuneResult:
     """The outcome of :func:`fastdata.tune.tune`.
