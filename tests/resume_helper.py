@@ -2,8 +2,9 @@
 
 ``check_resume(make_loader)`` drives a loader through resume from the start, mid-epoch, the
 end, and on into the next epoch, and asserts separately: nothing missing, nothing duplicated,
-the same order as an uninterrupted run. A state saved after the last batch continues with the
-next epoch, in full. ``make_loader()`` must build a fresh loader over a
+the same order as an uninterrupted run. A state saved after the last batch (the end not yet
+seen) resumes with an empty iteration, then the next epoch, as torchdata's StatefulDataLoader
+has it. ``make_loader()`` must build a fresh loader over a
 fresh dataset each call (as a new process would).
 """
 
@@ -60,7 +61,8 @@ def check_resume(
 
         resumed = make_loader()
         resumed.load_state_dict(state)
-        if k == len(full):  # saved at the end of the epoch: the next one comes, in full
+        if k == len(full):  # saved after the last batch: nothing is left of the epoch
+            assert run(resumed, key) == [], "the rest of an epoch saved after its last batch"
             resumed.dataset.set_epoch(epoch + 1)  # what a training loop does next
             assert run(resumed, key) == next_epoch, "the epoch after an end-of-epoch state"
             assert head == full

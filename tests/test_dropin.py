@@ -116,7 +116,7 @@ if __name__ == "__main__":
                                 multiprocessing_context=context, shuffle=True,
                                 generator=torch.Generator().manual_seed(1))
         seen.append([b.tolist() for b in loader])
-    assert type(loader).__module__ == "fastdata.loader", type(loader)
+    assert isinstance(loader, fd.DataLoader), type(loader)
     assert seen[0] == seen[1] == seen[2], seen
     print("ok", sorted(sum(seen[0], [])))
 """
@@ -209,7 +209,7 @@ def main(per_kind):
                     it = loader = None
     it = loader = None
     gc.collect()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a loaded machine reaps slowly
     while time.monotonic() < deadline:
         children = psutil.Process().children(recursive=True)
         threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
@@ -238,7 +238,7 @@ def test_loaders_dropped_anywhere_print_nothing(tmp_path: Path) -> None:
         timeout=540,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "children 0 threads []", out.stdout
+    assert out.stdout.strip() == "children 0 threads []", (out.stdout, out.stderr[-2000:])
     assert out.stderr == ""
 
 
@@ -372,13 +372,13 @@ def test_docs_example_of_install_runs() -> None:
         import torch.utils.data, fastdata
         with fastdata.install_dataloader():
             loader = torch.utils.data.DataLoader(range(6), batch_size=3)
-            print(type(loader).__module__, [b.tolist() for b in loader])
+            print(type(loader) is fastdata.DataLoader, [b.tolist() for b in loader])
         print(torch.utils.data.DataLoader.__module__)
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.split("\n")[:2] == [
-        "fastdata.loader [[0, 1, 2], [3, 4, 5]]",
+        "True [[0, 1, 2], [3, 4, 5]]",
         "torch.utils.data.dataloader",
     ], out.stderr
 

@@ -140,8 +140,10 @@ def test_map_style_batch_size_and_workers_resume_exactly(root: Path, kind: str, 
 
 # --------------------------------------------------------------------------- 2. any k
 def check_all_save_points(root: Path, kind: str, options: dict[str, Any], tmp: Path) -> None:
-    """Save after every k in 0..end, resume each in one new process, compare with an
-    uninterrupted run of this epoch and the next."""
+    """Save after every k in 0..end and after the end was seen, resume each in one new
+    process, compare with an uninterrupted run of this epoch and the next (torchdata's
+    StatefulDataLoader semantics: a state after the last batch continues with an empty
+    iteration, one after the end with the next epoch)."""
     reference = build(kind, root, **options)
     full = epoch_keys(reference)
     next_epoch(reference, 1)
@@ -153,6 +155,9 @@ def check_all_save_points(root: Path, kind: str, options: dict[str, Any], tmp: P
         if k:
             heads.append(keys(next(iterator)))
         states.append(json.loads(json.dumps(loader.state_dict())))
+    with pytest.raises(StopIteration):  # the consumer sees the end: a state between epochs
+        next(iterator)
+    states.append(json.loads(json.dumps(loader.state_dict())))
     del iterator
     spec = {"kind": kind, "root": str(root), "options": options, "states": states, "epoch": 0}
     spec_path = tmp / "spec.json"
@@ -167,8 +172,12 @@ def check_all_save_points(root: Path, kind: str, options: dict[str, Any], tmp: P
     runs = json.loads(out.stdout)
     want = [x for b in full for x in b]
     for k, (first, second) in enumerate(runs):
-        if k == len(full):  # the end of the epoch: the next one follows, in full
-            assert first == following, f"{kind} {options}: state at the end of the epoch"
+        if k == len(full):  # after the last batch: the epoch's rest is empty, then the next
+            assert first == [], f"{kind} {options}: state after the last batch"
+            assert second == following, f"{kind} {options}: the epoch after the last batch"
+            continue
+        if k > len(full):  # after the end was seen: the next epoch follows, in full
+            assert first == following, f"{kind} {options}: state after the epoch's end"
             continue
         got = [x for b in heads[:k] + first for x in b]
         missing, repeated = Counter(want) - Counter(got), Counter(got) - Counter(want)
@@ -290,6 +299,8 @@ def test_corrupt_states_are_always_a_resume_error(root: Path, saved_states, data
     bad = mutated(state, path, value, delete)
     if bad == state or ("generators" in path[:-1] and isinstance(value, str)):
         return  # unchanged, or a generator state edited into another string (see below)
+    if "rng" in path and (value is None or isinstance(value, float)):
+        return  # a random generator's cached Gaussian: any float (or none) is a valid state
     options = (
         {"num_workers": 2} if kind == "parquet" else {"batch_size": 3} if kind == "images" else {}
     )
@@ -308,8 +319,11 @@ def test_counts_edited_out_of_step_are_refused(root: Path, field: str) -> None:
         build("parquet", root, num_workers=2).load_state_dict(state)
 
 
-def test_an_edited_generator_state_is_refused(root: Path) -> None:
+@pytest.mark.parametrize("where", ["now", "first draw"])
+def test_an_edited_generator_state_is_refused(root: Path, where: str) -> None:
     state = saved_after(build("map", root), 2)
-    state["sampler"]["generators"][0] = "AAAA"
+    start = state["sampler"]["start"]
+    states = state["generators"] if where == "now" else start["draw"]["generators"]
+    states[0] = "AAAA"
     with pytest.raises(fd.ResumeError, match="generator"):
         build("map", root).load_state_dict(state)

@@ -43,13 +43,34 @@ def test_the_iterator_internals_exist_with_the_signatures_used() -> None:
     assert dataloader._utils.MP_STATUS_CHECK_INTERVAL > 0
 
 
-def test_num_yielded_sampler_iter_and_task_info_behave() -> None:
-    loader = DataLoader(TensorDataset(torch.arange(10)), batch_size=3)
+def test_the_iterator_internals_the_hooks_rely_on_behave() -> None:
+    """fastdata.loader._torch_iterators hooks torch's iterators at these points: the base
+    seed and the worker cycle are assigned (not drawn inside C), each sent batch has its
+    worker in ``_task_info`` under ``_send_idx``, and ``_rcvd_idx`` names the next one."""
+    multi = dataloader._MultiProcessingDataLoaderIter
+    for name in ("_try_put_index", "_next_data", "_reset"):
+        assert callable(getattr(multi, name)), name
+    for cls, name in ((dataloader._BaseDataLoaderIter, "__init__"), (multi, "_reset")):
+        source = inspect.getsource(getattr(cls, name))
+        wanted = "self._base_seed =" if cls is not multi else "self._worker_queue_idx_cycle ="
+        assert wanted in source, (cls, name)
+    loader = DataLoader(TensorDataset(torch.arange(10)), batch_size=3, num_workers=2)
     iterator = iter(loader)
+    assert iterator._send_idx > iterator._rcvd_idx == 0
+    assert iterator._task_info[0][0] == 0 and iterator._task_info[1][0] == 1
     next(iterator)
-    assert compat.num_yielded(iterator) == 1
-    compat.drain_sampler(iterator)  # the rest of the indices, drawn
-    assert list(iterator._sampler_iter) == []
+    assert iterator._rcvd_idx == 1
+    del iterator
+
+
+def test_worker_info_refuses_new_values_but_object_setattr_sets_one() -> None:
+    from torch.utils.data._utils.worker import WorkerInfo
+
+    info = WorkerInfo(id=0, num_workers=1, seed=1, dataset="wrapped")
+    with pytest.raises((AttributeError, RuntimeError)):  # a frozen dataclass in torch 2.14
+        info.dataset = "user's"
+    object.__setattr__(info, "dataset", "user's")
+    assert info.dataset == "user's"
 
 
 def test_shared_storages_and_the_antialias_kernel() -> None:

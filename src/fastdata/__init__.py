@@ -16,7 +16,6 @@ from fastdata.tune import TuneResult, tune  # eager: the subpackage name would s
 
 if TYPE_CHECKING:
     from fastdata import augment, decode, synthetic, writer
-    from fastdata._install import install_dataloader
     from fastdata._stats_out import flatten_stats, log_stats
     from fastdata.collate import (
         Padded,
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
         SchemaError,
         SourceError,
     )
-    from fastdata.loader import DataLoader, gather_state
+    from fastdata.loader import DataLoader, gather_state, install_dataloader
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
     from fastdata.sources.mix import MixedStream, mix
@@ -60,7 +59,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
     "gather_state": "fastdata.loader",
-    "install_dataloader": "fastdata._install",
+    "install_dataloader": "fastdata.loader",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",

@@ -5,12 +5,14 @@ The public pieces for writing a source of your own: :class:`Reader` (count and r
 default), and :class:`PlannedStream` to put them together.
 """
 
+from fastdata.sources._state import STATE_VERSION
 from fastdata.sources.base import INDEX, ArrowDecoder, Context, Decoder, Reader
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
 __all__ = [
     "INDEX",
+    "STATE_VERSION",
     "ArrowDecoder",
     "Context",
     "Decoder",

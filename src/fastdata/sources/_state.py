@@ -36,9 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fastdata._validate import is_int
-from fastdata.errors import ResumeError
-from fastdata.sources._checks import (
+from fastdata._state_checks import (
     check_matches,
     fail,
     require_int,
@@ -46,13 +44,17 @@ from fastdata.sources._checks import (
     short,
     state_int,
 )
+from fastdata._validate import is_int
+from fastdata.errors import ResumeError
 from fastdata.sources.elastic import Handover, remaining
 from fastdata.sources.plan import round_robin_consumed
 
 if TYPE_CHECKING:
     from fastdata.sources.stream import PlannedStream
 
-STATE_VERSION = 3
+STATE_VERSION = 4
+"""The version of every resume state fastdata writes (a stream's and a loader's): a state of
+another version is refused by name."""
 MAX_EPOCH = 2**62  # the epoch lives in an int64 tensor shared with the workers
 
 __all__ = [
@@ -271,10 +273,11 @@ def check_state(stream: PlannedStream, state: Any) -> dict[str, Any]:
 
 
 def resume_point(
-    stream: PlannedStream, state: Any, num_workers: int
+    stream: PlannedStream, state: Any, num_workers: int, end_continues: bool = True
 ) -> tuple[int, tuple[Handover, ...], Resume | None]:
-    """The epoch, its layout changes and this rank's position (None: the epoch is over) of
-    ``state`` loaded on ``stream`` read by ``num_workers`` readers."""
+    """The epoch, its layout changes and this rank's position of ``state`` loaded on
+    ``stream`` read by ``num_workers`` readers; None when the epoch is over and
+    ``end_continues`` (the next one begins)."""
     checked = check_state(stream, state)
     rank, world = stream.rank_and_world_size()
     epoch, handovers = checked["epoch"], tuple(checked["handovers"])
@@ -313,7 +316,7 @@ def resume_point(
         finished = not remaining(stream.unit_rows(epoch), stream.policy, epoch, handovers)
     if finished and epoch + 1 > MAX_EPOCH:
         raise ResumeError(f"cannot resume: the state's epoch={epoch} is the last one")
-    return epoch, handovers, None if finished else resume
+    return epoch, handovers, None if finished and end_continues else resume
 
 
 def merge(states: list[Any]) -> dict[str, Any]:

@@ -284,7 +284,9 @@ class PlannedStream(IterableDataset):
         """
         return check_state(self, state)
 
-    def load_state_dict(self, state: dict[str, Any], *, num_workers: int = 1) -> None:
+    def load_state_dict(
+        self, state: dict[str, Any], *, num_workers: int = 1, end_continues: bool = True
+    ) -> None:
         """Continue from ``state`` on the next iteration: exactly the rest of its epoch.
 
         ``num_workers`` is the number of readers that will iterate (the DataLoader's
@@ -293,13 +295,14 @@ class PlannedStream(IterableDataset):
         where it (in lockstep with the saving rank) stopped; under another, what is left of
         the epoch is shared among the new ranks x readers, each remaining row once (see
         :mod:`fastdata.sources.elastic`). A state saved at the end of an epoch continues at
-        the start of the next one.
+        the start of the next one; with ``end_continues=False`` (``fastdata.DataLoader``'s,
+        when the consumer had not seen the epoch end) its next iteration is empty instead.
 
         Raises:
             ResumeError: the state is malformed, or was saved for other data or settings;
                 the message names the field.
         """
-        epoch, handovers, resume = resume_point(self, state, num_workers)
+        epoch, handovers, resume = resume_point(self, state, num_workers, end_continues)
         if resume is None:  # saved at the end of the epoch: the next begins
             self._epoch[0] = epoch + 1
             self._consumed, self._pending, self._handovers = 0, None, ()

@@ -2,7 +2,8 @@
 
 A trainer or library you do not own constructs ``torch.utils.data.DataLoader(...)``; to give it
 fastdata's loader, the names it looks up must point to fastdata's class. fastdata's class finds
-torch's own once, at import (``_torch_compat.TORCH_DATALOADER``), so it works however the names
+torch's own once, at import (``fastdata._torch_compat.TORCH_DATALOADER``), so it works however
+the names
 are assigned; :func:`install_dataloader` does the assignment in every place torch defines the
 name, remembers what was there, and puts it back.
 """

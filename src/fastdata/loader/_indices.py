@@ -1,0 +1,275 @@
+"""The index sampler of a map-style loader, with the position of every batch it hands out.
+
+torch's iterator draws batches of indices from the loader's sampler (inside a
+``BatchSampler`` when ``batch_size`` is set, or the user's ``batch_sampler``). :class:`Indices`
+stands in that place: it yields the same batches, and records after each one the position it
+reached — tasks (batches) and items handed out, and the state of a sampler with
+``state_dict()`` — which the loader pairs with the batch that reaches the consumer.
+
+The order of an epoch is a function of the randomness in place when the sampler first draws:
+the generators the sampler and the loader hold, and the global generators (a
+``RandomSampler`` without a generator draws its seed from torch's). Those are captured then
+(:meth:`Indices.start_state`), so a resume can put them back and replay the order, skipping
+what was consumed — indices only, no data is read. A sampler with ``state_dict()`` /
+``load_state_dict()`` (or whose iterator has them) is restored from its state instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DistributedSampler,
+    RandomSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
+
+from fastdata._state_checks import short
+from fastdata.errors import ResumeError
+from fastdata.loader import _rng
+from fastdata.loader._jsonable import decode, encode
+from fastdata.loader._record import Position
+from fastdata.loader._worker_side import stateful
+
+__all__ = [
+    "IndexPlan",
+    "Indices",
+    "check_generators",
+    "generators_of",
+    "restore_generators",
+    "sampler_settings",
+    "save_generators",
+]
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """Where the next epoch's indices resume: the randomness at the sampler's first draw
+    (``start``), the samplers' saved states (``states``, for samplers with
+    ``state_dict()``), the batches (``tasks``) and *units* consumed — what the sampler's
+    iterator yields: indices, or batches of a batch sampler of the user's — and, beyond
+    them, unit ranges already consumed out of order (``done``: ``(offset, count)`` after
+    ``units``)."""
+
+    start: dict[str, Any] | None
+    states: dict[str, Any] | None
+    tasks: int
+    units: int
+    done: tuple[tuple[int, int], ...] = ()
+
+
+def generators_of(*objects: Any) -> list[torch.Generator]:
+    """The torch generators that ``objects`` (a loader's sampler, batch sampler and its
+    sampler) hold as attributes, each once, in a fixed order."""
+    found: list[torch.Generator] = []
+    for obj in objects:
+        for value in vars(obj).values() if hasattr(obj, "__dict__") else ():
+            if isinstance(value, torch.Generator) and all(value is not g for g in found):
+                found.append(value)
+    return found
+
+
+def save_generators(generators: list[torch.Generator]) -> list[str]:
+    """The states of ``generators`` as base64 text."""
+    return [base64.b64encode(g.get_state().numpy().tobytes()).decode() for g in generators]
+
+
+_GENERATOR_BYTES = torch.Generator().get_state().numel()
+
+
+def check_generators(states: Any, where: str) -> list[str]:
+    """``states`` (the state's ``where``) as saved generator states, or a ResumeError."""
+    if not isinstance(states, list) or not all(isinstance(s, str) for s in states):
+        raise ResumeError(f"cannot resume: the state's {where}={short(states)} is corrupt")
+    for state in states:
+        try:
+            if len(base64.b64decode(state, validate=True)) != _GENERATOR_BYTES:
+                raise ValueError
+        except ValueError:
+            raise ResumeError(
+                f"cannot resume: the state's {where} holds {short(state)}, not a saved "
+                "torch.Generator state; the state is corrupt"
+            ) from None
+    return states
+
+
+def restore_generators(generators: list[torch.Generator], states: list[str]) -> None:
+    """Set ``generators`` to ``states`` (checked by :func:`check_generators`)."""
+    for generator, state in zip(generators, states, strict=True):
+        raw = bytearray(base64.b64decode(state))
+        generator.set_state(torch.frombuffer(raw, dtype=torch.uint8))
+
+
+def sampler_settings(sampler: Any) -> dict[str, Any]:
+    """What decides a standard sampler's order besides its randomness and epoch: a loader
+    whose sampler differs in one of these cannot continue the saved order."""
+    if isinstance(sampler, RandomSampler):
+        return {"replacement": sampler.replacement, "num_samples": sampler.num_samples}
+    if isinstance(sampler, SubsetRandomSampler):
+        return {"indices": len(sampler.indices), "digest": _digest(list(sampler.indices))}
+    if isinstance(sampler, WeightedRandomSampler):
+        return {
+            "num_samples": sampler.num_samples,
+            "replacement": sampler.replacement,
+            "weights": _digest(sampler.weights),
+        }
+    if isinstance(sampler, DistributedSampler):
+        return {
+            "num_replicas": sampler.num_replicas,
+            "rank": sampler.rank,
+            "shuffle": sampler.shuffle,
+            "seed": sampler.seed,
+            "drop_last": sampler.drop_last,
+        }
+    return {}
+
+
+def _digest(values: Any) -> str:
+    data = torch.as_tensor(values).contiguous()
+    return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
+
+
+class Indices:
+    """The index sampler torch's iterator draws from (see the module docstring).
+
+    Args:
+        sampler: the loader's sampler of indices.
+        batch_sampler: the loader's batch sampler (None without batching).
+        generator: the loader's ``generator=`` (also seeds the workers).
+        plan: a loaded position for the next epoch, or None.
+    """
+
+    def __init__(
+        self, sampler: Any, batch_sampler: Any, generator: Any, plan: IndexPlan | None
+    ) -> None:
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.standard = type(batch_sampler) is BatchSampler  # batched here, index by index
+        holders = [sampler, batch_sampler, getattr(batch_sampler, "sampler", None)]
+        self.generators = generators_of(*(h for h in holders if h is not None))
+        if generator is not None and all(generator is not g for g in self.generators):
+            self.generators.append(generator)
+        self.plan = plan
+        self.iterator: Any = None  # the sampler's (or batch sampler's) iterator
+        self.start: dict[str, Any] | None = None  # the randomness at this epoch's first draw
+        self.position = Position(0, 0, 0, None)  # after the last batch handed to torch
+
+    def _base(self) -> Any:
+        return self.sampler if self.batch_sampler is None or self.standard else self.batch_sampler
+
+    def __len__(self) -> int:
+        base = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        plan = self.plan
+        return max(len(base) - (plan.tasks if plan else 0), 0)
+
+    def __iter__(self) -> Iterator[Any]:
+        # The sampler's iterator is made now, as torch makes it (an error in its __iter__
+        # surfaces at iter(loader)); its first index is drawn later, after torch drew the
+        # workers' seed. The randomness is captured (or, resuming, restored) at both. torch
+        # makes a multi-process iterator's sampler iterator twice and uses the second: a
+        # loaded position is used up when an epoch's first index is drawn.
+        plan = self.plan
+        replay = plan is not None and plan.states is None
+        if plan is None:
+            self.start = {"iter": _randomness(self.generators), "draw": None}
+            self.iterator = iter(self._base())
+        elif replay:
+            self.start = plan.start
+            with _restored(self.generators, plan.start["iter"]):  # type: ignore[index]
+                self.iterator = iter(self._base())
+        else:
+            self._load(plan.states or {})
+            self.iterator = iter(self._base())
+            if (plan.states or {}).get("iterator"):
+                self.iterator.load_state_dict(decode(plan.states["iterator"]))  # type: ignore[index]
+        return self._epoch(plan, replay)
+
+    def _epoch(self, plan: IndexPlan | None, replay: bool) -> Iterator[Any]:
+        """The batches of the epoch from the first draw on (a generator: it runs then)."""
+        self.plan = None  # a loaded position is for one epoch
+        tasks, units = (plan.tasks, plan.units) if plan is not None else (0, 0)
+        if plan is None and self.start is not None:
+            self.start["draw"] = _randomness(self.generators)
+        context: Any = contextlib.nullcontext()
+        drawn = plan.start.get("draw") if replay else None  # type: ignore[union-attr]
+        if drawn is not None:  # (None: saved before the first draw, which comes as it would)
+            context = _restored(self.generators, drawn)
+        with context:
+            skip = units if replay else 0
+            if len(list(itertools.islice(self.iterator, skip))) < skip:
+                return  # the saved epoch had ended
+            done = plan.done if plan is not None else ()
+            batches = self._batches(_without(self.iterator, units, done))
+            # A sampler may make its first draw only when asked for its first index (torch's
+            # RandomSampler seeds itself then): under the epoch's randomness too.
+            first = list(itertools.islice(batches, 1))
+        for batch, start, end in itertools.chain(first, batches):
+            tasks += 1
+            self.position = Position(tasks, end, start)
+            yield batch
+
+    def _batches(self, units: Iterator[tuple[Any, int]]) -> Iterator[tuple[Any, int, int]]:
+        """The batches (or indices) made of ``units`` (each with its offset in the epoch's
+        units), with the offsets of their first unit and past their last."""
+        if not self.standard:
+            for unit, offset in units:
+                yield unit, offset, offset + 1
+            return
+        size, drop_last = self.batch_sampler.batch_size, self.batch_sampler.drop_last
+        while True:
+            taken = list(itertools.islice(units, size))
+            if not taken or (drop_last and len(taken) < size):
+                return
+            yield [index for index, _ in taken], taken[0][1], taken[-1][1] + 1
+
+    def _load(self, states: dict[str, Any]) -> None:
+        for name, obj in (("sampler", self.sampler), ("batch_sampler", self.batch_sampler)):
+            if states.get(name) is not None:
+                obj.load_state_dict(decode(states[name]))
+
+    def states(self) -> dict[str, Any] | None:
+        """The states of the samplers (and sampler iterator) that have ``state_dict()``,
+        now; None when none has (the position is then replayed)."""
+        found = {
+            name: encode(obj.state_dict())
+            for name, obj in (("sampler", self.sampler), ("batch_sampler", self.batch_sampler))
+            if obj is not None and stateful(obj)
+        }
+        if stateful(self.iterator):
+            found["iterator"] = encode(self.iterator.state_dict())
+        return found or None
+
+
+def _randomness(generators: list[torch.Generator]) -> dict[str, Any]:
+    """The states of ``generators`` and of the global generators, now."""
+    return {"generators": save_generators(generators), "rng": _rng.capture()}
+
+
+@contextlib.contextmanager
+def _restored(generators: list[torch.Generator], saved: dict[str, Any]) -> Iterator[None]:
+    """``generators`` and the global generators at ``saved`` (their states once the block
+    ends are the sampler's: an uninterrupted run's at that point); the global generators
+    are as they were before the block after it."""
+    restore_generators(generators, saved["generators"])
+    with _rng.using(saved["rng"]):
+        yield
+
+
+def _without(
+    units: Iterator[Any], start: int, done: tuple[tuple[int, int], ...]
+) -> Iterator[tuple[Any, int]]:
+    """``units`` (the first at offset ``start`` in the epoch) with their offsets, less the
+    ranges ``done`` (``(offset, count)`` after ``start``) consumed before."""
+    consumed = {start + offset + i for offset, count in done for i in range(count)}
+    for offset, unit in enumerate(units, start):
+        if offset not in consumed:
+            yield unit, offset
