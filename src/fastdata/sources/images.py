@@ -26,7 +26,7 @@ from fastdata.errors import SourceError
 from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources._files import Listing, as_filesystem, class_folders, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder, OnError
-from fastdata.sources.base import Reader
+from fastdata.sources.base import ORIGIN, Reader
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
 from fastdata.sources.readers.parquet import ParquetRowGroups
@@ -55,6 +55,7 @@ class ImageOptions(StreamOptions, total=False):
     keep_alpha: bool
     max_pixels: int | None
     reduced_decode: bool
+    origin: bool
 
 
 class ImageStream(PlannedStream):
@@ -113,6 +114,11 @@ class ImageStream(PlannedStream):
             the output size at that scale (several times faster). False decodes every image in
             full: the pixels of a torchvision pipeline exactly, with
             ``interpolation="antialias"``, at that cost.
+        origin (bool): items become dicts ``{"image", "label", ..., "origin"}`` whose
+            ``"origin"`` says where each image came from: ``{"path"}`` for a file,
+            ``{"path", "member"}`` for a tar shard, ``{"path", "row_group", "row"}`` for
+            Parquet (a list of them in a batch); to trace a bad batch or audit what was read.
+            It changes neither the order nor the resume state.
 
     Every constructor also takes ``cache_dir=`` and ``cache_limit=`` for files on a remote
     filesystem, as :class:`fastdata.ParquetStream` does: each file (a Parquet file, a tar
@@ -385,6 +391,12 @@ def _decoder(
         if shape.get("interpolation") is not None:
             fixed["interpolation"] = shape["interpolation"]
         transform = ImageTransform(**fixed)
+    origin = check_bool("origin", mine.get("origin", False))
+    if origin and ORIGIN in extra_columns:
+        raise ValueError(
+            f"origin=True adds the item's {ORIGIN!r}, and an extra column (or member) has that "
+            "name; leave it out, or pass origin=False"
+        )
     max_pixels = mine.get("max_pixels", DEFAULT_MAX_PIXELS)
     decode_device = check_decode_device(mine.get("decode_device"), transform)
     augment = None if mine.get("augment") is None else SampleAugment(mine["augment"])
@@ -409,6 +421,7 @@ def _decoder(
         keep_alpha=check_bool("keep_alpha", mine.get("keep_alpha", False)),
         max_pixels=check_int("max_pixels", max_pixels, minimum=1, none="None for no limit"),
         reduced_decode=check_bool("reduced_decode", mine.get("reduced_decode", True)),
+        origin=origin,
     )
 
 
