@@ -36,7 +36,14 @@ import cv2
 import numpy as np
 
 from fastdata import _libjpeg
-from fastdata._headers import ImageData, ImageHeader, as_array, image_header, oriented_hw
+from fastdata._headers import (
+    ImageData,
+    ImageHeader,
+    as_array,
+    image_header,
+    oriented_hw,
+    tiff_kind,
+)
 from fastdata._transforms import (
     INTERPOLATIONS,
     Geometry,
@@ -93,6 +100,10 @@ reports corrupt data only on stderr: such files decode, to partly grey or garble
 # depth, and, unlike IMREAD_UNCHANGED, still applies the EXIF orientation.
 _KEEP_CHANNELS = cv2.IMREAD_COLOR_BGR | cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
 _TO_RGBA = {1: cv2.COLOR_GRAY2RGBA, 3: cv2.COLOR_BGR2RGBA, 4: cv2.COLOR_BGRA2RGBA}
+# flags 6 = ANYCOLOR | ANYDEPTH: gray stays one channel and colour is BGR, at the stored depth
+# (with the COLOR bit, OpenCV fails on 32-bit gray TIFFs); alpha is dropped.
+_ANY = cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
+_TO_RGB = {1: cv2.COLOR_GRAY2RGB, 3: cv2.COLOR_BGR2RGB, 4: cv2.COLOR_BGRA2RGB}
 
 
 def image_size(data: ImageData, /, *, exif: bool = True) -> tuple[int, int] | None:
@@ -127,17 +138,26 @@ def reduction_factor(src_hw: tuple[int, int], target: Size | None) -> int:
 
 
 def _to_uint8(img: np.ndarray, source: str | None) -> np.ndarray:
-    """8-bit samples: 16-bit ones scaled by 255/65535 with rounding (OpenCV and Pillow drop
-    the low byte instead, which darkens by up to one level)."""
+    """8-bit samples from samples of any depth OpenCV decodes, scaled by the sample type's
+    range as torchvision's ``ToDtype(torch.uint8, scale=True)`` scales them (with rounding):
+    16-bit by 255/65535 (OpenCV and Pillow drop the low byte instead, which darkens by up to
+    one level; 10- and 12-bit TIFFs come from OpenCV stretched to 16 bits), other integers
+    from 0 to their type's maximum (negatives clip to 0), floating point from 0.0 to 1.0
+    (clipped, NaN as 0)."""
     if img.dtype == np.uint8:
         return img
     if img.dtype == np.uint16:
         return ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)
-    raise DecodeError(
-        f"unsupported sample type {img.dtype} (a floating-point HDR/EXR/TIFF image): "
-        "fastdata decodes 8- and 16-bit images; convert it to an 8-bit PNG or JPEG",
-        path=source,
-    )
+    if np.issubdtype(img.dtype, np.integer):
+        scaled = np.clip(img, 0, None).astype(np.float64) * (255 / np.iinfo(img.dtype).max)
+    elif np.issubdtype(img.dtype, np.floating):
+        scaled = np.nan_to_num(img.astype(np.float64), nan=0.0, posinf=1.0, neginf=0.0) * 255
+    else:
+        raise DecodeError(
+            f"unsupported sample type {img.dtype}: convert the image to 8 or 16 bits",
+            path=source,
+        )
+    return np.rint(np.clip(scaled, 0, 255)).astype(np.uint8)
 
 
 def decode_image(
@@ -194,14 +214,11 @@ def decode_image(
         image = _decode_jpeg(buf, header, factor, source)
         return cv2.cvtColor(image, cv2.COLOR_RGB2RGBA) if keep_alpha else image
     flags = 0 if exif else cv2.IMREAD_IGNORE_ORIENTATION
-    if keep_alpha:
-        img = _imdecode(buf, flags | _KEEP_CHANNELS, header, source)
-        channels = 1 if img.ndim == 2 else img.shape[2]
-        img = cv2.cvtColor(_to_uint8(img, source), _TO_RGBA[channels])
-    else:
-        if header is not None and header.format == "png":
-            flags |= cv2.IMREAD_ANYDEPTH  # read 16-bit PNGs as 16-bit, then scale properly
-        img = _to_uint8(_imdecode(buf, flags | cv2.IMREAD_COLOR_RGB, header, source), source)
+    # Decoded at the stored depth and scaled here: OpenCV's own 8-bit conversion truncates
+    # 16-bit samples and fails on 32-bit and floating-point ones.
+    stored = _imdecode(buf, flags | (_KEEP_CHANNELS if keep_alpha else _ANY), header, source)
+    channels = 1 if stored.ndim == 2 else stored.shape[2]
+    img = cv2.cvtColor(_to_uint8(stored, source), (_TO_RGBA if keep_alpha else _TO_RGB)[channels])
     if header is None:  # a header no parser read: the decoded size is checked instead
         height, width = img.shape[:2]
         _check_pixels(height, width, max_pixels, "decodes to", source)
@@ -258,7 +275,15 @@ def _imdecode(
         raise DecodeError(reason, path=source) from exc
     if img is not None:
         return img
-    if header is not None:
+    kind = tiff_kind(buf) if header is not None and header.format == "tiff" else None
+    if kind is not None:
+        reason = (
+            f"OpenCV could not decode this {kind} TIFF ({buf.size:,} bytes): it is corrupt or "
+            "truncated, or a kind OpenCV's TIFF reader lacks (16-bit CMYK, 2- or 4-bit gray "
+            "without a palette); convert it to an 8- or 16-bit RGB or gray TIFF or PNG, or "
+            "remove it"
+        )
+    elif header is not None:
         reason = (
             f"corrupt or truncated {header.format.upper()} data ({buf.size:,} bytes): "
             "OpenCV could not decode it; re-download or re-encode the file, or remove it"
