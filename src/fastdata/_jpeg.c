@@ -1,10 +1,10 @@
 /* JPEG decoding with libjpeg-turbo that sees what cv2.imdecode hides (fastdata._jpeg).
  *
  * cv2.imdecode decodes a JPEG whose entropy-coded data is corrupt (libjpeg "warnings": a
- * premature end of a data segment, extraneous bytes before a marker, a bad Huffman code, a
- * missing end-of-image marker) into an image, printing the warning on stderr without a file
- * name. Here every such warning stops the decode and is returned, so the caller can raise an
- * error that names the file. Both entry points read the whole file, to its end-of-image
+ * premature end of a data segment, a bad Huffman code, a missing end-of-image marker) into an
+ * image, printing the warning on stderr without a file name. Here every warning about the scan
+ * data stops the decode and is returned, so the caller can raise an error that names the file;
+ * the few that leave the pixels intact (see harmless()) let it go on. Both entry points read the whole file, to its end-of-image
  * marker, so the verdict never depends on how much of the image is decoded.
  *
  * decode_rgb also decodes only a region: a random-resized crop keeps about half of an image
@@ -43,11 +43,31 @@ typedef struct {
 
 static void on_error(j_common_ptr cinfo) { longjmp(((error_manager *)cinfo->err)->jump, DECLINED + 1); }
 
+/* Whether a libjpeg warning leaves every pixel as the encoder meant it: it is about metadata
+ * (an unknown JFIF version, an unknown Adobe colour transform code, which libjpeg takes as
+ * YCbCr just as OpenCV's decode does), or about bytes outside the entropy-coded data that
+ * libjpeg skips (extraneous bytes before a marker that ends a segment or a whole scan: every
+ * MCU of the scan was decoded before them). Everything else concerns the scan data and is
+ * corruption: a premature end of a data segment or of the file, a bad Huffman or arithmetic
+ * code, a missing restart marker, invalid scan parameters, an inconsistent progression, and
+ * extraneous bytes before a restart marker (a restart interval whose data runs past its MCUs:
+ * the decoder lost step inside the scan, and libjpeg resynchronises there). */
+static int harmless(const struct jpeg_error_mgr *err) {
+    switch (err->msg_code) {
+    case JWRN_JFIF_MAJOR:
+    case JWRN_ADOBE_XFORM:
+        return 1;
+    case JWRN_EXTRANEOUS_DATA: /* msg_parm.i = {bytes discarded, the marker after them} */
+        return err->msg_parm.i[1] < 0xD0 || err->msg_parm.i[1] > 0xD7;
+    default:
+        return 0;
+    }
+}
+
 static void on_message(j_common_ptr cinfo, int level) {
-    /* Warnings (level -1) stop the decode; traces (level >= 0) are ignored, and so is an
-     * unknown JFIF version number, a note about the metadata that says nothing of the data. */
+    /* Warnings (level -1) stop the decode unless harmless; traces (level >= 0) are ignored. */
     error_manager *err = (error_manager *)cinfo->err;
-    if (level >= 0 || err->pub.msg_code == JWRN_JFIF_MAJOR) return;
+    if (level >= 0 || harmless(&err->pub)) return;
     (*err->pub.format_message)(cinfo, err->warning);
     longjmp(err->jump, CORRUPT + 1);
 }
