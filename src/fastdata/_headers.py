@@ -23,6 +23,7 @@ ImageData = bytes | bytearray | memoryview | np.ndarray
 # Start-of-frame markers (C4, C8 and CC are DHT, JPG and DAC, not frames).
 _JPEG_SOF = frozenset({*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC})
 _JPEG_STANDALONE = frozenset({0x01, 0xD8, *range(0xD0, 0xD8)})
+_JUNK_LIMIT = 1 << 16  # bytes searched for the next marker after bytes that are none
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JP2_SIGNATURE = b"\0\0\0\x0cjP  \r\n\x87\n"
 # EXIF integer types (BYTE, SHORT, LONG, SBYTE, SSHORT, SLONG) -> struct code; Pillow reads
@@ -91,8 +92,12 @@ def _jpeg(buf: memoryview, exif: bool) -> ImageHeader | None:
     walk goes on to the first scan for the first Exif segment, wherever it is."""
     n, pos, orientation, size, seen_exif = len(buf), 2, 1, None, False
     while pos + 4 <= n:
-        if buf[pos] != 0xFF:
-            break
+        if buf[pos] != 0xFF:  # bytes between segments, skipped as libjpeg and Pillow skip them
+            found = bytes(buf[pos : min(n, pos + _JUNK_LIMIT)]).find(b"\xff")
+            if found < 0:
+                break
+            pos += found
+            continue
         marker = buf[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1

@@ -324,18 +324,21 @@ def decode_for(
     around the box is decoded (libjpeg-turbo skips the transforms of the rows above and
     below it and of the iMCU columns beside it; a random-resized crop keeps about half of an
     image on average): the pixels of the box are exactly those of the whole decode, and the
-    image returned is that region. The whole file is still read, so errors are exactly
-    :func:`decode_image`'s. Decoded whole instead: EXIF orientations other than 1,
-    ``keep_alpha``, colour spaces other than gray and YCbCr, incomplete progressive JPEGs and
-    rare samplings that a reduced region would upsample differently.
+    image returned is that region. With an EXIF orientation, the region decoded is the one
+    the box maps to in the stored image, oriented afterwards. The whole file is still read,
+    so errors are exactly :func:`decode_image`'s. Decoded whole instead: ``keep_alpha``,
+    colour spaces other than gray and YCbCr, incomplete progressive JPEGs and rare samplings
+    that a reduced region would upsample differently.
 
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
     (libjpeg's DCT scaling and area resizing differ slightly, and the box edges are rounded
     to the reduced grid, within half a reduced pixel; docs/guides/images.md gives the PSNR
-    measured on photo-like images). Should the header disagree with the decoder on the
-    image's size, the image is decoded in full and the geometry drawn on it, from the same
-    random state, as the plain path does.
+    measured on photo-like images). The reduced grid starts at the stored image's top left,
+    which an EXIF orientation may turn to another corner: the box is placed on the grid as
+    it lies in the oriented image (:func:`fastdata._libjpeg.reduced_grid`). Should the
+    header disagree with the decoder on the image's size, the image is decoded in full and
+    the geometry drawn on it, from the same random state, as the plain path does.
     ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.
     ``reuse=True`` decodes a region into a buffer the calling thread reuses: the image
     returned is valid until the thread's next ``decode_for(..., reuse=True)``, for a caller
@@ -364,9 +367,13 @@ def decode_for(
     hint = geometry.smallest_source(src_hw)
     factor = reduction_factor(src_hw, hint)  # the factor decode_image picks from this hint
     scaled_hw = (-(-src_hw[0] // factor), -(-src_hw[1] // factor))
-    scaled = geometry.reduced(factor, scaled_hw)
-    if region and not keep_alpha and header.orientation == 1:
-        found = _libjpeg.decode(as_array(data), header, factor, scaled.box, source, reuse=reuse)
+    scaled = geometry.reduced(
+        factor, scaled_hw, _libjpeg.reduced_grid(header.orientation, src_hw, factor)
+    )
+    if region and not keep_alpha:
+        found = _libjpeg.decode_oriented(
+            as_array(data), header, factor, scaled.box, source, reuse=reuse
+        )
         if found is not None:
             image, (row, col) = found
             return image, Geometry((row, col, *scaled.box[2:]), scaled.size, scaled.flip)
