@@ -30,7 +30,12 @@ from fastdata.sources.base import ORIGIN, Reader
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
 from fastdata.sources.readers.parquet import ParquetRowGroups
-from fastdata.sources.readers.tar import IMAGE_SUFFIXES, LABEL_SUFFIXES, TarShards
+from fastdata.sources.readers.tar import (
+    IMAGE_SUFFIXES,
+    LABEL_SUFFIXES,
+    SHARD_SUFFIXES,
+    TarShards,
+)
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
@@ -336,7 +341,7 @@ class ImageStream(PlannedStream):
         shards, filesystem = with_cache(
             shards, filesystem, cache_dir, cache_limit, whole_to_plan=True
         )
-        listing = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
+        listing = resolve_files(shards, filesystem=filesystem, suffixes=SHARD_SUFFIXES)
         reader = TarShards(
             listing,
             image_suffixes=image_suffixes,

@@ -6,24 +6,39 @@ member headers are indexed once, up front; shards are then read sequentially wit
 the members a piece does not need; nothing is extracted to disk and member names are never
 used as paths.
 
+A shard compressed whole (``.tar.gz`` / ``.tgz``, as WebDataset writes and reads them, and
+``.tar.bz2``, ``.tar.zst``, ``.tar.xz``; recognised by its first bytes, whatever its name) is
+read through a decompressor: indexing decompresses it once, and reading seeks forward by
+decompressing, so each reader keeps the decompressor of the shard it reads open between
+pieces (:class:`_Streams`); a compressed shard read out of order is decompressed again from
+its start. Images are compressed already: compressing a shard saves little and costs the
+decompression on every read.
+
 A shard that ends early is found while indexing: a member whose data is cut short, a header
-cut in two, or a shard that stops between members without tar's end-of-archive marker (two
-zero blocks), where the samples after the cut are lost without a trace in the file. Under
-``on_error="raise"`` each is a :class:`fastdata.SourceError` naming the shard and the last
-member read; under ``"skip"`` the shard's samples up to the cut are kept, the last of them
-dropped (it may have lost a member), and each truncated shard counted in :attr:`skipped`.
+cut in two, a compressed stream that ends before its end marker, or a shard that stops between
+members without tar's end-of-archive marker (two zero blocks), where the samples after the cut
+are lost without a trace in the file. Under ``on_error="raise"`` each is a
+:class:`fastdata.SourceError` naming the shard and the last member read; under ``"skip"`` the
+shard's samples up to the cut are kept, the last of them dropped (it may have lost a member),
+and each truncated shard counted in :attr:`skipped`. A file that is no tar shard at all (its
+first block is no tar header) is an error under either policy: skipping it would leave its
+samples out without a trace.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
+import lzma
 import posixpath
 import tarfile
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -35,6 +50,7 @@ from fastdata.sources.readers.files import IMG_EXTENSIONS
 __all__ = [
     "IMAGE_SUFFIXES",
     "LABEL_SUFFIXES",
+    "SHARD_SUFFIXES",
     "TEXT_SUFFIXES",
     "TarSample",
     "TarShards",
@@ -52,6 +68,94 @@ LABEL_SUFFIXES = ("cls", "json")
 """Label members, in order of preference: ``.cls`` (ASCII decimal) or ``.json``."""
 TEXT_SUFFIXES = ("txt", "text", "caption", "json")
 """Other members read as UTF-8 text (a column of strings); any other suffix is bytes."""
+SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.zst", ".tar.xz")
+"""The names a directory or glob of shards is scanned for."""
+
+# Whole-shard compressions by their first bytes: pyarrow's codec, or "xz" (Python's lzma).
+_COMPRESSIONS = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bz2",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\xfd7zXZ\x00": "xz",
+}
+_SKIP_CHUNK = 1 << 20  # bytes decompressed at a time to seek forward
+_OPEN_STREAMS = 4  # decompressors a reader keeps open, positioned after what it read last
+
+
+def _compression(fs: pafs.FileSystem, path: str) -> str | None:
+    """The whole-shard compression of ``path``, by its first bytes (None: a plain tar)."""
+    with fs.open_input_file(path) as raw:
+        head = raw.read(8)
+    return next((name for magic, name in _COMPRESSIONS.items() if head.startswith(magic)), None)
+
+
+class _Decompressed(io.RawIOBase):
+    """A compressed shard's bytes, decompressed as they are read (pyarrow's codecs, which
+    release the GIL; Python's lzma for xz): seekable forward by decompressing and skipping,
+    and backward by starting again, which is what ``tarfile`` and the reads of consecutive
+    samples need."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, compression: str) -> None:
+        self._fs, self._path, self._compression = fs, path, compression
+        self._raw: Any = None
+        self._stream: Any = None
+        self._pos = 0
+        self._start()
+
+    def _start(self) -> None:
+        self._release()
+        if self._compression == "xz":
+            self._raw = self._fs.open_input_stream(self._path)
+            self._stream = lzma.LZMAFile(self._raw)  # noqa: SIM115 - closed by _release
+        else:
+            self._stream = self._fs.open_input_stream(self._path, compression=self._compression)
+        self._pos = 0
+
+    def _release(self) -> None:
+        for stream in (self._stream, self._raw):
+            if stream is not None:
+                stream.close()
+        self._stream = self._raw = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = offset + (self._pos if whence == io.SEEK_CUR else 0)
+        if whence == io.SEEK_END or target < 0:
+            raise OSError("a compressed shard seeks from its start or its position only")
+        if target < self._pos:
+            self._start()
+        while self._pos < target:
+            data = self._stream.read(min(target - self._pos, _SKIP_CHUNK))
+            if not data:
+                break  # past the end: reading there gives nothing, as in a file
+            self._pos += len(data)
+        return self._pos
+
+    def close(self) -> None:
+        self._release()
+        super().close()
+
+
+def _open_shard(fs: pafs.FileSystem, path: str, compression: str | None) -> IO[bytes]:
+    """The shard's bytes as a file: seekable at random when plain; decompressed, and
+    seekable forward cheaply only, when compressed."""
+    if compression is None:
+        return fs.open_input_file(path)  # type: ignore[no-any-return]
+    return io.BufferedReader(_Decompressed(fs, path, compression))
 
 
 @dataclass(frozen=True)
@@ -87,6 +191,7 @@ class ShardIndex:
 
     samples: list[TarSample]
     truncated: SourceError | None
+    compression: str | None = None  # the whole shard's (see _compression)
 
 
 def index_shard(
@@ -134,15 +239,17 @@ def index_shard(
             )
         samples.append(TarSample(key, image, label, tuple(members[s] for s in extra_suffixes)))
 
+    compression = None
     try:
-        with fs.open_input_file(path) as raw:
-            total = raw.size() if size is None else size
+        compression = _compression(fs, path)
+        with _open_shard(fs, path, compression) as raw:
+            total = (fs.get_file_info(path).size if size is None else size) or 0
             with tarfile.open(fileobj=raw, mode="r:") as tar:
                 for info in tar:
                     last = info.name
                     if not info.isfile():
                         continue
-                    if info.offset_data + info.size > total:
+                    if compression is None and info.offset_data + info.size > total:
                         raise tarfile.ReadError("unexpected end of data")
                     member_key, suffix = split_key(info.name)
                     if member_key != key:
@@ -155,20 +262,35 @@ def index_shard(
         if len(tail) < _END_OF_ARCHIVE or any(tail):
             raise tarfile.ReadError("no end-of-archive marker after the last member")
         close()
-        return ShardIndex(samples, None)
-    except (tarfile.TarError, OSError, pa.ArrowException) as exc:
-        if last is None and not isinstance(exc, tarfile.ReadError):
+        return ShardIndex(samples, None, compression)
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, pa.ArrowException) as exc:
+        kind = f"{compression}-compressed tar shard" if compression else "tar shard"
+        if last is None and not _cut_short(exc):
             raise SourceError(
-                f"cannot read the tar shard ({exc}); it is not a tar file", path=path
+                f"cannot read the {kind} ({type(exc).__name__}: {exc}); it is not a tar file "
+                f"(WebDataset shards are tar files, plain or compressed whole with gzip, bzip2, "
+                "zstd or xz)",
+                path=path,
             ) from exc
         error = SourceError(
-            f"the tar shard is truncated ({exc}) after {len(samples)} complete sample(s): "
+            f"the {kind} is truncated ({exc}) after {len(samples)} complete sample(s): "
             "the rest of it is lost; rewrite the shard, or pass on_error='skip' to read the "
             "samples before the cut",
             path=path,
             member=last,
         )
-        return ShardIndex(samples[:-1], error)
+        return ShardIndex(samples[:-1], error, compression)
+
+
+def _cut_short(exc: BaseException) -> bool:
+    """Whether an error reading a shard's first header says the shard ends there (an empty
+    or cut file, a compressed stream that ends early), rather than that it holds no tar."""
+    if isinstance(exc, EOFError) or "Truncated compressed stream" in str(exc):  # lzma, pyarrow
+        return True
+    return isinstance(exc, tarfile.ReadError) and str(exc) in _CUT_SHORT
+
+
+_CUT_SHORT = ("empty file", "truncated header", "unexpected end of data")  # tarfile's words
 
 
 def read_samples(
@@ -178,28 +300,37 @@ def read_samples(
     *,
     label_field: str = "label",
     extra_suffixes: Sequence[str] = (),
+    file: IO[bytes] | None = None,
 ) -> pa.Table:
     """The image bytes and labels of ``samples`` (consecutive samples of one shard), and a
     column per extra member suffix (text for :data:`TEXT_SUFFIXES`, else bytes); see
-    :func:`parse_label` for the label members."""
+    :func:`parse_label` for the label members. Members are read in the order they lie in
+    the shard, from ``file`` when given (a compressed shard's decompressor, which seeks
+    forward cheaply only), else from the shard opened here."""
     data: list[bytes] = []
     labels: list[int | None] = []
     extras: list[list[bytes]] = [[] for _ in extra_suffixes]
-    with fs.open_input_file(path) as f:
+    with contextlib.nullcontext(file) if file is not None else fs.open_input_file(path) as f:
         for sample in samples:
-            data.append(_read(f, sample.image, path))
+            members = [sample.image, *sample.extras] + ([sample.label] if sample.label else [])
+            read = {m.offset: _read(f, m, path) for m in sorted(members, key=_offset)}
+            data.append(read[sample.image.offset])
             for column, member in zip(extras, sample.extras, strict=True):
-                column.append(_read(f, member, path))
+                column.append(read[member.offset])
             if sample.label is None:
                 labels.append(None)
                 continue
-            text = _read(f, sample.label, path)
+            text = read[sample.label.offset]
             labels.append(parse_label(text, sample.label.name, path, label_field))
     columns = {"data": pa.array(data, pa.binary()), "label": pa.array(labels, pa.int64())}
     for position, (suffix, values) in enumerate(zip(extra_suffixes, extras, strict=True)):
         members = [sample.extras[position] for sample in samples]
         columns[suffix] = _member_column(suffix, values, members, path)
     return pa.table(columns)
+
+
+def _offset(member: Member) -> int:
+    return member.offset
 
 
 def _member_column(suffix: str, values: list[bytes], members: list[Member], path: str) -> pa.Array:
@@ -270,7 +401,8 @@ def _int64(value: int, text: bytes, member: str, path: str) -> int:
 
 
 def _read(f: Any, member: Member, path: str) -> bytes:
-    f.seek(member.offset)
+    if f.tell() != member.offset:
+        f.seek(member.offset)
     data = f.read(member.size)
     if len(data) != member.size:
         raise SourceError(
@@ -279,6 +411,33 @@ def _read(f: Any, member: Member, path: str) -> bytes:
             member=member.name,
         )
     return data
+
+
+class _Streams:
+    """The decompressors of compressed shards a reader has open, each positioned after what
+    was read from it last (at most :data:`_OPEN_STREAMS`, the least recently used closed):
+    a reader taking a shard's samples in order, piece after piece, decompresses it once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[tuple[str, IO[bytes]]] = []
+
+    def take(self, fs: pafs.FileSystem, path: str, compression: str, offset: int) -> IO[bytes]:
+        """A decompressor of ``path`` at or before ``offset`` (the furthest one open), or a
+        new one at the start."""
+        with self._lock:
+            ahead = [(f.tell(), i) for i, (p, f) in enumerate(self._open) if p == path]
+            usable = [(at, i) for at, i in ahead if at <= offset]
+            if usable:
+                return self._open.pop(max(usable)[1])[1]
+        return _open_shard(fs, path, compression)
+
+    def give(self, path: str, stream: IO[bytes]) -> None:
+        """Keep ``stream`` open for a later :meth:`take`."""
+        with self._lock:
+            self._open.append((path, stream))
+            while len(self._open) > _OPEN_STREAMS:
+                self._open.pop(0)[1].close()
 
 
 class TarShards:
@@ -321,9 +480,18 @@ class TarShards:
 
         with ThreadPoolExecutor(_INDEX_THREADS) as pool:
             indexes = list(pool.map(index, zip(self.shards, self.sizes, strict=True)))
+        self.compressions = [i.compression for i in indexes]
+        self._streams = _Streams()
         truncated = [i.truncated for i in indexes if i.truncated is not None]
         if truncated and on_error == "raise":
             raise truncated[0]
+        if truncated and not any(i.samples for i in indexes):  # skipping would leave nothing
+            raise SourceError(
+                f"every tar shard ends before a complete sample ({len(truncated)} truncated, "
+                f"the first: {truncated[0].reason}); on_error='skip' would leave no sample",
+                path=truncated[0].path,
+                member=truncated[0].member,
+            )
         for error in truncated:
             log.warning("skipped the rest of a truncated tar shard (on_error='skip'): %s", error)
         self.skipped = len(truncated)
@@ -351,13 +519,27 @@ class TarShards:
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
         samples = self.index[unit][start:stop]
-        table = read_samples(
-            self.fs,
-            self.shards[unit],
-            samples,
-            label_field=self.label_field,
-            extra_suffixes=self.extra_suffixes,
-        )
+        path, compression = self.shards[unit], self.compressions[unit]
+        stream = None
+        if compression is not None and samples:
+            head = samples[0]
+            first = min(m.offset for m in (head.image, head.label, *head.extras) if m is not None)
+            stream = self._streams.take(self.fs, path, compression, first)
+        try:
+            table = read_samples(
+                self.fs,
+                path,
+                samples,
+                label_field=self.label_field,
+                extra_suffixes=self.extra_suffixes,
+                file=stream,
+            )
+        except BaseException:
+            if stream is not None:
+                stream.close()
+            raise
+        if stream is not None:
+            self._streams.give(path, stream)
         return table if self.labelled else table.drop_columns(["label"])
 
     def location(self, unit: int, row: int) -> dict[str, Any]:
@@ -375,6 +557,13 @@ class TarShards:
             "samples": sum(self.unit_rows()),
             "content": digest([self.sizes, members]),
         }
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_streams": None}  # decompressors stay in their process
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._streams = _Streams()
 
     def __repr__(self) -> str:
         return f"TarShards({len(self.shards)} shards, {sum(self.unit_rows())} samples)"
