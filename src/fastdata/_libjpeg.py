@@ -36,6 +36,7 @@ __all__ = [
     "orient",
     "reduced_grid",
     "verify",
+    "within_opencv_limits",
 ]
 
 REDUCED_FLAGS = {
@@ -156,7 +157,7 @@ def decode(
     Raises:
         DecodeError: libjpeg warns about the data (corrupt; the whole file is read).
     """
-    if _jpeg is None or not _within_opencv_limits(header):
+    if _jpeg is None or not within_opencv_limits(header):
         return None
     hw = (-(-header.height // factor), -(-header.width // factor))
     top, left, h, w = box or (0, 0, *hw)
@@ -271,7 +272,8 @@ def reduced_grid(orientation: int, hw: tuple[int, int], factor: int) -> tuple[in
     )
 
 
-def _within_opencv_limits(header: ImageHeader) -> bool:
+def within_opencv_limits(header: ImageHeader) -> bool:
+    """Whether OpenCV decodes an image of this size (its ``OPENCV_IO_MAX_IMAGE_*``)."""
     max_pixels, max_width, max_height = _OPENCV_LIMITS
     return (
         header.height * header.width <= max_pixels

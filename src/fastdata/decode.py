@@ -83,6 +83,7 @@ __all__ = [
     "resize",
     "resized_center_crop",
     "sample_rng",
+    "verify_image",
 ]
 
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -225,6 +226,31 @@ def decode_image(
         if bytes(buf[:3]) == b"\xff\xd8\xff":  # a JPEG to OpenCV, whose header libjpeg skips
             _libjpeg.verify(buf, source)  # bytes about, with a warning
     return img
+
+
+def verify_image(
+    data: ImageData,
+    /,
+    *,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    source: str | None = None,
+) -> None:
+    """Raise the :class:`~fastdata.errors.DecodeError` :func:`decode_image` would raise for
+    ``data``, doing no more of the decode than that takes: a JPEG that libjpeg reads to its
+    end without a warning about its data (with :data:`JPEG_EXTENSION`: entropy decoding
+    only, no pixels) within the pixel limits passes; anything else is decoded and dropped.
+    What :func:`fastdata.writer.write_shards` checks each image with.
+
+    Raises:
+        DecodeError: as :func:`decode_image`.
+    """
+    buf = as_array(data)
+    header = image_header(buf) if buf.size else None
+    if header is not None and header.format == "jpeg" and _libjpeg.within_opencv_limits(header):
+        _check_pixels(header.height, header.width, max_pixels, "header claims", source)
+        if _libjpeg.check(buf) is True:
+            return
+    decode_image(buf, max_pixels=max_pixels, source=source)
 
 
 def _check_pixels(
