@@ -8,10 +8,10 @@ used as paths.
 
 A shard compressed whole (``.tar.gz`` / ``.tgz``, as WebDataset writes and reads them, and
 ``.tar.bz2``, ``.tar.zst``, ``.tar.xz``; recognised by its first bytes, whatever its name) is
-read through a decompressor: indexing decompresses it once, and reading seeks forward by
-decompressing, so each reader keeps the decompressor of the shard it reads open between
-pieces (:class:`_Streams`); a compressed shard read out of order is decompressed again from
-its start. Images are compressed already: compressing a shard saves little and costs the
+read through a decompressor (:mod:`._compressed`): indexing decompresses it once, and reading
+seeks forward by decompressing, so each reader keeps the decompressor of the shard it reads
+open between pieces; a compressed shard read out of order is decompressed again from its
+start. Images are compressed already: compressing a shard saves little and costs the
 decompression on every read.
 
 A shard that ends early is found while indexing: a member whose data is cut short, a header
@@ -28,13 +28,10 @@ samples out without a trace.
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import logging
 import lzma
 import posixpath
 import tarfile
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +42,8 @@ import pyarrow.fs as pafs
 
 from fastdata.errors import SourceError
 from fastdata.sources._files import Listing, digest, paths_digest
+from fastdata.sources.readers._compressed import Streams, open_shard, shard_compression
+from fastdata.sources.readers._tar_values import TEXT_SUFFIXES, member_column, parse_label
 from fastdata.sources.readers.files import IMG_EXTENSIONS
 
 __all__ = [
@@ -66,96 +65,8 @@ IMAGE_SUFFIXES = tuple(ext[1:] for ext in IMG_EXTENSIONS)
 """Image members of a sample, in order of preference (the image folders' endings)."""
 LABEL_SUFFIXES = ("cls", "json")
 """Label members, in order of preference: ``.cls`` (ASCII decimal) or ``.json``."""
-TEXT_SUFFIXES = ("txt", "text", "caption", "json")
-"""Other members read as UTF-8 text (a column of strings); any other suffix is bytes."""
 SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.zst", ".tar.xz")
 """The names a directory or glob of shards is scanned for."""
-
-# Whole-shard compressions by their first bytes: pyarrow's codec, or "xz" (Python's lzma).
-_COMPRESSIONS = {
-    b"\x1f\x8b": "gzip",
-    b"BZh": "bz2",
-    b"\x28\xb5\x2f\xfd": "zstd",
-    b"\xfd7zXZ\x00": "xz",
-}
-_SKIP_CHUNK = 1 << 20  # bytes decompressed at a time to seek forward
-_OPEN_STREAMS = 4  # decompressors a reader keeps open, positioned after what it read last
-
-
-def _compression(fs: pafs.FileSystem, path: str) -> str | None:
-    """The whole-shard compression of ``path``, by its first bytes (None: a plain tar)."""
-    with fs.open_input_file(path) as raw:
-        head = raw.read(8)
-    return next((name for magic, name in _COMPRESSIONS.items() if head.startswith(magic)), None)
-
-
-class _Decompressed(io.RawIOBase):
-    """A compressed shard's bytes, decompressed as they are read (pyarrow's codecs, which
-    release the GIL; Python's lzma for xz): seekable forward by decompressing and skipping,
-    and backward by starting again, which is what ``tarfile`` and the reads of consecutive
-    samples need."""
-
-    def __init__(self, fs: pafs.FileSystem, path: str, compression: str) -> None:
-        self._fs, self._path, self._compression = fs, path, compression
-        self._raw: Any = None
-        self._stream: Any = None
-        self._pos = 0
-        self._start()
-
-    def _start(self) -> None:
-        self._release()
-        if self._compression == "xz":
-            self._raw = self._fs.open_input_stream(self._path)
-            self._stream = lzma.LZMAFile(self._raw)  # noqa: SIM115 - closed by _release
-        else:
-            self._stream = self._fs.open_input_stream(self._path, compression=self._compression)
-        self._pos = 0
-
-    def _release(self) -> None:
-        for stream in (self._stream, self._raw):
-            if stream is not None:
-                stream.close()
-        self._stream = self._raw = None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._stream.read(len(buffer))
-        buffer[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        target = offset + (self._pos if whence == io.SEEK_CUR else 0)
-        if whence == io.SEEK_END or target < 0:
-            raise OSError("a compressed shard seeks from its start or its position only")
-        if target < self._pos:
-            self._start()
-        while self._pos < target:
-            data = self._stream.read(min(target - self._pos, _SKIP_CHUNK))
-            if not data:
-                break  # past the end: reading there gives nothing, as in a file
-            self._pos += len(data)
-        return self._pos
-
-    def close(self) -> None:
-        self._release()
-        super().close()
-
-
-def _open_shard(fs: pafs.FileSystem, path: str, compression: str | None) -> IO[bytes]:
-    """The shard's bytes as a file: seekable at random when plain; decompressed, and
-    seekable forward cheaply only, when compressed."""
-    if compression is None:
-        return fs.open_input_file(path)  # type: ignore[no-any-return]
-    return io.BufferedReader(_Decompressed(fs, path, compression))
 
 
 @dataclass(frozen=True)
@@ -241,8 +152,8 @@ def index_shard(
 
     compression = None
     try:
-        compression = _compression(fs, path)
-        with _open_shard(fs, path, compression) as raw:
+        compression = shard_compression(fs, path)
+        with open_shard(fs, path, compression) as raw:
             total = (fs.get_file_info(path).size if size is None else size) or 0
             with tarfile.open(fileobj=raw, mode="r:") as tar:
                 for info in tar:
@@ -324,80 +235,13 @@ def read_samples(
             labels.append(parse_label(text, sample.label.name, path, label_field))
     columns = {"data": pa.array(data, pa.binary()), "label": pa.array(labels, pa.int64())}
     for position, (suffix, values) in enumerate(zip(extra_suffixes, extras, strict=True)):
-        members = [sample.extras[position] for sample in samples]
-        columns[suffix] = _member_column(suffix, values, members, path)
+        names = [sample.extras[position].name for sample in samples]
+        columns[suffix] = member_column(suffix, values, names, path)
     return pa.table(columns)
 
 
 def _offset(member: Member) -> int:
     return member.offset
-
-
-def _member_column(suffix: str, values: list[bytes], members: list[Member], path: str) -> pa.Array:
-    """Members' bytes as a column: strings for :data:`TEXT_SUFFIXES`, else binary.
-
-    Raises:
-        SourceError: a text member that is not UTF-8, naming it.
-    """
-    if suffix not in TEXT_SUFFIXES:
-        return pa.array(values, pa.binary())
-    texts = []
-    for value, member in zip(values, members, strict=True):
-        try:
-            texts.append(value.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise SourceError(
-                f"the member is not UTF-8 text ({exc})", path=path, member=member.name
-            ) from None
-    return pa.array(texts, pa.string())
-
-
-def parse_label(text: bytes, member: str, path: str, label_field: str = "label") -> int:
-    """The integer class index a label member holds.
-
-    A ``.cls`` member holds ASCII decimal; a ``.json`` member a bare integer or an object
-    whose ``label_field`` is one (WebDataset writes either).
-
-    Raises:
-        SourceError: naming the shard and member, when it holds anything else.
-    """
-    if split_key(member)[1] != "json":
-        try:
-            return _int64(int(text.strip()), text, member, path)
-        except ValueError:
-            raise SourceError(
-                f"label member holds {text[:40]!r}, not an integer class index",
-                path=path,
-                member=member,
-            ) from None
-    try:
-        value = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SourceError(
-            f"label member is not valid JSON ({exc})", path=path, member=member
-        ) from exc
-    if isinstance(value, dict):
-        value = value.get(label_field)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _int64(value, text, member, path)
-    raise SourceError(
-        f"JSON label member holds {text[:60]!r}: expected an integer, or an object whose "
-        f"{label_field!r} is an integer class index (label_field= names another key)",
-        path=path,
-        member=member,
-    )
-
-
-def _int64(value: int, text: bytes, member: str, path: str) -> int:
-    """``value``, which labels become an int64 tensor of; an error naming the member if it
-    does not fit."""
-    if not -(2**63) <= value < 2**63:
-        raise SourceError(
-            f"label member holds {text[:40]!r}, too large for an int64 class index",
-            path=path,
-            member=member,
-        )
-    return value
 
 
 def _read(f: Any, member: Member, path: str) -> bytes:
@@ -411,33 +255,6 @@ def _read(f: Any, member: Member, path: str) -> bytes:
             member=member.name,
         )
     return data
-
-
-class _Streams:
-    """The decompressors of compressed shards a reader has open, each positioned after what
-    was read from it last (at most :data:`_OPEN_STREAMS`, the least recently used closed):
-    a reader taking a shard's samples in order, piece after piece, decompresses it once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: list[tuple[str, IO[bytes]]] = []
-
-    def take(self, fs: pafs.FileSystem, path: str, compression: str, offset: int) -> IO[bytes]:
-        """A decompressor of ``path`` at or before ``offset`` (the furthest one open), or a
-        new one at the start."""
-        with self._lock:
-            ahead = [(f.tell(), i) for i, (p, f) in enumerate(self._open) if p == path]
-            usable = [(at, i) for at, i in ahead if at <= offset]
-            if usable:
-                return self._open.pop(max(usable)[1])[1]
-        return _open_shard(fs, path, compression)
-
-    def give(self, path: str, stream: IO[bytes]) -> None:
-        """Keep ``stream`` open for a later :meth:`take`."""
-        with self._lock:
-            self._open.append((path, stream))
-            while len(self._open) > _OPEN_STREAMS:
-                self._open.pop(0)[1].close()
 
 
 class TarShards:
@@ -481,7 +298,7 @@ class TarShards:
         with ThreadPoolExecutor(_INDEX_THREADS) as pool:
             indexes = list(pool.map(index, zip(self.shards, self.sizes, strict=True)))
         self.compressions = [i.compression for i in indexes]
-        self._streams = _Streams()
+        self._streams = Streams()
         truncated = [i.truncated for i in indexes if i.truncated is not None]
         if truncated and on_error == "raise":
             raise truncated[0]
@@ -563,7 +380,7 @@ class TarShards:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._streams = _Streams()
+        self._streams = Streams()
 
     def __repr__(self) -> str:
         return f"TarShards({len(self.shards)} shards, {sum(self.unit_rows())} samples)"
