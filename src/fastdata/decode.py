@@ -102,7 +102,7 @@ reports corrupt data only on stderr: such files decode, to partly grey or garble
 _KEEP_CHANNELS = cv2.IMREAD_COLOR_BGR | cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
 _TO_RGBA = {1: cv2.COLOR_GRAY2RGBA, 3: cv2.COLOR_BGR2RGBA, 4: cv2.COLOR_BGRA2RGBA}
 # flags 6 = ANYCOLOR | ANYDEPTH: gray stays one channel and colour is BGR, at the stored depth
-# (with the COLOR bit, OpenCV fails on 32-bit gray TIFFs); alpha is dropped.
+# (with IMREAD_COLOR_RGB, OpenCV fails on 32-bit gray TIFFs); alpha is dropped.
 _ANY = cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
 _TO_RGB = {1: cv2.COLOR_GRAY2RGB, 3: cv2.COLOR_BGR2RGB, 4: cv2.COLOR_BGRA2RGB}
 
@@ -217,9 +217,15 @@ def decode_image(
     flags = 0 if exif else cv2.IMREAD_IGNORE_ORIENTATION
     # Decoded at the stored depth and scaled here: OpenCV's own 8-bit conversion truncates
     # 16-bit samples and fails on 32-bit and floating-point ones.
-    stored = _imdecode(buf, flags | (_KEEP_CHANNELS if keep_alpha else _ANY), header, source)
-    channels = 1 if stored.ndim == 2 else stored.shape[2]
-    img = cv2.cvtColor(_to_uint8(stored, source), (_TO_RGBA if keep_alpha else _TO_RGB)[channels])
+    img = None if keep_alpha else _rgb_at_depth(buf, flags)
+    if img is None:  # alpha kept, or gray samples OpenCV will not turn into RGB at depth
+        stored = _imdecode(buf, flags | (_KEEP_CHANNELS if keep_alpha else _ANY), header, source)
+        channels = 1 if stored.ndim == 2 else stored.shape[2]
+        img = cv2.cvtColor(
+            _to_uint8(stored, source), (_TO_RGBA if keep_alpha else _TO_RGB)[channels]
+        )
+    else:
+        img = _to_uint8(img, source)
     if header is None:  # a header no parser read: the decoded size is checked instead
         height, width = img.shape[:2]
         _check_pixels(height, width, max_pixels, "decodes to", source)
@@ -251,6 +257,17 @@ def verify_image(
         if _libjpeg.check(buf) is True:
             return
     decode_image(buf, max_pixels=max_pixels, source=source)
+
+
+def _rgb_at_depth(buf: np.ndarray, flags: int) -> np.ndarray | None:
+    """RGB at the stored depth, from OpenCV's own colour conversion (every 8- and 16-bit
+    image, and colour floats: for 8-bit images exactly ``IMREAD_COLOR_RGB``'s pixels); None
+    where it declines (gray 32-bit and float TIFFs; corrupt data, which the caller's decode
+    then names)."""
+    try:
+        return cv2.imdecode(buf, flags | cv2.IMREAD_COLOR_RGB | cv2.IMREAD_ANYDEPTH)
+    except cv2.error:
+        return None
 
 
 def _check_pixels(
