@@ -35,6 +35,7 @@ from fastdata import (
     DecodeError,
     ImageStream,
     ParquetStream,
+    SchemaError,
     SourceError,
     _device_decode,
 )
@@ -198,6 +199,18 @@ def test_values_python_cannot_hold_name_file_row_group_row_and_column(
     assert (err.value.row_group, err.value.row, err.value.column) == (2, 1, "s")
 
 
+def test_a_fill_value_of_another_type_is_refused_when_the_stream_is_made(tmp_path: Path) -> None:
+    """It was a raw ArrowInvalid from pc.fill_null, mid-epoch, naming nothing."""
+    pq.write_table(pa.table({"x": pa.array([1.0, None])}), tmp_path / "x.parquet")
+    with pytest.raises(SchemaError, match="does not fit the column's type double") as err:
+        ParquetStream(tmp_path, batch_size=2, fill_null={"x": "zero"})
+    assert err.value.column == "x"
+    assert next(iter(ParquetStream(tmp_path, batch_size=2, fill_null={"x": 0})))["x"].tolist() == [
+        1.0,
+        0.0,
+    ]
+
+
 def test_a_footer_that_overstates_its_rows_is_named_corrupt(tmp_path: Path) -> None:
     path = tmp_path / "rows.parquet"
     pq.write_table(pa.table({"x": [1, 2, 3]}), path)
@@ -271,6 +284,16 @@ def test_a_truncated_compressed_shard_is_truncated(tmp_path: Path, shards: list[
     assert err.value.member is not None
     stream = ImageStream.from_tar(cut, on_error="skip")
     assert 0 < len(list(stream)) < 6 and stream.skipped == 1
+
+
+def test_a_shard_gone_since_indexing_is_named(tmp_path: Path, shards: list[Path]) -> None:
+    copy = tmp_path / "copy.tar.gz"
+    copy.write_bytes(gzip.compress(shards[0].read_bytes()))
+    stream = ImageStream.from_tar(copy, size=8, crop="center")
+    copy.unlink()
+    with pytest.raises(SourceError, match="went away since it was indexed") as err:
+        list(stream)
+    assert err.value.path == str(copy) and err.value.member is not None
 
 
 def test_skipping_never_silently_yields_nothing(tmp_path: Path, shards: list[Path]) -> None:

@@ -92,9 +92,18 @@ class ParquetRowGroups:
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
         self._lock = threading.Lock()
         self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
-        for name in self.fill_null:
+        for name, value in self.fill_null.items():
             if name not in self.schema.names:
                 raise SchemaError(f"fill_null names {name!r}, which is not a selected column")
+            kind = self.schema.field(name).type
+            try:
+                pa.scalar(value, kind)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                raise SchemaError(
+                    f"fill_null={{{name!r}: {value!r}}} does not fit the column's type {kind} "
+                    f"({exc}); give a value of that type",
+                    column=name,
+                ) from exc
         self._tensor = {field.name: converter(field)[1] for field in self.schema}
         self._inner = {field.name: refuses_nulls_inside(field.type) for field in self.schema}
 

@@ -28,6 +28,7 @@ samples out without a trace.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import lzma
 import posixpath
@@ -336,28 +337,42 @@ class TarShards:
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
         samples = self.index[unit][start:stop]
-        path, compression = self.shards[unit], self.compressions[unit]
-        stream = None
-        if compression is not None and samples:
-            head = samples[0]
-            first = min(m.offset for m in (head.image, head.label, *head.extras) if m is not None)
-            stream = self._streams.take(self.fs, path, compression, first)
+        path = self.shards[unit]
         try:
-            table = read_samples(
-                self.fs,
-                path,
-                samples,
-                label_field=self.label_field,
-                extra_suffixes=self.extra_suffixes,
-                file=stream,
-            )
-        except BaseException:
-            if stream is not None:
-                stream.close()
-            raise
-        if stream is not None:
-            self._streams.give(path, stream)
+            table = self._read(unit, samples)
+        except (OSError, EOFError, lzma.LZMAError, pa.ArrowException) as exc:
+            raise SourceError(
+                f"cannot read the tar shard ({type(exc).__name__}: {exc}); it changed or "
+                "went away since it was indexed",
+                path=path,
+                member=samples[0].image.name if samples else None,
+            ) from exc
         return table if self.labelled else table.drop_columns(["label"])
+
+    def _read(self, unit: int, samples: list[TarSample]) -> pa.Table:
+        """:func:`read_samples` of a shard, through the reader's open decompressor of a
+        compressed one (kept open for the next piece when all went well)."""
+        path, compression = self.shards[unit], self.compressions[unit]
+        read = functools.partial(
+            read_samples,
+            self.fs,
+            path,
+            samples,
+            label_field=self.label_field,
+            extra_suffixes=self.extra_suffixes,
+        )
+        if compression is None or not samples:
+            return read()
+        head = samples[0]
+        first = min(m.offset for m in (head.image, head.label, *head.extras) if m is not None)
+        stream = self._streams.take(self.fs, path, compression, first)
+        try:
+            table = read(file=stream)
+        except BaseException:
+            stream.close()
+            raise
+        self._streams.give(path, stream)
+        return table
 
     def location(self, unit: int, row: int) -> dict[str, Any]:
         return {"path": self.shards[unit], "member": self.index[unit][row].image.name}
