@@ -4,7 +4,8 @@ Plain functions over bytes and numpy arrays (no torch, no files, no DataLoader),
 source (folders, Parquet columns, tar members) shares one tested path:
 
 - :func:`decode_image` decodes straight to RGB, applies the EXIF orientation, and normalises
-  gray, palette, RGBA and 16-bit images to 3-channel uint8 (4 with ``keep_alpha``). JPEGs go
+  gray, palette, RGBA and deeper images (10- to 32-bit, floating point) to 3-channel uint8 (4
+  with ``keep_alpha``), scaled by the sample type's range (:func:`_to_uint8`). JPEGs go
   through the ``fastdata._jpeg`` extension over libjpeg-turbo when it is there
   (:data:`JPEG_EXTENSION`): OpenCV's pixels, and corrupt data is an error rather than a
   warning on stderr; everything else through ``cv2.imdecode``.
@@ -193,7 +194,9 @@ def decode_image(
 
     Returns:
         ``(H, W, 3)`` uint8 RGB, or ``(H, W, 4)`` RGBA with ``keep_alpha``. Gray and palette
-        images are expanded to RGB; 16-bit images are scaled to 8 bits with rounding.
+        images are expanded to RGB; deeper samples are scaled to 8 bits by their type's
+        range, with rounding: 16-bit by 255/65535, other integers from 0 to their type's
+        maximum, floating point from 0.0 to 1.0 (clipped).
 
     Raises:
         DecodeError: empty, truncated, corrupt (for JPEGs: anything libjpeg warns about, with
