@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["ImageData", "ImageHeader", "as_array", "image_header", "oriented_hw"]
+__all__ = ["ImageData", "ImageHeader", "as_array", "image_header", "oriented_hw", "tiff_kind"]
 
 ImageData = bytes | bytearray | memoryview | np.ndarray
 """Encoded image bytes: any bytes-like object, or a 1-D uint8 array."""
@@ -23,6 +23,7 @@ ImageData = bytes | bytearray | memoryview | np.ndarray
 # Start-of-frame markers (C4, C8 and CC are DHT, JPG and DAC, not frames).
 _JPEG_SOF = frozenset({*range(0xC0, 0xD0)} - {0xC4, 0xC8, 0xCC})
 _JPEG_STANDALONE = frozenset({0x01, 0xD8, *range(0xD0, 0xD8)})
+_JUNK_LIMIT = 1 << 16  # bytes searched for the next marker after bytes that are none
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JP2_SIGNATURE = b"\0\0\0\x0cjP  \r\n\x87\n"
 # EXIF integer types (BYTE, SHORT, LONG, SBYTE, SSHORT, SLONG) -> struct code; Pillow reads
@@ -91,8 +92,12 @@ def _jpeg(buf: memoryview, exif: bool) -> ImageHeader | None:
     walk goes on to the first scan for the first Exif segment, wherever it is."""
     n, pos, orientation, size, seen_exif = len(buf), 2, 1, None, False
     while pos + 4 <= n:
-        if buf[pos] != 0xFF:
-            break
+        if buf[pos] != 0xFF:  # bytes between segments, skipped as libjpeg and Pillow skip them
+            found = bytes(buf[pos : min(n, pos + _JUNK_LIMIT)]).find(b"\xff")
+            if found < 0:
+                break
+            pos += found
+            continue
         marker = buf[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
@@ -197,24 +202,54 @@ def _bmp(buf: memoryview) -> Found:
 def _tiff(buf: memoryview) -> Found:
     """ImageWidth (256) and ImageLength (257) of the first IFD, the page OpenCV decodes;
     classic TIFF and BigTIFF, either byte order."""
+    sizes = _tiff_fields(buf, (256, 257))
+    if sizes is None or len(sizes) != 2:
+        return None
+    return "tiff", sizes[257], sizes[256]
+
+
+_PHOTOMETRIC = {0: "gray", 1: "gray", 2: "RGB", 3: "palette", 5: "CMYK", 6: "YCbCr", 8: "Lab"}
+
+
+def tiff_kind(data: ImageData) -> str | None:
+    """What the first page of a TIFF holds, in words (``"16-bit CMYK"``), for an error
+    message; None when ``data`` is no TIFF or its tags cannot be read."""
+    buf = as_array(data).data
+    if bytes(buf[:4]) not in (b"II*\0", b"MM\0*", b"II+\0", b"MM\0+"):
+        return None
+    fields = _tiff_fields(buf, (258, 262))  # BitsPerSample (the first), Photometric
+    if not fields or 258 not in fields:
+        return None
+    photometric = fields.get(262)
+    colour = _PHOTOMETRIC.get(photometric, f"photometric {photometric}")  # type: ignore[arg-type]
+    return f"{fields[258]}-bit {colour}"
+
+
+def _tiff_fields(buf: memoryview, tags: tuple[int, ...]) -> dict[int, int] | None:
+    """The first value of each of ``tags`` found in the first IFD (integer types only; a
+    value that does not fit the entry is read from where the entry points), or None."""
     e = "<" if bytes(buf[:2]) == b"II" else ">"
-    (version,) = struct.unpack_from(e + "H", buf, 2)
-    big = version == 43
-    offset, count_code, entry_size, value_at = ("Q", "Q", 20, 12) if big else ("I", "H", 12, 8)
     try:
+        (version,) = struct.unpack_from(e + "H", buf, 2)
+        big = version == 43
+        offset, count_code, entry_size, value_at = ("Q", "Q", 20, 12) if big else ("I", "H", 12, 8)
         (ifd,) = struct.unpack_from(e + offset, buf, 8 if big else 4)
         (count,) = struct.unpack_from(e + count_code, buf, ifd)
         first = ifd + struct.calcsize(count_code)
-        sizes = {}
+        found = {}
         for entry in range(first, min(first + entry_size * count, len(buf)), entry_size):
             tag, kind = struct.unpack_from(e + "HH", buf, entry)
-            if tag in (256, 257) and kind in _TIFF_INTEGERS:
-                (sizes[tag],) = struct.unpack_from(e + _TIFF_INTEGERS[kind], buf, entry + value_at)
+            if tag not in tags or kind not in _TIFF_INTEGERS:
+                continue
+            code = _TIFF_INTEGERS[kind]
+            (values,) = struct.unpack_from(e + offset, buf, entry + 4)  # the value count
+            where = entry + value_at
+            if values * struct.calcsize(code) > struct.calcsize(offset):
+                (where,) = struct.unpack_from(e + offset, buf, entry + value_at)
+            (found[tag],) = struct.unpack_from(e + code, buf, where)
     except struct.error:  # an offset past the end
         return None
-    if len(sizes) != 2:
-        return None
-    return "tiff", sizes[257], sizes[256]
+    return found
 
 
 def _pnm(buf: memoryview) -> Found:

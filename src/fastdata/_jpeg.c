@@ -1,10 +1,11 @@
 /* JPEG decoding with libjpeg-turbo that sees what cv2.imdecode hides (fastdata._jpeg).
  *
  * cv2.imdecode decodes a JPEG whose entropy-coded data is corrupt (libjpeg "warnings": a
- * premature end of a data segment, extraneous bytes before a marker, a bad Huffman code, a
- * missing end-of-image marker) into an image, printing the warning on stderr without a file
- * name. Here every such warning stops the decode and is returned, so the caller can raise an
- * error that names the file. Both entry points read the whole file, to its end-of-image
+ * premature end of a data segment, a bad Huffman code, a missing end-of-image marker) into an
+ * image, printing the warning on stderr without a file name. Here every warning about the scan
+ * data stops the decode and is returned, so the caller can raise an error that names the file;
+ * the few that leave the pixels intact (metadata notes, junk between header segments: see
+ * harmless()) let it go on. Both entry points read the whole file, to its end-of-image
  * marker, so the verdict never depends on how much of the image is decoded.
  *
  * decode_rgb also decodes only a region: a random-resized crop keeps about half of an image
@@ -39,15 +40,37 @@ typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
     char warning[JMSG_LENGTH_MAX]; /* the warning that stopped the decode */
+    int in_header;                 /* jpeg_read_header is running: no scan has begun */
 } error_manager;
 
 static void on_error(j_common_ptr cinfo) { longjmp(((error_manager *)cinfo->err)->jump, DECLINED + 1); }
 
+/* Whether a libjpeg warning leaves every pixel as the encoder meant it: it is about metadata
+ * (an unknown JFIF version, an unknown Adobe colour transform code, which libjpeg takes as
+ * YCbCr just as OpenCV's decode does), or about bytes between the marker segments of the
+ * header, before any entropy-coded data, which libjpeg skips (extraneous bytes before a
+ * marker, while the header is read). Everything else concerns the scan data and is
+ * corruption: a premature end of a data segment or of the file, a bad Huffman or arithmetic
+ * code, a missing restart marker, invalid scan parameters, an inconsistent progression, and
+ * extraneous bytes once a scan has begun: a scan whose data runs past its last MCU, before a
+ * restart marker, the next scan or the end of the image, is what a decoder that lost step in
+ * corrupt data leaves (hundreds of bytes in fuzzed files), and cannot be told from padding. */
+static int harmless(const error_manager *err) {
+    switch (err->pub.msg_code) {
+    case JWRN_JFIF_MAJOR:
+    case JWRN_ADOBE_XFORM:
+        return 1;
+    case JWRN_EXTRANEOUS_DATA:
+        return err->in_header;
+    default:
+        return 0;
+    }
+}
+
 static void on_message(j_common_ptr cinfo, int level) {
-    /* Warnings (level -1) stop the decode; traces (level >= 0) are ignored, and so is an
-     * unknown JFIF version number, a note about the metadata that says nothing of the data. */
+    /* Warnings (level -1) stop the decode unless harmless; traces (level >= 0) are ignored. */
     error_manager *err = (error_manager *)cinfo->err;
-    if (level >= 0 || err->pub.msg_code == JWRN_JFIF_MAJOR) return;
+    if (level >= 0 || harmless(err)) return;
     (*err->pub.format_message)(cinfo, err->warning);
     longjmp(err->jump, CORRUPT + 1);
 }
@@ -131,6 +154,7 @@ static enum outcome run(const unsigned char *data, size_t size, int denom, const
     cinfo.err = jpeg_std_error(&err.pub);
     err.pub.error_exit = on_error;
     err.pub.emit_message = on_message;
+    err.in_header = 0;
     err.pub.output_message = silent;
     jumped = setjmp(err.jump); /* before create: an error inside create lands here too */
     if (jumped) {
@@ -140,7 +164,9 @@ static enum outcome run(const unsigned char *data, size_t size, int denom, const
     }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
+    err.in_header = 1;
     if (jpeg_read_header(&cinfo, TRUE) != JPEG_HEADER_OK) goto done;
+    err.in_header = 0;
     cinfo.scale_num = 1;
     cinfo.scale_denom = out == NULL ? 8 : (unsigned int)denom;
     if (out == NULL) {

@@ -27,7 +27,17 @@ import numpy as np
 from fastdata._headers import ImageHeader
 from fastdata.errors import DecodeError
 
-__all__ = ["EXTENSION", "REDUCED_FLAGS", "check", "decode", "orient", "verify"]
+__all__ = [
+    "EXTENSION",
+    "REDUCED_FLAGS",
+    "check",
+    "decode",
+    "decode_oriented",
+    "orient",
+    "reduced_grid",
+    "verify",
+    "within_opencv_limits",
+]
 
 REDUCED_FLAGS = {
     1: 0,
@@ -147,7 +157,7 @@ def decode(
     Raises:
         DecodeError: libjpeg warns about the data (corrupt; the whole file is read).
     """
-    if _jpeg is None or not _within_opencv_limits(header):
+    if _jpeg is None or not within_opencv_limits(header):
         return None
     hw = (-(-header.height // factor), -(-header.width // factor))
     top, left, h, w = box or (0, 0, *hw)
@@ -166,6 +176,53 @@ def decode(
         return None
     row, col, n_rows, n_cols = found[:4]
     return out[:n_rows, :n_cols], (row, col)
+
+
+def decode_oriented(
+    buf: np.ndarray,
+    header: ImageHeader,
+    factor: int,
+    box: tuple[int, int, int, int],
+    source: str | None,
+    *,
+    reuse: bool = False,
+) -> tuple[np.ndarray, tuple[int, int]] | None:
+    """:func:`decode` of the region around ``box`` of the *oriented* image at ``1 /
+    factor`` (the header's EXIF orientation applied): the stored region the box maps to,
+    decoded and oriented, and where the box's corner lies in it. The pixels are those of
+    the whole image decoded, oriented and cropped."""
+    orientation = header.orientation
+    stored_hw = (-(-header.height // factor), -(-header.width // factor))
+    oriented_hw = stored_hw if orientation < 5 else stored_hw[::-1]
+    stored = _turn_box(_INVERSE.get(orientation, orientation), box, oriented_hw)
+    found = decode(buf, header, factor, stored, source, reuse=reuse)
+    if found is None or orientation == 1:
+        return found
+    image, (row, col) = found
+    top, left, _, _ = _turn_box(orientation, (row, col, *stored[2:]), image.shape[:2])
+    return orient(image, orientation), (top, left)
+
+
+_INVERSE = {6: 8, 8: 6}  # the orientation undoing each (the others undo themselves)
+
+
+def _turn_box(
+    orientation: int, box: tuple[int, int, int, int], hw: tuple[int, int]
+) -> tuple[int, int, int, int]:
+    """Where ``box`` (top, left, height, width) of an image of ``hw`` lies once the image
+    is given EXIF ``orientation`` (:func:`orient`)."""
+    top, left, h, w = box
+    bottom, right = hw[0] - top - h, hw[1] - left - w
+    return {
+        1: (top, left, h, w),
+        2: (top, right, h, w),
+        3: (bottom, right, h, w),
+        4: (bottom, left, h, w),
+        5: (left, top, w, h),
+        6: (left, bottom, w, h),
+        7: (right, bottom, w, h),
+        8: (right, top, w, h),
+    }[orientation]
 
 
 def check(data: bytes | bytearray | memoryview | np.ndarray) -> bool | str:
@@ -189,7 +246,34 @@ def orient(image: np.ndarray, orientation: int) -> np.ndarray:
     return image if turn is None else turn(image)
 
 
-def _within_opencv_limits(header: ImageHeader) -> bool:
+# The axes of the oriented image (rows, columns) that run backwards through the stored one.
+_REVERSED = {
+    1: (False, False),
+    2: (False, True),
+    3: (True, True),
+    4: (True, False),
+    5: (False, False),
+    6: (False, True),
+    7: (True, True),
+    8: (True, False),
+}
+
+
+def reduced_grid(orientation: int, hw: tuple[int, int], factor: int) -> tuple[int, int]:
+    """Where a JPEG decoded at ``1 / factor`` and then oriented puts its reduced pixels on
+    the oriented image of ``hw`` (full size): per axis, the source pixels by which the first
+    reduced pixel starts before the image (:meth:`~fastdata.decode.Geometry.reduced`'s
+    ``grid``). libjpeg's reduced pixels start at the stored image's top left; where the
+    orientation reverses an axis, they start at its other end, and the first oriented one
+    covers ``factor * ceil(n / factor) - n`` pixels beyond the image."""
+    return tuple(  # type: ignore[return-value]
+        -(-n // factor) * factor - n if reversed_ else 0
+        for n, reversed_ in zip(hw, _REVERSED.get(orientation, (False, False)), strict=True)
+    )
+
+
+def within_opencv_limits(header: ImageHeader) -> bool:
+    """Whether OpenCV decodes an image of this size (its ``OPENCV_IO_MAX_IMAGE_*``)."""
     max_pixels, max_width, max_height = _OPENCV_LIMITS
     return (
         header.height * header.width <= max_pixels

@@ -1,6 +1,7 @@
-"""Writing one shard of :func:`fastdata.writer.write_shards`: read its images, write the
-tar or Parquet file to a temporary name, then publish it (rename, or upload) whole. This is
-what each worker process or Ray task runs; everything here pickles."""
+"""Writing one shard of :func:`fastdata.writer.write_shards`: read its images, check each
+with the decode check the streams use (:func:`fastdata.decode.verify_image`), write the tar or
+Parquet file to a temporary name, then publish it (rename, or upload) whole. This is what each
+worker process or Ray task runs; everything here pickles."""
 
 from __future__ import annotations
 
@@ -22,13 +23,15 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from fastdata.errors import SourceError
+from fastdata.decode import DEFAULT_MAX_PIXELS, verify_image
+from fastdata.errors import DecodeError, SourceError
 from fastdata.sources._cache_disk import CHUNK, unlink
 from fastdata.sources._files import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 
 __all__ = [
     "MANIFEST",
+    "BadImage",
     "Destination",
     "Item",
     "ShardTask",
@@ -201,9 +204,22 @@ class Destination:
             unlink(staged)
 
 
+class BadImage(NamedTuple):
+    """A sample left out by ``on_error="skip"``: its key, its image (path, or ``sample
+    'key'`` for bytes) and why the decode check refused it."""
+
+    key: str
+    image: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.image}: {self.reason}"
+
+
 @dataclass(frozen=True)
 class ShardTask:
-    """One shard to write: its name, samples and (Parquet) row groups."""
+    """One shard to write: its name, samples and (Parquet) row groups, and what to do with
+    an image the decode check refuses."""
 
     name: str
     items: list[Item]
@@ -212,28 +228,34 @@ class ShardTask:
     source: pafs.FileSystem
     destination: Destination
     extra_fields: tuple[pa.Field, ...] = ()  # Parquet: the extras' columns, of every shard
+    on_error: str = "raise"
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
 
 
-def write_shard(task: ShardTask) -> tuple[int, int]:
-    """Write and publish one shard; returns its ``(samples, bytes)``."""
+def write_shard(task: ShardTask) -> tuple[int, int, list[BadImage]]:
+    """Write and publish one shard; returns its ``(samples, bytes, images left out)``."""
     staged = task.destination.staged(task.name)
+    bad: list[BadImage] = []
     try:
         if task.format == "tar":
             with open(staged, "wb") as out:
-                _write_tar(out, task)
+                _write_tar(out, task, bad)
         else:
-            _write_parquet(staged, task)
+            _write_parquet(staged, task, bad)
         size = os.path.getsize(staged)
         task.destination.publish(staged, task.name)
     finally:
         unlink(staged)
-    return len(task.items), size
+    return len(task.items) - len(bad), size, bad
 
 
-def _write_tar(out: IO[bytes], task: ShardTask) -> None:
+def _write_tar(out: IO[bytes], task: ShardTask, bad: list[BadImage]) -> None:
     # PAX: long keys are kept whole; the headers depend on names and sizes only.
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for item, data in zip(task.items, _contents(task), strict=True):
+            if isinstance(data, BadImage):
+                bad.append(data)
+                continue
             _add(tar, f"{item.key}.{item.suffix}", data)
             if item.label is not None:
                 _add(tar, f"{item.key}.cls", str(item.label).encode("ascii"))
@@ -249,7 +271,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))  # shares the bytes: BytesIO copies on write only
 
 
-def _write_parquet(path: str, task: ShardTask) -> None:
+def _write_parquet(path: str, task: ShardTask, bad: list[BadImage]) -> None:
     labelled = task.items[0].label is not None
     fields = [pa.field("key", pa.string(), False), pa.field("image", pa.binary(), False)]
     labels = [pa.field("label", pa.int64(), False)] if labelled else []
@@ -260,10 +282,19 @@ def _write_parquet(path: str, task: ShardTask) -> None:
         path, schema, compression="none", use_dictionary=False, write_statistics=["key", "label"]
     ) as writer:
         for rows in task.row_groups:
-            items = task.items[rows.start : rows.stop]
+            items, images = [], []
+            for item in task.items[rows.start : rows.stop]:
+                data = next(contents)
+                if isinstance(data, BadImage):
+                    bad.append(data)
+                else:
+                    items.append(item)
+                    images.append(data)
+            if not items:
+                continue
             columns = [
                 pa.array([item.key for item in items], pa.string()),
-                pa.array([next(contents) for _ in items], pa.binary()),
+                pa.array(images, pa.binary()),
             ]
             if labelled:
                 columns.append(pa.array([item.label for item in items], pa.int64()))
@@ -273,12 +304,34 @@ def _write_parquet(path: str, task: ShardTask) -> None:
             writer.write_table(pa.Table.from_arrays(columns, schema=schema), len(items))
 
 
-def _contents(task: ShardTask) -> Iterator[bytes]:
-    """The shard's images in order, read a batch at a time on a few threads."""
-    read = partial(_read, task.source)
+def _contents(task: ShardTask) -> Iterator[bytes | BadImage]:
+    """The shard's images in order, read and checked a batch at a time on a few threads."""
+    check = partial(_checked, task)
     with ThreadPoolExecutor(_READ_THREADS) as pool:
         for start in range(0, len(task.items), _READ_BATCH):
-            yield from pool.map(read, task.items[start : start + _READ_BATCH])
+            yield from pool.map(check, task.items[start : start + _READ_BATCH])
+
+
+def _checked(task: ShardTask, item: Item) -> bytes | BadImage:
+    """The item's image, or (``on_error="skip"``) a :class:`BadImage` where the decode
+    check the streams make refuses it.
+
+    Raises:
+        SourceError: the image cannot be read, or (``on_error="raise"``) does not decode.
+    """
+    data = _read(task.source, item)
+    where = item.image if isinstance(item.image, str) else f"sample {item.key!r}"
+    try:
+        verify_image(data, max_pixels=task.max_pixels, source=where)
+    except DecodeError as exc:
+        if task.on_error == "skip":
+            return BadImage(item.key, where, exc.reason)
+        raise DecodeError(
+            f"{exc.reason}; or pass on_error='skip' (fastdata convert --on-error skip) to "
+            "leave such images out, listed in the result",
+            path=where,
+        ) from exc
+    return data
 
 
 def _read(fs: pafs.FileSystem, item: Item) -> bytes:

@@ -95,15 +95,24 @@ class Geometry(NamedTuple):
         _, _, h, w = self.box
         return math.ceil(src_hw[0] * self.size[0] / h), math.ceil(src_hw[1] * self.size[1] / w)
 
-    def reduced(self, factor: int, hw: tuple[int, int]) -> Geometry:
+    def reduced(self, factor: int, hw: tuple[int, int], grid: tuple[int, int] = (0, 0)) -> Geometry:
         """This geometry for the same image decoded at ``1 / factor`` (libjpeg's DCT
-        scaling: reduced pixel ``i`` covers source pixels ``[i * factor, (i + 1) * factor)``)
-        into ``hw``: the box's position and size divided by ``factor`` and rounded, so each
-        edge sits within half a reduced pixel of the exact one, then moved inside ``hw``.
-        A box of at least ``factor`` times the output stays at least the output."""
+        scaling: reduced pixel ``i`` covers source pixels ``[i * factor - g, (i + 1) *
+        factor - g)``, ``g`` the axis's ``grid`` offset) into ``hw``: the box's position
+        and size divided by ``factor`` and rounded, so each edge sits within half a reduced
+        pixel of the exact one, then moved inside ``hw``. A box of at least ``factor`` times
+        the output stays at least the output.
+
+        ``grid`` is ``(0, 0)`` for an image in its stored orientation, whose reduced pixels
+        start at its top left corner. An EXIF orientation that reverses an axis moves that
+        corner to the other end: the last reduced pixel there covers the image's first
+        pixels and ``factor * n - size`` pixels before them (see
+        :func:`fastdata._libjpeg.reduced_grid`)."""
         if factor == 1:
             return self
-        top, left, h, w = (round(v / factor) for v in self.box)
+        top, left, h, w = self.box
+        top, left = round((top + grid[0]) / factor), round((left + grid[1]) / factor)
+        h, w = round(h / factor), round(w / factor)
         h, w = min(max(h, 1), hw[0]), min(max(w, 1), hw[1])
         top, left = min(top, hw[0] - h), min(left, hw[1] - w)
         return Geometry((top, left, h, w), self.size, self.flip)

@@ -4,19 +4,23 @@ shards are the local conversion's, byte for byte."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from fastdata._shard_files import ShardTask, write_shard
+from fastdata._shard_files import BadImage, ShardTask, write_shard
 
 __all__ = ["write_with_ray"]
 
 
 def write_with_ray(
-    tasks: list[ShardTask], concurrency: int | None, done: Callable[[tuple[int, int]], None]
+    tasks: list[ShardTask],
+    concurrency: int | None,
+    done: Callable[[str, tuple[int, int, list[BadImage]]], None],
 ) -> None:
     """Write ``tasks`` on the Ray cluster ``ray.init`` connected to (a local one if none),
-    at most ``concurrency`` at once; ``done((samples, bytes))`` after each shard.
+    at most ``concurrency`` at once; ``done(name, (samples, bytes, images left out))``
+    after each shard.
 
     Raises:
         ImportError: Ray Data is not installed.
@@ -33,9 +37,11 @@ def write_with_ray(
     dataset = ray.data.from_items(items, override_num_blocks=len(items))
     written = dataset.map(_write, concurrency=concurrency or None)
     for row in written.iter_rows():
-        done((row["samples"], row["bytes"]))
+        bad = [BadImage(*image) for image in json.loads(row["bad"])]
+        done(row["name"], (row["samples"], row["bytes"], bad))
 
 
 def _write(row: dict[str, Any]) -> dict[str, Any]:
-    samples, size = write_shard(row["task"])
-    return {"samples": samples, "bytes": size}
+    samples, size, bad = write_shard(row["task"])
+    # the images left out as JSON text: a column of one type, however many there are
+    return {"name": row["task"].name, "samples": samples, "bytes": size, "bad": json.dumps(bad)}

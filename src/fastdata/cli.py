@@ -47,6 +47,7 @@ def _convert(args: argparse.Namespace) -> int:
         "target_shard_bytes": check(parser, "check_bytes", "--shard-size", args.shard_size),
         "row_group_bytes": check(parser, "check_bytes", "--row-group-size", args.row_group),
         "workers": check(parser, "check_int", "--workers", args.workers, minimum=0, none="all"),
+        "on_error": args.on_error,
     }
     progress = _ConvertProgress(quiet=args.quiet)
     try:
@@ -70,13 +71,21 @@ def _convert(args: argparse.Namespace) -> int:
         progress.end()
         return fail("convert", str(exc), 1)
     progress.end()
+    for image in result.bad_images[:_LISTED]:  # even with --quiet: data was left out
+        say(f"left out {image}")
+    if len(result.bad_images) > _LISTED:
+        say(f"... and {len(result.bad_images) - _LISTED:,} more images left out")
     if not args.quiet:
         say(
             f"{len(result.paths)} shards in {args.dst}: {result.written} written "
             f"({result.samples:,} samples, {result.bytes / 1e6:,.1f} MB), "
             f"{result.skipped} already there"
+            + (f"; {len(result.bad_images):,} images left out" if result.bad_images else "")
         )
     return 0
+
+
+_LISTED = 20  # images left out that convert names one by one
 
 
 def _filesystem(src: str) -> tuple[Any, str]:
@@ -105,6 +114,7 @@ class _ConvertProgress:
         line = (
             f"[{bar}] {done.shards_done}/{done.shards} shards, {done.samples_done:,} samples, "
             f"{done.bytes_done / 1e6:,.1f} MB written ({rate:,.1f} MB/s)"
+            + (f", {done.bad_images:,} images left out" if done.bad_images else "")
         )
         if self.live:
             self.stream.write("\r\x1b[K" + line)
@@ -178,6 +188,13 @@ def _add_convert(commands: Any) -> None:
         "--workers", type=int, help="processes writing shards (default: the CPU count)"
     )
     convert.add_argument("--prefix", default="shard", help="shard file name prefix")
+    convert.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="an image that does not decode (checked as the streams check it): stop there "
+        "naming it, or leave it out and list it at the end",
+    )
     convert.add_argument(
         "--ray",
         action="store_true",

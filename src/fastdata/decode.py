@@ -4,7 +4,8 @@ Plain functions over bytes and numpy arrays (no torch, no files, no DataLoader),
 source (folders, Parquet columns, tar members) shares one tested path:
 
 - :func:`decode_image` decodes straight to RGB, applies the EXIF orientation, and normalises
-  gray, palette, RGBA and 16-bit images to 3-channel uint8 (4 with ``keep_alpha``). JPEGs go
+  gray, palette, RGBA and deeper images (10- to 32-bit, floating point) to 3-channel uint8 (4
+  with ``keep_alpha``), scaled by the sample type's range (:func:`_to_uint8`). JPEGs go
   through the ``fastdata._jpeg`` extension over libjpeg-turbo when it is there
   (:data:`JPEG_EXTENSION`): OpenCV's pixels, and corrupt data is an error rather than a
   warning on stderr; everything else through ``cv2.imdecode``.
@@ -36,7 +37,14 @@ import cv2
 import numpy as np
 
 from fastdata import _libjpeg
-from fastdata._headers import ImageData, ImageHeader, as_array, image_header, oriented_hw
+from fastdata._headers import (
+    ImageData,
+    ImageHeader,
+    as_array,
+    image_header,
+    oriented_hw,
+    tiff_kind,
+)
 from fastdata._transforms import (
     INTERPOLATIONS,
     Geometry,
@@ -76,6 +84,7 @@ __all__ = [
     "resize",
     "resized_center_crop",
     "sample_rng",
+    "verify_image",
 ]
 
 DEFAULT_MAX_PIXELS = 178_956_970
@@ -93,6 +102,10 @@ reports corrupt data only on stderr: such files decode, to partly grey or garble
 # depth, and, unlike IMREAD_UNCHANGED, still applies the EXIF orientation.
 _KEEP_CHANNELS = cv2.IMREAD_COLOR_BGR | cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
 _TO_RGBA = {1: cv2.COLOR_GRAY2RGBA, 3: cv2.COLOR_BGR2RGBA, 4: cv2.COLOR_BGRA2RGBA}
+# flags 6 = ANYCOLOR | ANYDEPTH: gray stays one channel and colour is BGR, at the stored depth
+# (with IMREAD_COLOR_RGB, OpenCV fails on 32-bit gray TIFFs); alpha is dropped.
+_ANY = cv2.IMREAD_ANYCOLOR | cv2.IMREAD_ANYDEPTH
+_TO_RGB = {1: cv2.COLOR_GRAY2RGB, 3: cv2.COLOR_BGR2RGB, 4: cv2.COLOR_BGRA2RGB}
 
 
 def image_size(data: ImageData, /, *, exif: bool = True) -> tuple[int, int] | None:
@@ -127,17 +140,26 @@ def reduction_factor(src_hw: tuple[int, int], target: Size | None) -> int:
 
 
 def _to_uint8(img: np.ndarray, source: str | None) -> np.ndarray:
-    """8-bit samples: 16-bit ones scaled by 255/65535 with rounding (OpenCV and Pillow drop
-    the low byte instead, which darkens by up to one level)."""
+    """8-bit samples from samples of any depth OpenCV decodes, scaled by the sample type's
+    range as torchvision's ``ToDtype(torch.uint8, scale=True)`` scales them (with rounding):
+    16-bit by 255/65535 (OpenCV and Pillow drop the low byte instead, which darkens by up to
+    one level; 10- and 12-bit TIFFs come from OpenCV stretched to 16 bits), other integers
+    from 0 to their type's maximum (negatives clip to 0), floating point from 0.0 to 1.0
+    (clipped, NaN as 0)."""
     if img.dtype == np.uint8:
         return img
     if img.dtype == np.uint16:
         return ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)
-    raise DecodeError(
-        f"unsupported sample type {img.dtype} (a floating-point HDR/EXR/TIFF image): "
-        "fastdata decodes 8- and 16-bit images; convert it to an 8-bit PNG or JPEG",
-        path=source,
-    )
+    if np.issubdtype(img.dtype, np.integer):
+        scaled = np.clip(img, 0, None).astype(np.float64) * (255 / np.iinfo(img.dtype).max)
+    elif np.issubdtype(img.dtype, np.floating):
+        scaled = np.nan_to_num(img.astype(np.float64), nan=0.0, posinf=1.0, neginf=0.0) * 255
+    else:
+        raise DecodeError(
+            f"unsupported sample type {img.dtype}: convert the image to 8 or 16 bits",
+            path=source,
+        )
+    return np.rint(np.clip(scaled, 0, 255)).astype(np.uint8)
 
 
 def decode_image(
@@ -172,7 +194,9 @@ def decode_image(
 
     Returns:
         ``(H, W, 3)`` uint8 RGB, or ``(H, W, 4)`` RGBA with ``keep_alpha``. Gray and palette
-        images are expanded to RGB; 16-bit images are scaled to 8 bits with rounding.
+        images are expanded to RGB; deeper samples are scaled to 8 bits by their type's
+        range, with rounding: 16-bit by 255/65535, other integers from 0 to their type's
+        maximum, floating point from 0.0 to 1.0 (clipped).
 
     Raises:
         DecodeError: empty, truncated, corrupt (for JPEGs: anything libjpeg warns about, with
@@ -194,20 +218,59 @@ def decode_image(
         image = _decode_jpeg(buf, header, factor, source)
         return cv2.cvtColor(image, cv2.COLOR_RGB2RGBA) if keep_alpha else image
     flags = 0 if exif else cv2.IMREAD_IGNORE_ORIENTATION
-    if keep_alpha:
-        img = _imdecode(buf, flags | _KEEP_CHANNELS, header, source)
-        channels = 1 if img.ndim == 2 else img.shape[2]
-        img = cv2.cvtColor(_to_uint8(img, source), _TO_RGBA[channels])
+    # Decoded at the stored depth and scaled here: OpenCV's own 8-bit conversion truncates
+    # 16-bit samples and fails on 32-bit and floating-point ones.
+    img = None if keep_alpha else _rgb_at_depth(buf, flags)
+    if img is None:  # alpha kept, or gray samples OpenCV will not turn into RGB at depth
+        stored = _imdecode(buf, flags | (_KEEP_CHANNELS if keep_alpha else _ANY), header, source)
+        channels = 1 if stored.ndim == 2 else stored.shape[2]
+        img = cv2.cvtColor(
+            _to_uint8(stored, source), (_TO_RGBA if keep_alpha else _TO_RGB)[channels]
+        )
     else:
-        if header is not None and header.format == "png":
-            flags |= cv2.IMREAD_ANYDEPTH  # read 16-bit PNGs as 16-bit, then scale properly
-        img = _to_uint8(_imdecode(buf, flags | cv2.IMREAD_COLOR_RGB, header, source), source)
+        img = _to_uint8(img, source)
     if header is None:  # a header no parser read: the decoded size is checked instead
         height, width = img.shape[:2]
         _check_pixels(height, width, max_pixels, "decodes to", source)
         if bytes(buf[:3]) == b"\xff\xd8\xff":  # a JPEG to OpenCV, whose header libjpeg skips
             _libjpeg.verify(buf, source)  # bytes about, with a warning
     return img
+
+
+def verify_image(
+    data: ImageData,
+    /,
+    *,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    source: str | None = None,
+) -> None:
+    """Raise the :class:`~fastdata.errors.DecodeError` :func:`decode_image` would raise for
+    ``data``, doing no more of the decode than that takes: a JPEG that libjpeg reads to its
+    end without a warning about its data (with :data:`JPEG_EXTENSION`: entropy decoding
+    only, no pixels) within the pixel limits passes; anything else is decoded and dropped.
+    What :func:`fastdata.writer.write_shards` checks each image with.
+
+    Raises:
+        DecodeError: as :func:`decode_image`.
+    """
+    buf = as_array(data)
+    header = image_header(buf) if buf.size else None
+    if header is not None and header.format == "jpeg" and _libjpeg.within_opencv_limits(header):
+        _check_pixels(header.height, header.width, max_pixels, "header claims", source)
+        if _libjpeg.check(buf) is True:
+            return
+    decode_image(buf, max_pixels=max_pixels, source=source)
+
+
+def _rgb_at_depth(buf: np.ndarray, flags: int) -> np.ndarray | None:
+    """RGB at the stored depth, from OpenCV's own colour conversion (every 8- and 16-bit
+    image, and colour floats: for 8-bit images exactly ``IMREAD_COLOR_RGB``'s pixels); None
+    where it declines (gray 32-bit and float TIFFs; corrupt data, which the caller's decode
+    then names)."""
+    try:
+        return cv2.imdecode(buf, flags | cv2.IMREAD_COLOR_RGB | cv2.IMREAD_ANYDEPTH)
+    except cv2.error:
+        return None
 
 
 def _check_pixels(
@@ -258,7 +321,15 @@ def _imdecode(
         raise DecodeError(reason, path=source) from exc
     if img is not None:
         return img
-    if header is not None:
+    kind = tiff_kind(buf) if header is not None and header.format == "tiff" else None
+    if kind is not None:
+        reason = (
+            f"OpenCV could not decode this {kind} TIFF ({buf.size:,} bytes): it is corrupt or "
+            "truncated, or a kind OpenCV's TIFF reader lacks (16-bit CMYK, 2- or 4-bit gray "
+            "without a palette); convert it to an 8- or 16-bit RGB or gray TIFF or PNG, or "
+            "remove it"
+        )
+    elif header is not None:
         reason = (
             f"corrupt or truncated {header.format.upper()} data ({buf.size:,} bytes): "
             "OpenCV could not decode it; re-download or re-encode the file, or remove it"
@@ -299,18 +370,21 @@ def decode_for(
     around the box is decoded (libjpeg-turbo skips the transforms of the rows above and
     below it and of the iMCU columns beside it; a random-resized crop keeps about half of an
     image on average): the pixels of the box are exactly those of the whole decode, and the
-    image returned is that region. The whole file is still read, so errors are exactly
-    :func:`decode_image`'s. Decoded whole instead: EXIF orientations other than 1,
-    ``keep_alpha``, colour spaces other than gray and YCbCr, incomplete progressive JPEGs and
-    rare samplings that a reduced region would upsample differently.
+    image returned is that region. With an EXIF orientation, the region decoded is the one
+    the box maps to in the stored image, oriented afterwards. The whole file is still read,
+    so errors are exactly :func:`decode_image`'s. Decoded whole instead: ``keep_alpha``,
+    colour spaces other than gray and YCbCr, incomplete progressive JPEGs and rare samplings
+    that a reduced region would upsample differently.
 
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
     (libjpeg's DCT scaling and area resizing differ slightly, and the box edges are rounded
     to the reduced grid, within half a reduced pixel; docs/guides/images.md gives the PSNR
-    measured on photo-like images). Should the header disagree with the decoder on the
-    image's size, the image is decoded in full and the geometry drawn on it, from the same
-    random state, as the plain path does.
+    measured on photo-like images). The reduced grid starts at the stored image's top left,
+    which an EXIF orientation may turn to another corner: the box is placed on the grid as
+    it lies in the oriented image (:func:`fastdata._libjpeg.reduced_grid`). Should the
+    header disagree with the decoder on the image's size, the image is decoded in full and
+    the geometry drawn on it, from the same random state, as the plain path does.
     ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.
     ``reuse=True`` decodes a region into a buffer the calling thread reuses: the image
     returned is valid until the thread's next ``decode_for(..., reuse=True)``, for a caller
@@ -339,9 +413,13 @@ def decode_for(
     hint = geometry.smallest_source(src_hw)
     factor = reduction_factor(src_hw, hint)  # the factor decode_image picks from this hint
     scaled_hw = (-(-src_hw[0] // factor), -(-src_hw[1] // factor))
-    scaled = geometry.reduced(factor, scaled_hw)
-    if region and not keep_alpha and header.orientation == 1:
-        found = _libjpeg.decode(as_array(data), header, factor, scaled.box, source, reuse=reuse)
+    scaled = geometry.reduced(
+        factor, scaled_hw, _libjpeg.reduced_grid(header.orientation, src_hw, factor)
+    )
+    if region and not keep_alpha:
+        found = _libjpeg.decode_oriented(
+            as_array(data), header, factor, scaled.box, source, reuse=reuse
+        )
         if found is not None:
             image, (row, col) = found
             return image, Geometry((row, col, *scaled.box[2:]), scaled.size, scaled.flip)

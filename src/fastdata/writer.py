@@ -11,6 +11,13 @@ to a temporary file and then renamed into place (on object stores, uploaded: an 
 appears only once complete), so a shard that exists is finished; running the conversion
 again skips the finished shards, after removing the temporary files a killed run left.
 
+Every image is checked while its shard is written, with the decode check the streams use
+(:func:`fastdata.decode.verify_image`: a file that is no image, a truncated or corrupt JPEG,
+an image over ``max_pixels``): ``on_error="raise"`` stops at the first, naming it;
+``"skip"`` leaves it out of its shard and lists it in :attr:`WriteResult.bad_images`, so a
+bad file shows up when the dataset is made, not mid-training. The plan does not change: a
+shard simply holds fewer samples (the manifest records the planned counts).
+
 ``fastdata convert SRC DST`` is the command line for the common case (an ImageFolder or a
 file list); see the "Preparing a dataset" guide.
 """
@@ -28,6 +35,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata._shard_files import (
+    BadImage,
     Destination,
     Item,
     ShardTask,
@@ -37,10 +45,12 @@ from fastdata._shard_files import (
     write_shard,
 )
 from fastdata._validate import check_bytes, check_choice, check_int
+from fastdata.decode import DEFAULT_MAX_PIXELS
 from fastdata.sources._files import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 
 __all__ = [
+    "BadImage",
     "Sample",
     "WriteProgress",
     "WriteResult",
@@ -88,17 +98,20 @@ class WriteProgress(NamedTuple):
     shards: int
     samples_done: int
     bytes_done: int
+    bad_images: int = 0  # left out so far (on_error="skip")
 
 
 class WriteResult(NamedTuple):
     """What :func:`write_shards` did: every shard's path (in order), how many it wrote
-    now, how many were already finished, and the samples and bytes written now."""
+    now, how many were already finished, the samples and bytes written now, and the images
+    left out of the shards written now (``on_error="skip"``), in order."""
 
     paths: list[str]
     written: int
     skipped: int
     samples: int
     bytes: int
+    bad_images: tuple[BadImage, ...] = ()
 
 
 def split_by_bytes(sizes: Sequence[int], target: int) -> list[range]:
@@ -131,6 +144,8 @@ def write_shards(
     workers: int | None = None,
     backend: Literal["local", "ray"] = "local",
     on_progress: Callable[[WriteProgress], None] | None = None,
+    on_error: Literal["raise", "skip"] = "raise",
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> WriteResult:
     """Write ``samples`` into shards ``{dest}/{prefix}-000000.parquet`` (or ``.tar``), in
     order, each about ``target_shard_bytes``; resumable and deterministic (see the module
@@ -156,9 +171,15 @@ def write_shards(
             the cluster ``ray.init`` connected to (``pip install "fastdata[ray]"``); the
             paths of the samples and of ``dest`` must be reachable from every node.
         on_progress: called with a :class:`WriteProgress` after each shard.
+        on_error: what to do with an image the decode check refuses (see the module
+            docstring): ``"raise"`` a :class:`~fastdata.DecodeError` naming it, or
+            ``"skip"`` it and list it in :attr:`WriteResult.bad_images`.
+        max_pixels: images over this many pixels are refused, as the streams refuse them
+            by default (:data:`fastdata.decode.DEFAULT_MAX_PIXELS`); None for no limit.
 
     Raises:
         SourceError: an image file is missing or unreadable (named in the message).
+        DecodeError: with ``on_error="raise"``, an image that does not decode (named).
         ValueError: bad options, or ``dest`` holds the shards of another conversion.
     """
     format = check_choice("format", format, ("parquet", "tar"))
@@ -166,6 +187,8 @@ def write_shards(
     shard_bytes = check_bytes("target_shard_bytes", target_shard_bytes)
     group_bytes = check_bytes("row_group_bytes", row_group_bytes)
     workers = check_int("workers", workers, minimum=0, none="None for the CPU count")
+    on_error = check_choice("on_error", on_error, ("raise", "skip"))
+    max_pixels = check_int("max_pixels", max_pixels, minimum=1, none="None for no limit")
     source_fs = as_filesystem(source_filesystem) or pafs.LocalFileSystem()
     items = _items(list(samples), source_fs, format)
     extra_fields = _extra_fields(items) if format == "parquet" else ()
@@ -188,6 +211,8 @@ def write_shards(
             source=source_fs,
             destination=destination,
             extra_fields=extra_fields,
+            on_error=on_error,
+            max_pixels=max_pixels,
         )
         for name, rows in zip(names, ranges, strict=True)
         if name not in done
@@ -199,33 +224,38 @@ def write_shards(
         write_with_ray(tasks, workers, progress)
     elif workers == 0 or len(tasks) <= 1:
         for task in tasks:
-            progress(write_shard(task))
+            progress(task.name, write_shard(task))
     else:
         with ProcessPoolExecutor(min(workers or os.cpu_count() or 1, len(tasks))) as pool:
-            futures = [pool.submit(write_shard, task) for task in tasks]
+            futures = {pool.submit(write_shard, task): task.name for task in tasks}
             try:
                 for future in as_completed(futures):
-                    progress(future.result())
+                    progress(futures[future], future.result())
             except BaseException:
                 pool.shutdown(cancel_futures=True)  # a failed shard stops the conversion
                 raise
     paths = [destination.final(name) for name in names]
-    return WriteResult(paths, len(tasks), len(done), progress.samples, progress.bytes)
+    bad = tuple(image for name in names for image in progress.bad.get(name, []))
+    return WriteResult(paths, len(tasks), len(done), progress.samples, progress.bytes, bad)
 
 
 class _Progress:
-    """Counts finished shards and reports them to ``on_progress``."""
+    """Counts finished shards (and the images they left out) and reports them to
+    ``on_progress``."""
 
     def __init__(self, callback: Callable[[WriteProgress], None] | None, total: int, done: int):
         self.callback, self.total, self.done = callback, total, done
         self.samples = self.bytes = 0
+        self.bad: dict[str, list[BadImage]] = {}  # by shard name, which orders them
 
-    def __call__(self, result: tuple[int, int]) -> None:
+    def __call__(self, name: str, result: tuple[int, int, list[BadImage]]) -> None:
         self.done += 1
         self.samples += result[0]
         self.bytes += result[1]
+        self.bad[name] = list(result[2])
         if self.callback is not None:
-            self.callback(WriteProgress(self.done, self.total, self.samples, self.bytes))
+            bad = sum(map(len, self.bad.values()))
+            self.callback(WriteProgress(self.done, self.total, self.samples, self.bytes, bad))
 
 
 def _items(

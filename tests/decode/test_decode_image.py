@@ -123,10 +123,13 @@ def test_bad_data_raises_decode_error_naming_the_source(data: bytes, reason: str
     assert str(clone) == str(info.value)
 
 
-def test_float_images_with_alpha_are_refused() -> None:
-    hdr = cv_encode(np.ones((4, 4, 3), np.float32), ".hdr")
-    with pytest.raises(DecodeError, match="float32"):
-        decode_image(hdr, keep_alpha=True)
+def test_float_images_take_zero_to_one_with_alpha_too() -> None:
+    values = np.array([0.0, 0.25, 1.0, 7.5], np.float32)  # 7.5: HDR radiance, clipped
+    hdr = cv_encode(np.repeat(values, 3).reshape(1, 4, 3), ".hdr")
+    rgba = decode_image(hdr, keep_alpha=True)
+    assert rgba.shape == (1, 4, 4)
+    np.testing.assert_array_equal(rgba[0, :, 3], 255)  # opaque
+    np.testing.assert_allclose(rgba[0, :, 0], [0, 64, 255, 255], atol=1)  # RGBE rounds
 
 
 def test_input_buffer_types() -> None:

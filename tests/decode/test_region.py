@@ -128,8 +128,9 @@ def test_a_reused_region_buffer_gives_the_same_samples(tmp_path) -> None:
 @needs_extension
 def test_region_decode_leaves_every_judgement_to_the_whole_decode() -> None:
     """The region decoder reads the whole file, so a JPEG truncated below the crop raises as
-    the whole decode does; what it cannot do goes the ordinary way: EXIF rotation, keep_alpha
-    and CMYK are decoded whole; and corrupt data behaves as it does without region decoding."""
+    the whole decode does; what it cannot do goes the ordinary way: keep_alpha and CMYK are
+    decoded whole (an EXIF rotation is a region too); and corrupt data behaves as it does
+    without region decoding."""
     data = jpeg(photo(400, 600), "420")
     small_crop = ImageTransform(size=(200, 200), crop="center")  # of 400 x 600: no reduction
     truncated = data[: len(data) * 3 // 4]  # the bottom rows are missing
@@ -141,8 +142,11 @@ def test_region_decode_leaves_every_judgement_to_the_whole_decode() -> None:
     with pytest.raises(DecodeError, match="truncated"):
         decode_for(truncated, RRC_224, sample_rng(0, 0, index))
     rotated = data[:2] + exif_segment(6) + data[2:]
-    image, _ = decode_for(rotated, small_crop)
-    assert image.shape == (600, 400, 3)
+    image, geometry = decode_for(rotated, small_crop)
+    assert image.shape[0] < 600 and image.shape[1] < 400  # a region of the rotated image
+    np.testing.assert_array_equal(
+        small_crop.apply(image, geometry), small_crop(decode_image(rotated))
+    )
     image, _ = decode_for(data, small_crop, keep_alpha=True)
     assert image.shape == (400, 600, 4)
     cmyk = pil_encode(Image.fromarray(photo(64, 96)).convert("CMYK"), "JPEG")
@@ -218,10 +222,11 @@ def test_region_decode_is_exact_for_incomplete_progressive_jpegs(scans: int) -> 
 
 @needs_extension
 @pytest.mark.parametrize("where", ["signed-short tag", "after the frame header"])
-def test_region_decode_leaves_rotated_images_to_the_whole_decode(where: str) -> None:
+def test_region_decode_of_rotated_images_is_the_rotated_whole_decode(where: str) -> None:
     """An EXIF orientation in any layout Pillow reads (a SSHORT tag, an Exif segment after
-    SOF) is read from the header and the image decoded whole and rotated; an Exif segment
-    that keeps orientation 1 does not stop region decoding."""
+    SOF) is read from the header; the region decoded is the stored one the box maps to,
+    rotated: the samples of the whole decode, rotated and cropped. An Exif segment that keeps
+    orientation 1 changes nothing."""
     data = jpeg(photo(300, 500))
     if where == "signed-short tag":
         rotated = data[:2] + exif_segment(6, kind=8) + data[2:]
@@ -231,7 +236,7 @@ def test_region_decode_leaves_rotated_images_to_the_whole_decode(where: str) -> 
         rotated = data[:end] + exif_segment(6) + data[end:]
     assert image_header(rotated).orientation == 6 and decode_image(rotated).shape == (500, 300, 3)
     whole = decode_for(rotated, RRC_64, sample_rng(0, 0, 0), region=False)[0]
-    assert decode_for(rotated, RRC_64, sample_rng(0, 0, 0))[0].shape == whole.shape
+    assert decode_for(rotated, RRC_64, sample_rng(0, 0, 0))[0].size < whole.size
     same_samples(rotated, RRC_64, 10)
     upright = data[:2] + exif_segment(1) + data[2:]
     whole = decode_for(upright, RRC_64, sample_rng(0, 0, 0), region=False)[0]

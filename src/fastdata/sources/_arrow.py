@@ -26,13 +26,16 @@ list / string rows are empty rows, False in the Ragged's ``valid``.
 
 Nulls in a column that becomes a tensor raise a :class:`fastdata.SourceError` naming the
 column; pass ``fill_null={"col": value}`` or filter them out (``pc.field("col").is_valid()``).
-So do nulls *inside* a list of numbers (``[1, null, 3]``), which no tensor can hold.
+So do nulls *inside* a list of numbers (``[1, null, 3]``), which no tensor can hold
+(:func:`refuses_nulls_inside`); inside lists whose values become Python objects (strings,
+lists of lists, decimals, structs) a null is a ``None``.
 One type is refused when the stream is made (a ``SchemaError`` naming the column): a
 fixed-shape tensor stored with permuted dimensions.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -239,6 +242,50 @@ def converter(field: pa.Field) -> tuple[Converter, bool]:
     return (lambda a: a.to_pylist()), False
 
 
+def becomes_objects(t: pa.DataType) -> bool:
+    """Whether a column of type ``t`` becomes Python objects (the one conversion that can
+    fail on valid data: a timestamp outside Python's datetime range, say)."""
+    return _shape(t) is None and _ragged_kind(t) is None
+
+
+Locate = Callable[[int], dict[str, Any]]
+"""Where a row of the table being converted is (:class:`fastdata.SourceError` keywords)."""
+
+_CONVERSION_ERRORS = (ArithmeticError, ValueError, TypeError, pa.ArrowException)
+
+
+def _converted(name: str, convert: Converter, array: pa.Array, locate: Locate | None) -> Any:
+    """``convert(array)``, a failure raised as a :class:`SourceError` naming the column and,
+    with ``locate``, the first row that fails (its file, row group / member, row)."""
+    try:
+        return convert(array)
+    except SourceError as exc:  # nulls inside a list of numbers: add where they are
+        if locate is None or exc.path is not None:
+            raise
+        row = first_null_inside(pa.chunked_array([array])) or 0
+        raise SourceError(exc.reason, column=name, **locate(row)) from exc
+    except _CONVERSION_ERRORS as exc:
+        row = _first_failing(array)
+        where = {} if locate is None else locate(row)
+        raise SourceError(
+            f"cannot convert a value of type {array.type} to Python ({type(exc).__name__}: "
+            f"{exc}); leave the column out, or store such values as plain numbers or "
+            "strings",
+            column=name,
+            **where,
+        ) from exc
+
+
+def _first_failing(array: pa.Array) -> int:
+    """The first row whose value does not convert to Python (0 if each does alone)."""
+    for row in range(len(array)):
+        try:
+            array[row].as_py()
+        except _CONVERSION_ERRORS:
+            return row
+    return 0
+
+
 def row_values(field: pa.Field, array: pa.Array) -> list[Any] | np.ndarray:
     """Per-row values of a column, for streams that yield single rows.
 
@@ -255,6 +302,13 @@ def row_values(field: pa.Field, array: pa.Array) -> list[Any] | np.ndarray:
     if _ragged_kind(field.type) == "list":
         return list(_ragged(array, "list", field.name))
     return array.to_pylist()
+
+
+def refuses_nulls_inside(t: pa.DataType) -> bool:
+    """Whether a null inside the lists of a column of type ``t`` is an error: its values
+    become tensor elements (a fixed-size list or fixed-shape tensor of numbers, a list of
+    numbers). Values that become Python objects hold a null as None."""
+    return bool(_shape(t)) or _ragged_kind(t) == "list"
 
 
 def first_null_inside(column: pa.ChunkedArray) -> int | None:
@@ -296,18 +350,24 @@ def _array(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def iter_rows(table: pa.Table) -> Iterator[dict[str, Any]]:
-    """The rows of ``table`` as dicts, converting each column once."""
+def iter_rows(table: pa.Table, locate: Locate | None = None) -> Iterator[dict[str, Any]]:
+    """The rows of ``table`` as dicts, converting each column once (a failure names the
+    column, and with ``locate`` where its row is)."""
     names = table.column_names
     columns = [
-        row_values(table.schema.field(i), _array(table.column(i))) for i in range(table.num_columns)
+        _converted(field.name, functools.partial(row_values, field), _array(column), locate)
+        for field, column in zip(table.schema, table.columns, strict=True)
     ]
     for values in zip(*columns, strict=True):
         yield dict(zip(names, values, strict=True))
 
 
 def to_batch(
-    table: pa.Table, converters: dict[str, Converter], *, reuse: bool = True
+    table: pa.Table,
+    converters: dict[str, Converter],
+    *,
+    reuse: bool = True,
+    locate: Locate | None = None,
 ) -> dict[str, Any]:
     """A table as one batch: ``{column: tensor | Ragged | list}``.
 
@@ -316,9 +376,14 @@ def to_batch(
     to the main process without another copy, and reused for a later batch once nothing
     holds this one (see :mod:`fastdata.workers`; ``reuse=False`` where the main
     process shares by ``file_system``). A fresh segment per batch would cost about as much
-    CPU as decoding the column: every page of it is zeroed and faulted in.
+    CPU as decoding the column: every page of it is zeroed and faulted in. A conversion that
+    fails is a :class:`SourceError` naming the column (and, with ``locate``, where the row
+    is).
     """
-    batch = {name: converters[name](_array(table.column(name))) for name in table.column_names}
+    batch = {
+        name: _converted(name, converters[name], _array(table.column(name)), locate)
+        for name in table.column_names
+    }
     if get_worker_info() is None:
         return batch
     return {k: _shared(v, reuse) if isinstance(v, Ragged) else v for k, v in batch.items()}

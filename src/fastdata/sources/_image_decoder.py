@@ -62,6 +62,8 @@ class ImageDecoder:
             beside the image as :class:`~fastdata.sources.ArrowDecoder` converts them; items
             are then dicts ``{"image", "label", *extra_columns}``.
         json_columns: those of ``extra_columns`` holding JSON text, parsed.
+        origin: items carry ``"origin"``, where each image came from (the reader's
+            location of its row).
     """
 
     needs_index = True
@@ -82,6 +84,7 @@ class ImageDecoder:
         reduced_decode: bool,
         extra_columns: Sequence[str] = (),
         json_columns: Sequence[str] = (),
+        origin: bool = False,
     ) -> None:
         self.transform = transform
         self.image_column, self.label_column, self.fs = image_column, label_column, filesystem
@@ -92,8 +95,10 @@ class ImageDecoder:
         self.max_pixels = max_pixels
         self.reduced_decode = reduced_decode
         self.augment = augment
-        self._columns = ItemColumns(label_column, tuple(extra_columns), frozenset(json_columns))
-        self._arrow = ArrowDecoder()
+        self._columns = ItemColumns(
+            label_column, tuple(extra_columns), frozenset(json_columns), origin
+        )
+        self._arrow = ArrowDecoder(origin=origin)
         self.random = transform.crop == "random-resized" or transform.flip or augment is not None
         self.skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
         self._skip_lock = threading.Lock()
@@ -170,9 +175,9 @@ class ImageDecoder:
             if not kept:
                 continue
             others: Iterable[dict[str, Any]] = [{}] * len(kept)
-            if self._other_columns:
+            if self._with_others:
                 taken = piece.take(kept) if len(kept) < piece.num_rows else piece
-                others = self._arrow.rows(taken.select(self._other_columns), context)
+                others = self._arrow.rows(taken.select([*self._other_columns, INDEX]), context)
             for row, values in zip(kept, others, strict=True):
                 yield start + row, image_item(images[row], values, self._columns)
 
@@ -314,6 +319,11 @@ class ImageDecoder:
         """The columns of an item besides the image."""
         return self._columns.others
 
+    @property
+    def _with_others(self) -> bool:
+        """Whether an item holds more than the image: other columns, or its origin."""
+        return bool(self._other_columns) or self._columns.origin
+
     def _decoded(self, table: pa.Table, context: Context) -> list[torch.Tensor | None]:
         """The table's images as ``(C, H, W)`` uint8 tensors (channels-last views of the
         decoded HWC arrays on the CPU path), None where skipped."""
@@ -329,10 +339,10 @@ class ImageDecoder:
 
     def _batch_item(self, images: Any, kept: list[pa.Table], context: Context) -> Any:
         """:meth:`_item` of a batch of ``images``, whose rows are those of ``kept``."""
-        if not self._other_columns:
+        if not self._with_others:
             return image_item(images, {}, self._columns)
         table = kept[0] if len(kept) == 1 else pa.concat_tables(kept)
-        others = self._arrow.batch(table.select(self._other_columns), context)
+        others = self._arrow.batch(table.select([*self._other_columns, INDEX]), context)
         return image_item(images, others, self._columns)
 
     def _filled(self, feed: RowFeed, size: int, context: Context) -> tuple[Any, int]:

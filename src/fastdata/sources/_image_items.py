@@ -3,9 +3,10 @@ the other columns of its sample.
 
 Without other columns an item is ``image`` or ``(image, label)`` (a batch: ``(images,
 labels)``, labels an int64 tensor); with them (``ImageStream.from_parquet(columns=...)``,
-``from_tar(members=...)``) it is a dict ``{"image", "label", *columns}`` whose other values
-are those :class:`~fastdata.sources.ArrowDecoder` gives for the columns (tensors,
-:class:`fastdata.Ragged`, lists of str), JSON text parsed where asked.
+``from_tar(members=...)``) or with ``origin=True`` it is a dict ``{"image", "label",
+*columns, "origin"}`` whose other values are those :class:`~fastdata.sources.ArrowDecoder`
+gives for the columns (tensors, :class:`fastdata.Ragged`, lists of str), JSON text parsed
+where asked.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from fastdata.ragged import Ragged
+from fastdata.sources.base import ORIGIN
 
 __all__ = ["ItemColumns", "chw", "image_item", "stack"]
 
@@ -29,6 +31,7 @@ class ItemColumns:
     label: str | None
     extras: tuple[str, ...] = ()
     json: frozenset[str] = frozenset()
+    origin: bool = False  # the item says where its rows came from (ORIGIN)
 
     @property
     def others(self) -> list[str]:
@@ -44,7 +47,7 @@ def image_item(images: Any, others: Any, columns: ItemColumns) -> Any:
         label = torch.as_tensor(label, dtype=torch.int64)
     elif label is not None:  # a row's, a Python int (not a numpy scalar)
         label = int(label)
-    if not columns.extras:
+    if not columns.extras and not columns.origin:
         return images if label is None else (images, label)
     item = {"image": images} if label is None else {"image": images, "label": label}
     for column in columns.extras:
@@ -53,6 +56,8 @@ def image_item(images: Any, others: Any, columns: ItemColumns) -> Any:
             texts = value.tolist() if isinstance(value, Ragged) else value
             value = [_json(v) for v in texts] if isinstance(texts, list) else _json(texts)
         item[column] = value
+    if columns.origin:
+        item[ORIGIN] = others[ORIGIN]
     return item
 
 

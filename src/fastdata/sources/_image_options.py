@@ -1,5 +1,5 @@
-"""The options of every :class:`~fastdata.ImageStream` constructor, declared once
-(:class:`ImageOptions`), and the decoder they describe (:func:`image_decoder`), checked."""
+"""The options of every :class:`~fastdata.ImageStream` constructor (:class:`ImageOptions`,
+documented on ``ImageStream``), and the decoder they describe, checked."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from fastdata._transforms import ImageTransform, Size
 from fastdata._validate import check_bool, check_choice, check_int, check_size
 from fastdata.decode import DEFAULT_MAX_PIXELS
 from fastdata.sources._image_decoder import ImageDecoder, OnError
+from fastdata.sources.base import ORIGIN
 from fastdata.sources.options import StreamOptions
 
 __all__ = ["DECODER_OPTIONS", "ImageOptions", "image_decoder"]
@@ -36,6 +37,7 @@ class ImageOptions(StreamOptions, total=False):
     keep_alpha: bool
     max_pixels: int | None
     reduced_decode: bool
+    origin: bool
 
 
 DECODER_OPTIONS = frozenset(ImageOptions.__annotations__) - frozenset(StreamOptions.__annotations__)
@@ -64,6 +66,12 @@ def image_decoder(
         if shape.get("interpolation") is not None:
             fixed["interpolation"] = shape["interpolation"]
         transform = ImageTransform(**fixed)
+    origin = check_bool("origin", mine.get("origin", False))
+    if origin and ORIGIN in extra_columns:
+        raise ValueError(
+            f"origin=True adds the item's {ORIGIN!r}, and an extra column (or member) has that "
+            "name; leave it out, or pass origin=False"
+        )
     max_pixels = mine.get("max_pixels", DEFAULT_MAX_PIXELS)
     decode_device = check_decode_device(mine.get("decode_device"), transform)
     augment = None if mine.get("augment") is None else SampleAugment(mine["augment"])
@@ -88,4 +96,5 @@ def image_decoder(
         keep_alpha=check_bool("keep_alpha", mine.get("keep_alpha", False)),
         max_pixels=check_int("max_pixels", max_pixels, minimum=1, none="None for no limit"),
         reduced_decode=check_bool("reduced_decode", mine.get("reduced_decode", True)),
+        origin=origin,
     )

@@ -32,11 +32,17 @@ from fastdata._stats import StageTimes
 from fastdata.sources._arrow import converter, iter_rows, to_batch
 from fastdata.workers import receiver_sharing
 
-__all__ = ["INDEX", "ArrowDecoder", "Context", "Decoder", "Reader"]
+__all__ = ["INDEX", "ORIGIN", "ArrowDecoder", "Context", "Decoder", "Reader"]
 
 INDEX = "__index__"
 """The column a stream adds for a decoder that asks for it (:attr:`Decoder.needs_index`): each
 row's index among all rows of the source (the units' rows, in unit order)."""
+
+ORIGIN = "origin"
+"""The entry of an item that says where each of its rows came from, with ``origin=True``: the
+reader's :meth:`Reader.location` of the row (``{"path": ..., "row_group": ..., "row": ...}``
+for Parquet, ``{"path": ..., "member": ...}`` for a tar shard, ``{"path": ...}`` for an image
+file); a list of them in a batch."""
 
 
 @runtime_checkable
@@ -99,25 +105,63 @@ class ArrowDecoder:
     """Arrow rows as torch: a batch is ``{column: tensor | list}``, a row a dict of values.
 
     Conversions per Arrow type are those of :mod:`fastdata.sources._arrow`; they are chosen
-    once per schema.
+    once per schema. A conversion that fails (a timestamp outside Python's datetime range)
+    is a :class:`fastdata.SourceError` naming the column, and the row's file and row group
+    (or member) when the tables carry :data:`INDEX`.
+
+    Args:
+        origin: add :data:`ORIGIN` to each item: where each row came from.
+        index: ask for :data:`INDEX` without ``origin`` (so failed conversions are located;
+            worth it where some column becomes Python objects, see
+            :func:`~fastdata.sources._arrow.becomes_objects`).
     """
 
-    needs_index = False
-
-    def __init__(self) -> None:
+    def __init__(self, *, origin: bool = False, index: bool = False) -> None:
+        self.origin = origin
+        self.needs_index = origin or index
         self._converters: tuple[pa.Schema, dict[str, Any]] | None = None
         # The sharing strategy of the process that pickled this decoder for its workers:
         # ragged columns reuse shared-memory segments only where it shares by descriptor.
         self._receiver: str | None = None
 
     def batch(self, table: pa.Table, context: Context) -> dict[str, Any]:
+        table, index, locate = _split_index(table, context)
         if self._converters is None or self._converters[0] != table.schema:
             self._converters = (table.schema, {f.name: converter(f)[0] for f in table.schema})
         reuse = self._receiver in (None, "file_descriptor")
-        return to_batch(table, self._converters[1], reuse=reuse)
+        batch = to_batch(table, self._converters[1], reuse=reuse, locate=locate)
+        if self.origin:
+            batch[ORIGIN] = [context.locate(i) for i in _indexes(index)]
+        return batch
 
     def rows(self, table: pa.Table, context: Context) -> Iterator[dict[str, Any]]:
-        return iter_rows(table)
+        table, index, locate = _split_index(table, context)
+        rows = iter_rows(table, locate)
+        if not self.origin:
+            return rows
+        where = _indexes(index)
+        return ({**row, ORIGIN: context.locate(i)} for row, i in zip(rows, where, strict=True))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_converters": None, "_receiver": receiver_sharing()}
+        return {**self.__dict__, "_converters": None, "_receiver": receiver_sharing()}
+
+
+def _split_index(
+    table: pa.Table, context: Context
+) -> tuple[pa.Table, pa.ChunkedArray | None, Callable[[int], dict[str, Any]] | None]:
+    """``table`` without :data:`INDEX`, that column (None if absent), and where a row of
+    the table is (None without the column)."""
+    if INDEX not in table.column_names:
+        return table, None, None
+    index = table.column(INDEX)
+
+    def locate(row: int) -> dict[str, Any]:
+        return context.locate(index[row].as_py())
+
+    return table.drop_columns([INDEX]), index, locate
+
+
+def _indexes(index: pa.ChunkedArray | None) -> list[int]:
+    if index is None:
+        raise ValueError("origin=True needs the tables' INDEX column: the decoder's needs_index")
+    return index.to_pylist()

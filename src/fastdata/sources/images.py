@@ -17,12 +17,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata._transforms import ImageTransform
-from fastdata._validate import (
-    check_bool,
-    check_choice,
-    check_names,
-    keywords_checked,
-)
+from fastdata._validate import check_bool, check_choice, check_names, keywords_checked
 from fastdata.errors import SourceError
 from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources._files import Listing, as_filesystem, class_folders, resolve_files, walk
@@ -31,7 +26,12 @@ from fastdata.sources._image_options import DECODER_OPTIONS, ImageOptions, image
 from fastdata.sources.base import Reader
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
 from fastdata.sources.readers.parquet import ParquetRowGroups
-from fastdata.sources.readers.tar import IMAGE_SUFFIXES, LABEL_SUFFIXES, TarShards
+from fastdata.sources.readers.tar import (
+    IMAGE_SUFFIXES,
+    LABEL_SUFFIXES,
+    SHARD_SUFFIXES,
+    TarShards,
+)
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
@@ -96,6 +96,11 @@ class ImageStream(PlannedStream):
             the output size at that scale (several times faster). False decodes every image in
             full: the pixels of a torchvision pipeline exactly, with
             ``interpolation="antialias"``, at that cost.
+        origin (bool): items become dicts ``{"image", "label", ..., "origin"}`` whose
+            ``"origin"`` says where each image came from: ``{"path"}`` for a file,
+            ``{"path", "member"}`` for a tar shard, ``{"path", "row_group", "row"}`` for
+            Parquet (a list of them in a batch); to trace a bad batch or audit what was read.
+            It changes neither the order nor the resume state.
 
     Every constructor also takes ``cache_dir=`` and ``cache_limit=`` for files on a remote
     filesystem, as :class:`fastdata.ParquetStream` does: each file (a Parquet file, a tar
@@ -318,7 +323,7 @@ class ImageStream(PlannedStream):
         shards, filesystem = with_cache(
             shards, filesystem, cache_dir, cache_limit, whole_to_plan=True
         )
-        listing = resolve_files(shards, filesystem=filesystem, suffixes=(".tar",))
+        listing = resolve_files(shards, filesystem=filesystem, suffixes=SHARD_SUFFIXES)
         reader = TarShards(
             listing,
             image_suffixes=image_suffixes,

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fastdata._validate import keywords_checked
+from fastdata._validate import check_bool, keywords_checked
+from fastdata.sources._arrow import becomes_objects
 from fastdata.sources._cache import start_fetching, with_cache
+from fastdata.sources.base import ORIGIN, ArrowDecoder
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.readers.parquet import ParquetRowGroups
 from fastdata.sources.stream import PlannedStream
@@ -41,6 +43,10 @@ class ParquetStream(PlannedStream):
             read local disk (see the object storage guide); refused for local files.
         cache_limit: the cache's size in bytes (``"50GB"`` works too); least recently used
             files are evicted beyond it. None: no limit.
+        origin: add ``batch["origin"]``, where each row came from: a list of
+            ``{"path", "row_group", "row"}`` (``row`` within the row group), one per row (a
+            row's dict gets its own); to trace a bad batch or audit what was read. It
+            changes neither the order nor the resume state.
         **options: the stream options of :class:`fastdata.PlannedStream` (``batch_size``,
             ``shuffle``, ``seed``, ``shuffle_buffer`` in rows (default 16,384),
             ``drop_last``, ``even_batches``, ``rank``, ``world_size``, ``read_ahead``).
@@ -66,13 +72,23 @@ class ParquetStream(PlannedStream):
         fill_null: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
+        origin: bool = False,
         **options: Unpack[StreamOptions],
     ) -> None:
+        origin = check_bool("origin", origin)
         source, filesystem = with_cache(source, filesystem, cache_dir, cache_limit)
         reader = ParquetRowGroups(
             source, columns=columns, filter=filter, filesystem=filesystem, fill_null=fill_null
         )
-        super().__init__(reader, **options)
+        if origin and ORIGIN in reader.schema.names:
+            raise ValueError(
+                f"origin=True adds batch[{ORIGIN!r}], and a selected column has that name; "
+                "leave it out of `columns`, or pass origin=False"
+            )
+        # Tables carry each row's index where a column becomes Python objects, the one
+        # conversion that can fail: its error then names the file and row group.
+        index = any(becomes_objects(field.type) for field in reader.schema)
+        super().__init__(reader, decoder=ArrowDecoder(origin=origin, index=index), **options)
         start_fetching(self)
 
     @property

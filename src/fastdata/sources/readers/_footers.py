@@ -1,20 +1,111 @@
-"""What planning keeps of Parquet footers, gathered one footer at a time so that none is kept:
-the schema every file agrees with, and a hash of the data's layout and statistics."""
+"""Parquet footers as planning reads them, one at a time so that none is kept: each file's
+footer read without a call that can abort the process (:func:`read_footer`), the schema every
+file agrees with, and a hash of the data's layout and statistics."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
-from fastdata.errors import SchemaError
+from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow import delivered_type, rebuild
+from fastdata.sources.readers._thrift import encrypted_leaves
 
-__all__ = ["ContentDigest", "SchemaAgreement"]
+__all__ = ["ContentDigest", "Footer", "SchemaAgreement", "read_footer", "refuse_encrypted"]
+
+_TAIL = 64 << 10  # bytes read from a file's end at first: the whole footer, most of the time
+_MAGIC = b"PAR1"
+_ENCRYPTED_MAGIC = b"PARE"  # a file whose footer is encrypted (Parquet modular encryption)
+_UNREADABLE = "the file is not Parquet, is truncated or unreadable: rewrite or remove it"
+_ENCRYPTED = (
+    "fastdata reads no encrypted Parquet (it has no keys; pyarrow without decryption "
+    "properties refuses it too)"
+)
+
+
+class Footer(NamedTuple):
+    """A file's parsed footer, its Arrow schema, and its columns that are encrypted (a
+    file with a plaintext footer; pyarrow must not be asked for their metadata)."""
+
+    metadata: pq.FileMetaData
+    schema: pa.Schema
+    encrypted: frozenset[str]
+
+
+def read_footer(fs: pafs.FileSystem, path: str) -> Footer:
+    """The footer of one Parquet file, read from the file's last bytes (in one read when it
+    is under 64 KiB) and parsed by pyarrow from those bytes.
+
+    Holding the footer's bytes shows what pyarrow cannot say without aborting: a footer
+    longer than its ``FileMetaData`` carries the signature of an encrypted file with a
+    plaintext footer, whose encrypted columns are then read from the Thrift bytes
+    (:mod:`._thrift`). (The schema is not ``footer.schema``, whose reference cycle would
+    keep each footer, megabytes for wide files, until the garbage collector runs.)
+
+    Raises:
+        SourceError: not Parquet, truncated, unreadable, or an encrypted footer.
+    """
+    try:
+        with fs.open_input_file(path) as file:
+            size = file.size()
+            tail = file.read_at(min(size, _TAIL), max(size - _TAIL, 0))
+            if len(tail) < 12 or tail[-4:] not in (_MAGIC, _ENCRYPTED_MAGIC):
+                raise SourceError(
+                    f"no Parquet footer: the file does not end with {_MAGIC!r} "
+                    f"({size:,} bytes); {_UNREADABLE}",
+                    path=path,
+                )
+            if tail[-4:] == _ENCRYPTED_MAGIC:
+                raise SourceError(
+                    f"the file's footer is encrypted (Parquet modular encryption); "
+                    f"{_ENCRYPTED}: write it without encryption",
+                    path=path,
+                )
+            length = int.from_bytes(tail[-8:-4], "little")
+            if length + 12 > size:
+                raise SourceError(
+                    f"the footer claims {length:,} bytes, more than the file's {size:,}; "
+                    f"{_UNREADABLE}",
+                    path=path,
+                )
+            if length + 8 > len(tail):
+                tail = file.read_at(length + 8, size - length - 8)
+        footer = tail[len(tail) - length - 8 :]
+        with pq.ParquetFile(pa.BufferReader(footer)) as parsed:
+            metadata, schema = parsed.metadata, parsed.schema_arrow.remove_metadata()
+        encrypted: frozenset[int] = frozenset()
+        if metadata.serialized_size != length:  # trailing bytes: a plaintext footer's signature
+            encrypted = encrypted_leaves(footer[:length])
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise SourceError(
+            f"cannot read the Parquet footer ({exc}); {_UNREADABLE}", path=path
+        ) from exc
+    leaves = _leaf_columns(schema)
+    names = frozenset(name for name, span in leaves.items() if encrypted.intersection(span))
+    return Footer(metadata, schema, names)
+
+
+def refuse_encrypted(path: str, encrypted: frozenset[str], names: list[str]) -> None:
+    """Refuse the encrypted columns among ``names`` (pyarrow reads the other columns of such
+    a file, and so does fastdata).
+
+    Raises:
+        SourceError: naming the first encrypted column asked for.
+    """
+    for name in names:
+        if name in encrypted:
+            raise SourceError(
+                f"column {name!r} is encrypted (Parquet modular encryption); {_ENCRYPTED}: "
+                "leave it out of `columns` (and `filter`), or write the file without encryption",
+                path=path,
+                column=name,
+            )
 
 
 class SchemaAgreement:
@@ -77,7 +168,7 @@ def _relaxed(t: pa.DataType) -> pa.DataType:
 
 class ContentDigest:
     """A hash of what the footers say about the data read: file sizes, row counts and, for
-    the selected columns, each chunk's compressed size and min/max statistics. A file
+    the selected columns, each chunk's compressed size and min/max statistics (as stored). A file
     rewritten with other values changes it even where the layout stays the same. Built file
     by file, so no footer is kept for it."""
 
@@ -120,6 +211,15 @@ def _leaves(t: pa.DataType) -> int:
 
 
 def _chunk(chunk: pq.ColumnChunkMetaData) -> list[Any]:
+    """A column chunk's size and statistics. The bounds are the stored (physical) values,
+    not their logical conversion (``stats.min``), which loses nanoseconds or needs pandas
+    for them, and fails on values outside Python's datetime range."""
     stats = chunk.statistics
-    bounds = [str(stats.min), str(stats.max)] if stats is not None and stats.has_min_max else []
-    return [chunk.total_compressed_size, *bounds]
+    if stats is None or not stats.has_min_max:
+        return [chunk.total_compressed_size]
+    return [chunk.total_compressed_size, _plain(stats.min_raw), _plain(stats.max_raw)]
+
+
+def _plain(value: Any) -> Any:
+    """A physical statistics value (bool, int, float, bytes, or None for INT96) as JSON."""
+    return value.hex() if isinstance(value, bytes) else value

@@ -30,9 +30,15 @@ import pyarrow.parquet as pq
 
 from fastdata._validate import check_names
 from fastdata.errors import SchemaError, SourceError
-from fastdata.sources._arrow import converter, first_null_inside
+from fastdata.sources._arrow import converter, first_null_inside, refuses_nulls_inside
 from fastdata.sources._files import paths_digest, resolve_files
-from fastdata.sources.readers._footers import ContentDigest, SchemaAgreement
+from fastdata.sources.readers._footers import (
+    ContentDigest,
+    Footer,
+    SchemaAgreement,
+    read_footer,
+    refuse_encrypted,
+)
 
 __all__ = ["ParquetRowGroups"]
 
@@ -86,26 +92,26 @@ class ParquetRowGroups:
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
         self._lock = threading.Lock()
         self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
-        for name in self.fill_null:
+        for name, value in self.fill_null.items():
             if name not in self.schema.names:
                 raise SchemaError(f"fill_null names {name!r}, which is not a selected column")
+            kind = self.schema.field(name).type
+            try:
+                pa.scalar(value, kind)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                raise SchemaError(
+                    f"fill_null={{{name!r}: {value!r}}} does not fit the column's type {kind} "
+                    f"({exc}); give a value of that type",
+                    column=name,
+                ) from exc
         self._tensor = {field.name: converter(field)[1] for field in self.schema}
+        self._inner = {field.name: refuses_nulls_inside(field.type) for field in self.schema}
 
     # ----------------------------------------------------------------- metadata
-    def _footer(self, path: str) -> tuple[pq.FileMetaData, pa.Schema]:
-        """The file's parsed footer and Arrow schema, not kept open: planning reads every
-        file once. (Not ``footer.schema``, whose reference cycle would keep each footer,
-        megabytes for wide files, until the garbage collector runs; nor a dataset fragment,
-        which parses more of it.)"""
-        try:
-            with pq.ParquetFile(path, filesystem=self.fs) as file:
-                return file.metadata, file.schema_arrow.remove_metadata()
-        except (pa.ArrowException, OSError) as exc:
-            raise SourceError(
-                f"cannot read the Parquet footer ({exc}); the file is not Parquet, is "
-                "truncated or unreadable: rewrite or remove it",
-                path=path,
-            ) from exc
+    def _footer(self, path: str) -> Footer:
+        """The file's parsed footer (:func:`read_footer`), not kept open: planning reads
+        every file once."""
+        return read_footer(self.fs, path)
 
     def _survey(
         self, columns: list[str] | None
@@ -119,16 +125,20 @@ class ParquetRowGroups:
         agreement = SchemaAgreement(ref_path, ref_schema, names)
         content = ContentDigest()
         groups: list[tuple[int, int, int]] = []
-        checked: deque[pa.Schema] = deque(maxlen=8)  # file schemas the filter was checked on
+        # file schemas (with their encrypted columns) the filter was checked on
+        checked: deque[tuple[pa.Schema, frozenset[str]]] = deque(maxlen=8)
         with ThreadPoolExecutor(min(_METADATA_THREADS, len(self.files))) as pool:
             for first in range(0, len(self.files), _FOOTER_BATCH):
                 paths = self.files[first : first + _FOOTER_BATCH]
-                for f, (footer, schema) in enumerate(pool.map(self._footer, paths), first):
+                for f, (footer, schema, encrypted) in enumerate(
+                    pool.map(self._footer, paths), first
+                ):
                     if footer.num_rows:
+                        refuse_encrypted(self.files[f], encrypted, names)
                         agreement.check(self.files[f], schema)
-                        if self.filter is not None and schema not in checked:
-                            self._check_filter(self.files[f], schema)
-                            checked.append(schema)
+                        if self.filter is not None and (schema, encrypted) not in checked:
+                            self._check_filter(self.files[f], schema, encrypted)
+                            checked.append((schema, encrypted))
                     content.add(self.sizes[f], footer, schema, names)
                     groups += [
                         (f, rg, footer.row_group(rg).num_rows)
@@ -141,19 +151,23 @@ class ParquetRowGroups:
         the columns when ``columns`` is None, and the types other files must agree with. An
         empty file contributes no rows, whatever its schema says."""
         for path in self.files:
-            footer, schema = self._footer(path)
+            footer, schema, _ = self._footer(path)
             if footer.num_rows:
                 return path, schema
-        return self.files[0], self._footer(self.files[0])[1]
+        return self.files[0], self._footer(self.files[0]).schema
 
-    def _check_filter(self, path: str, schema: pa.Schema) -> None:
+    def _check_filter(self, path: str, schema: pa.Schema, encrypted: frozenset[str]) -> None:
         """Bind the filter to a file's columns (on no rows): a column it names that the file
-        lacks, or a comparison its types do not allow, is refused here, not mid-epoch."""
+        lacks (or holds encrypted), or a comparison its types do not allow, is refused here,
+        not mid-epoch."""
         assert self.filter is not None
+        readable = pa.schema([field for field in schema if field.name not in encrypted])
         try:
-            schema.empty_table().filter(self.filter)
+            readable.empty_table().filter(self.filter)
         except (pa.ArrowException, TypeError) as exc:
             missing = _MISSING_FIELD.search(str(exc))
+            if missing and missing.group(1) in encrypted:
+                refuse_encrypted(path, encrypted, [missing.group(1)])
             if missing:
                 raise SchemaError(
                     f"filter {self.filter} uses column {missing.group(1)!r}, which does not "
@@ -244,13 +258,34 @@ class ParquetRowGroups:
         expected = stop if head else rows
         if table.num_rows != expected:
             raise SourceError(
-                f"row group holds {table.num_rows} rows where {expected} were planned; the "
-                "file changed while streaming",
-                path=self.files[f],
-                row_group=rg,
+                self._short(f, table.num_rows, expected), path=self.files[f], row_group=rg
             )
         table = self._conform(table, f, rg)
         return table if (start, stop) == (0, table.num_rows) else table.slice(start, stop - start)
+
+    def _short(self, f: int, got: int, expected: int) -> str:
+        """What a read that gave ``got`` rows where the footer (or the filter's count)
+        promised ``expected`` says about the file, seen again now."""
+        found = f"reading the row group gave {got} rows where {expected} were planned"
+        try:
+            size = self.fs.get_file_info(self.files[f]).size
+        except (OSError, pa.ArrowException) as exc:
+            return f"{found}, and the file cannot be seen now ({exc}): it changed while streaming"
+        if size != self.sizes[f]:
+            return (
+                f"{found}, and the file has {size} bytes where it had {self.sizes[f]} when the "
+                "stream was made: it changed while streaming; make a new stream"
+            )
+        if self.filter is None:
+            return (
+                f"{found} from its footer, and the file is the size it had when the stream was "
+                "made: its data pages hold fewer rows than its footer says (a corrupt file); "
+                "rewrite or remove it"
+            )
+        return (
+            f"{found} by counting the filter's matches, and the file is the size it had: it "
+            "was rewritten in place, or is corrupt; make a new stream"
+        )
 
     def _whole(self, f: int, rg: int) -> pa.Table:
         return self._row_group(f, rg).to_table(columns=self.schema.names, filter=self.filter)
@@ -285,7 +320,7 @@ class ParquetRowGroups:
                     row_group=rg,
                     column=name,
                 )
-            inner = first_null_inside(column)
+            inner = first_null_inside(column) if self._inner[name] else None
             if inner is not None:
                 raise SourceError(
                     f"null(s) inside the lists of a column whose values become tensors (first "

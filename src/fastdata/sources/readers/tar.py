@@ -6,35 +6,51 @@ member headers are indexed once, up front; shards are then read sequentially wit
 the members a piece does not need; nothing is extracted to disk and member names are never
 used as paths.
 
+A shard compressed whole (``.tar.gz`` / ``.tgz``, as WebDataset writes and reads them, and
+``.tar.bz2``, ``.tar.zst``, ``.tar.xz``; recognised by its first bytes, whatever its name) is
+read through a decompressor (:mod:`._compressed`): indexing decompresses it once, and reading
+seeks forward by decompressing, so each reader keeps the decompressor of the shard it reads
+open between pieces; a compressed shard read out of order is decompressed again from its
+start. Images are compressed already: compressing a shard saves little and costs the
+decompression on every read.
+
 A shard that ends early is found while indexing: a member whose data is cut short, a header
-cut in two, or a shard that stops between members without tar's end-of-archive marker (two
-zero blocks), where the samples after the cut are lost without a trace in the file. Under
-``on_error="raise"`` each is a :class:`fastdata.SourceError` naming the shard and the last
-member read; under ``"skip"`` the shard's samples up to the cut are kept, the last of them
-dropped (it may have lost a member), and each truncated shard counted in :attr:`skipped`.
+cut in two, a compressed stream that ends before its end marker, or a shard that stops between
+members without tar's end-of-archive marker (two zero blocks), where the samples after the cut
+are lost without a trace in the file. Under ``on_error="raise"`` each is a
+:class:`fastdata.SourceError` naming the shard and the last member read; under ``"skip"`` the
+shard's samples up to the cut are kept, the last of them dropped (it may have lost a member),
+and each truncated shard counted in :attr:`skipped`. A file that is no tar shard at all (its
+first block is no tar header) is an error under either policy: skipping it would leave its
+samples out without a trace.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import functools
 import logging
+import lzma
 import posixpath
 import tarfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata.errors import SourceError
 from fastdata.sources._files import Listing, digest, paths_digest
+from fastdata.sources.readers._compressed import Streams, open_shard, shard_compression
+from fastdata.sources.readers._tar_values import TEXT_SUFFIXES, member_column, parse_label
 from fastdata.sources.readers.files import IMG_EXTENSIONS
 
 __all__ = [
     "IMAGE_SUFFIXES",
     "LABEL_SUFFIXES",
+    "SHARD_SUFFIXES",
     "TEXT_SUFFIXES",
     "TarSample",
     "TarShards",
@@ -50,8 +66,8 @@ IMAGE_SUFFIXES = tuple(ext[1:] for ext in IMG_EXTENSIONS)
 """Image members of a sample, in order of preference (the image folders' endings)."""
 LABEL_SUFFIXES = ("cls", "json")
 """Label members, in order of preference: ``.cls`` (ASCII decimal) or ``.json``."""
-TEXT_SUFFIXES = ("txt", "text", "caption", "json")
-"""Other members read as UTF-8 text (a column of strings); any other suffix is bytes."""
+SHARD_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.zst", ".tar.xz")
+"""The names a directory or glob of shards is scanned for."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,7 @@ class ShardIndex:
 
     samples: list[TarSample]
     truncated: SourceError | None
+    compression: str | None = None  # the whole shard's (see _compression)
 
 
 def index_shard(
@@ -134,15 +151,17 @@ def index_shard(
             )
         samples.append(TarSample(key, image, label, tuple(members[s] for s in extra_suffixes)))
 
+    compression = None
     try:
-        with fs.open_input_file(path) as raw:
-            total = raw.size() if size is None else size
+        compression = shard_compression(fs, path)
+        with open_shard(fs, path, compression) as raw:
+            total = (fs.get_file_info(path).size if size is None else size) or 0
             with tarfile.open(fileobj=raw, mode="r:") as tar:
                 for info in tar:
                     last = info.name
                     if not info.isfile():
                         continue
-                    if info.offset_data + info.size > total:
+                    if compression is None and info.offset_data + info.size > total:
                         raise tarfile.ReadError("unexpected end of data")
                     member_key, suffix = split_key(info.name)
                     if member_key != key:
@@ -155,20 +174,35 @@ def index_shard(
         if len(tail) < _END_OF_ARCHIVE or any(tail):
             raise tarfile.ReadError("no end-of-archive marker after the last member")
         close()
-        return ShardIndex(samples, None)
-    except (tarfile.TarError, OSError, pa.ArrowException) as exc:
-        if last is None and not isinstance(exc, tarfile.ReadError):
+        return ShardIndex(samples, None, compression)
+    except (tarfile.TarError, OSError, EOFError, lzma.LZMAError, pa.ArrowException) as exc:
+        kind = f"{compression}-compressed tar shard" if compression else "tar shard"
+        if last is None and not _cut_short(exc):
             raise SourceError(
-                f"cannot read the tar shard ({exc}); it is not a tar file", path=path
+                f"cannot read the {kind} ({type(exc).__name__}: {exc}); it is not a tar file "
+                f"(WebDataset shards are tar files, plain or compressed whole with gzip, bzip2, "
+                "zstd or xz)",
+                path=path,
             ) from exc
         error = SourceError(
-            f"the tar shard is truncated ({exc}) after {len(samples)} complete sample(s): "
+            f"the {kind} is truncated ({exc}) after {len(samples)} complete sample(s): "
             "the rest of it is lost; rewrite the shard, or pass on_error='skip' to read the "
             "samples before the cut",
             path=path,
             member=last,
         )
-        return ShardIndex(samples[:-1], error)
+        return ShardIndex(samples[:-1], error, compression)
+
+
+def _cut_short(exc: BaseException) -> bool:
+    """Whether an error reading a shard's first header says the shard ends there (an empty
+    or cut file, a compressed stream that ends early), rather than that it holds no tar."""
+    if isinstance(exc, EOFError) or "Truncated compressed stream" in str(exc):  # lzma, pyarrow
+        return True
+    return isinstance(exc, tarfile.ReadError) and str(exc) in _CUT_SHORT
+
+
+_CUT_SHORT = ("empty file", "truncated header", "unexpected end of data")  # tarfile's words
 
 
 def read_samples(
@@ -178,99 +212,42 @@ def read_samples(
     *,
     label_field: str = "label",
     extra_suffixes: Sequence[str] = (),
+    file: IO[bytes] | None = None,
 ) -> pa.Table:
     """The image bytes and labels of ``samples`` (consecutive samples of one shard), and a
     column per extra member suffix (text for :data:`TEXT_SUFFIXES`, else bytes); see
-    :func:`parse_label` for the label members."""
+    :func:`parse_label` for the label members. Members are read in the order they lie in
+    the shard, from ``file`` when given (a compressed shard's decompressor, which seeks
+    forward cheaply only), else from the shard opened here."""
     data: list[bytes] = []
     labels: list[int | None] = []
     extras: list[list[bytes]] = [[] for _ in extra_suffixes]
-    with fs.open_input_file(path) as f:
+    with contextlib.nullcontext(file) if file is not None else fs.open_input_file(path) as f:
         for sample in samples:
-            data.append(_read(f, sample.image, path))
+            members = [sample.image, *sample.extras] + ([sample.label] if sample.label else [])
+            read = {m.offset: _read(f, m, path) for m in sorted(members, key=_offset)}
+            data.append(read[sample.image.offset])
             for column, member in zip(extras, sample.extras, strict=True):
-                column.append(_read(f, member, path))
+                column.append(read[member.offset])
             if sample.label is None:
                 labels.append(None)
                 continue
-            text = _read(f, sample.label, path)
+            text = read[sample.label.offset]
             labels.append(parse_label(text, sample.label.name, path, label_field))
     columns = {"data": pa.array(data, pa.binary()), "label": pa.array(labels, pa.int64())}
     for position, (suffix, values) in enumerate(zip(extra_suffixes, extras, strict=True)):
-        members = [sample.extras[position] for sample in samples]
-        columns[suffix] = _member_column(suffix, values, members, path)
+        names = [sample.extras[position].name for sample in samples]
+        columns[suffix] = member_column(suffix, values, names, path)
     return pa.table(columns)
 
 
-def _member_column(suffix: str, values: list[bytes], members: list[Member], path: str) -> pa.Array:
-    """Members' bytes as a column: strings for :data:`TEXT_SUFFIXES`, else binary.
-
-    Raises:
-        SourceError: a text member that is not UTF-8, naming it.
-    """
-    if suffix not in TEXT_SUFFIXES:
-        return pa.array(values, pa.binary())
-    texts = []
-    for value, member in zip(values, members, strict=True):
-        try:
-            texts.append(value.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise SourceError(
-                f"the member is not UTF-8 text ({exc})", path=path, member=member.name
-            ) from None
-    return pa.array(texts, pa.string())
-
-
-def parse_label(text: bytes, member: str, path: str, label_field: str = "label") -> int:
-    """The integer class index a label member holds.
-
-    A ``.cls`` member holds ASCII decimal; a ``.json`` member a bare integer or an object
-    whose ``label_field`` is one (WebDataset writes either).
-
-    Raises:
-        SourceError: naming the shard and member, when it holds anything else.
-    """
-    if split_key(member)[1] != "json":
-        try:
-            return _int64(int(text.strip()), text, member, path)
-        except ValueError:
-            raise SourceError(
-                f"label member holds {text[:40]!r}, not an integer class index",
-                path=path,
-                member=member,
-            ) from None
-    try:
-        value = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SourceError(
-            f"label member is not valid JSON ({exc})", path=path, member=member
-        ) from exc
-    if isinstance(value, dict):
-        value = value.get(label_field)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _int64(value, text, member, path)
-    raise SourceError(
-        f"JSON label member holds {text[:60]!r}: expected an integer, or an object whose "
-        f"{label_field!r} is an integer class index (label_field= names another key)",
-        path=path,
-        member=member,
-    )
-
-
-def _int64(value: int, text: bytes, member: str, path: str) -> int:
-    """``value``, which labels become an int64 tensor of; an error naming the member if it
-    does not fit."""
-    if not -(2**63) <= value < 2**63:
-        raise SourceError(
-            f"label member holds {text[:40]!r}, too large for an int64 class index",
-            path=path,
-            member=member,
-        )
-    return value
+def _offset(member: Member) -> int:
+    return member.offset
 
 
 def _read(f: Any, member: Member, path: str) -> bytes:
-    f.seek(member.offset)
+    if f.tell() != member.offset:
+        f.seek(member.offset)
     data = f.read(member.size)
     if len(data) != member.size:
         raise SourceError(
@@ -321,9 +298,18 @@ class TarShards:
 
         with ThreadPoolExecutor(_INDEX_THREADS) as pool:
             indexes = list(pool.map(index, zip(self.shards, self.sizes, strict=True)))
+        self.compressions = [i.compression for i in indexes]
+        self._streams = Streams()
         truncated = [i.truncated for i in indexes if i.truncated is not None]
         if truncated and on_error == "raise":
             raise truncated[0]
+        if truncated and not any(i.samples for i in indexes):  # skipping would leave nothing
+            raise SourceError(
+                f"every tar shard ends before a complete sample ({len(truncated)} truncated, "
+                f"the first: {truncated[0].reason}); on_error='skip' would leave no sample",
+                path=truncated[0].path,
+                member=truncated[0].member,
+            )
         for error in truncated:
             log.warning("skipped the rest of a truncated tar shard (on_error='skip'): %s", error)
         self.skipped = len(truncated)
@@ -351,14 +337,42 @@ class TarShards:
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
         samples = self.index[unit][start:stop]
-        table = read_samples(
+        path = self.shards[unit]
+        try:
+            table = self._read(unit, samples)
+        except (OSError, EOFError, lzma.LZMAError, pa.ArrowException) as exc:
+            raise SourceError(
+                f"cannot read the tar shard ({type(exc).__name__}: {exc}); it changed or "
+                "went away since it was indexed",
+                path=path,
+                member=samples[0].image.name if samples else None,
+            ) from exc
+        return table if self.labelled else table.drop_columns(["label"])
+
+    def _read(self, unit: int, samples: list[TarSample]) -> pa.Table:
+        """:func:`read_samples` of a shard, through the reader's open decompressor of a
+        compressed one (kept open for the next piece when all went well)."""
+        path, compression = self.shards[unit], self.compressions[unit]
+        read = functools.partial(
+            read_samples,
             self.fs,
-            self.shards[unit],
+            path,
             samples,
             label_field=self.label_field,
             extra_suffixes=self.extra_suffixes,
         )
-        return table if self.labelled else table.drop_columns(["label"])
+        if compression is None or not samples:
+            return read()
+        head = samples[0]
+        first = min(m.offset for m in (head.image, head.label, *head.extras) if m is not None)
+        stream = self._streams.take(self.fs, path, compression, first)
+        try:
+            table = read(file=stream)
+        except BaseException:
+            stream.close()
+            raise
+        self._streams.give(path, stream)
+        return table
 
     def location(self, unit: int, row: int) -> dict[str, Any]:
         return {"path": self.shards[unit], "member": self.index[unit][row].image.name}
@@ -375,6 +389,13 @@ class TarShards:
             "samples": sum(self.unit_rows()),
             "content": digest([self.sizes, members]),
         }
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_streams": None}  # decompressors stay in their process
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._streams = Streams()
 
     def __repr__(self) -> str:
         return f"TarShards({len(self.shards)} shards, {sum(self.unit_rows())} samples)"
