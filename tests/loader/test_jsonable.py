@@ -200,11 +200,6 @@ def test_an_unknown_stored_kind_is_refused_as_corrupt() -> None:
         decode({"a": {TAG: "mystery", "data": ""}})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a structured numpy array is stored with dtype.str ('|V8'), which drops its "
-    "fields; it comes back as raw void records, not refused",
-)
 def test_a_structured_array_comes_back_with_its_fields_or_is_refused() -> None:
     array = np.array([(1, 2.5), (3, 4.5)], dtype=[("a", "<i4"), ("b", "<f4")])
     try:
@@ -214,12 +209,6 @@ def test_a_structured_array_comes_back_with_its_fields_or_is_refused() -> None:
     assert back.dtype == array.dtype and np.array_equal(back, array)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: decode() reads base64 without validate=True, so stored bytes, tensors and "
-    "arrays whose text is not base64 (a corrupt state) decode to whatever the valid characters "
-    "spell, here b'', instead of being refused",
-)
 def test_stored_data_that_is_not_base64_is_refused() -> None:
     with pytest.raises((ResumeError, ValueError)):
         decode({TAG: "bytes", "data": "!!!!"})

@@ -129,22 +129,8 @@ def _torch_position_corrupt(state: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     "corrupt",
     [
-        pytest.param(
-            _python_index_past_the_end,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: check() accepts a Python state whose position word is > 624, "
-                "which random.setstate (so restore(), in a worker) refuses",
-            ),
-        ),
-        pytest.param(
-            _torch_position_corrupt,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: check() accepts a torch state of the right size whose mt19937 "
-                "fields torch.set_rng_state refuses ('Invalid mt19937 state')",
-            ),
-        ),
+        pytest.param(_python_index_past_the_end),
+        pytest.param(_torch_position_corrupt),
     ],
 )
 def test_check_refuses_what_restore_would_refuse(corrupt: Callable[[dict], None]) -> None:
@@ -159,11 +145,6 @@ def test_check_refuses_what_restore_would_refuse(corrupt: Callable[[dict], None]
         _rng.check(state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: restore() sets Python's and numpy's generators before torch refuses its "
-    "part; using() then raises without putting them back",
-)
 def test_using_a_refused_state_leaves_the_generators_as_they_were() -> None:
     state = _rng.capture()
     draws()
