@@ -76,6 +76,8 @@ class Progress:
                     f"{trial.throughput:.1f} batches/s (95% CI {low:.1f}-{high:.1f}), "
                     f"busy {trial.busy:.0%}"
                 )
+            elif trial.refused is not None:
+                outcome = f"refused for memory: {trial.refused}"
             else:
                 outcome = f"failed: {trial.error}"
             pair = "" if trial.pair is None else f" (pair {trial.pair + 1})"
