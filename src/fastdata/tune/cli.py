@@ -86,7 +86,11 @@ def _add_tune(subparsers: Any) -> None:
         "--target", type=float, default=0.95, help="consumer busy fraction that is good enough"
     )
     parser.add_argument(
-        "--max-memory", metavar="SIZE", help="peak RSS ceiling, e.g. 8GiB (default: no limit)"
+        "--max-memory",
+        metavar="SIZE",
+        help="memory ceiling of a trial (summed RSS of the process and its workers): a size "
+        "like 8GiB or a share of the available memory like 50%% (default: what the tuning "
+        "uses plus 80%% of the memory available at the start); a setting over it is refused",
     )
     parser.add_argument(
         "--max-workers",
@@ -179,6 +183,7 @@ def run_tune(args: argparse.Namespace) -> int:
                     search_space=space,
                     device=args.device,
                     on_trial=progress,
+                    data=source,
                 )
     except TuneError as exc:
         return fail("tune", str(exc), 1)
@@ -186,17 +191,15 @@ def run_tune(args: argparse.Namespace) -> int:
         return fail("tune", str(exc), 2)
     except KeyboardInterrupt:
         return fail("tune", "interrupted before any configuration was measured", 130)
-    from dataclasses import replace
-
-    result = replace(result, extra={"source": source})
     print(result.report())
+    print()
     if args.out is not None:
-        result.save(args.out)
-        print(f"\nsaved to {args.out}: fastdata.DataLoader(dataset, config={args.out!r})")
+        print(f"saved to {result.save(args.out)}")
     if args.plot is not None:
         from fastdata.tune.plot import plot
 
         print(f"plot: {plot(result, args.plot)}")
+    print(result.how_to_apply(args.out))
     return 0
 
 
@@ -271,35 +274,74 @@ def _check_tune(args: argparse.Namespace) -> None:
     args.max_workers = check(parser, "check_int", "--max-workers", args.max_workers, minimum=0,
                              none="unset for 2 x the cores")  # fmt: skip
     if args.max_memory is not None:
-        args.max_memory = check(parser, _parse_size, "--max-memory", args.max_memory)
+        args.max_memory = check(parser, _parse_memory, "--max-memory", args.max_memory)
     check(parser, "check_device", "--device", args.device)
     if args.demo and (args.parquet is not None or args.factory is not None):
         parser.error("--demo goes with --data DIR or alone, not with --parquet or --factory")
     if args.data is not None and not args.demo:
-        root = Path(args.data)
-        if not root.is_dir():
-            parser.error(
-                f"--data {args.data!r}: no such folder; pass --demo as well to write the demo "
-                "images there"
-            )
-        if not _image_files(root):
-            parser.error(
-                f"--data {args.data!r} holds no images in DIR/<class>/<image>; pass --demo as "
-                "well to write the demo images there"
-            )
+        problem = _folder_problem(Path(args.data))
+        if problem is not None:
+            parser.error(f"--data {args.data!r}: {problem}")
     if args.plot is not None and not _has_matplotlib():
         parser.error("--plot needs matplotlib: pip install 'fastdata[plot]'")
     if args.factory is not None:
         args.factory_function = import_function(parser, "--factory", args.factory)
 
 
-def _parse_size(option: str, text: str) -> int:
+def _parse_memory(option: str, text: str) -> int | str:
+    """``--max-memory``: bytes for a size, the text itself for a share (``"50%"``, turned into
+    bytes when the tuning starts)."""
+    from fastdata.tune.machine import share
     from fastdata.tune.report import parse_size
 
     try:
+        if text.strip().endswith("%"):
+            share(text)
+            return text
         return parse_size(text)
     except ValueError as exc:
         raise ValueError(f"{option} {exc}") from None
+
+
+_DEMO_HINT = (
+    "`fastdata tune` without --data tunes on the demo images (`--demo --data NEW_DIR` keeps "
+    "them in a new folder)"
+)
+
+
+def _folder_problem(root: Path) -> str | None:
+    """What keeps ``root`` from being an ImageFolder tree to tune on, with a hint that never
+    proposes writing into ``root`` (a mistyped path would get the demo images); None if it is
+    one."""
+    if not root.exists():
+        near = _near_names(root)
+        hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
+        return f"no such folder; {hint}{_DEMO_HINT}"
+    if not root.is_dir():
+        return "a file, not a folder; --data takes an ImageFolder tree DIR/<class>/<image>"
+    if _image_files(root):
+        return None
+    from fastdata.sources.images import IMG_EXTENSIONS
+
+    flat = [p for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMG_EXTENSIONS]
+    if flat:
+        return (
+            f"its {len(flat)} image(s) lie directly in it, but --data takes an ImageFolder "
+            "tree DIR/<class>/<image>: move them into a subfolder (one per class)"
+        )
+    return f"holds no images in DIR/<class>/<image>; {_DEMO_HINT}"
+
+
+def _near_names(path: Path) -> list[str]:
+    """Existing paths whose name is close to ``path``'s (a typo), beside it."""
+    import difflib
+
+    parent = path.parent if path.parent.is_dir() else None
+    if parent is None or not path.name:
+        return []
+    names = [p.name for p in parent.iterdir() if p.is_dir()]
+    near = difflib.get_close_matches(path.name, names, n=2, cutoff=0.6)
+    return [str(parent / name) for name in near]
 
 
 def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
