@@ -192,7 +192,7 @@ def test_the_demo_is_tuned_in_a_fresh_process_and_writes_config_and_plot(tmp_pat
     config = LoaderConfig.load(tmp_path / "tuned.json")
     assert config.num_workers in (0, 1)
     result = TuneResult.load(tmp_path / "tuned.json")
-    assert "demo images (32 JPEGs" in result.data
+    assert "demo images (32 images in 8 classes x 128 per pass)" in result.data
     assert "config='tuned.json'" in done.stdout.splitlines()[-1]
     assert (tmp_path / "tuned.png").stat().st_size > 1000
 
@@ -211,3 +211,5 @@ def test_demo_with_data_writes_the_images_there_and_reuses_them(
     assert "writing" not in capsys.readouterr().err
     mine = ["--data", "imgs", "--budget-s", "2", "--max-workers", "0", "--batch-size", "4"]
     assert main(["tune", *mine]) == 0  # the images are now there: a folder of one's own
+    out = capsys.readouterr().out  # a small folder is listed over and over for a long pass
+    assert "data: 'imgs' (16 images in 8 classes x 256 per pass), 32 px" in out

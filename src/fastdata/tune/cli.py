@@ -7,10 +7,10 @@ load when a command runs, so ``fastdata --help`` stays instant.
 Without a data argument ``fastdata tune`` tunes the built-in demo: a few hundred
 deterministic ImageNet-like JPEGs (written to a temporary folder, or with ``--demo --data
 DIR`` to DIR, kept for the next run), decoded with random-resized crops to 224 px and flips
-in batches of 32 — a decode-bound pipeline, so ``num_workers`` matters. The demo lists its
-images several times per epoch (4,096 samples a pass, the size of a small real dataset's
-epoch) so that each trial measures a steady state rather than workers restarting every few
-batches; a folder of your images is used as it is.
+in batches of 32 — a decode-bound pipeline, so ``num_workers`` matters. ``--data DIR`` does
+the same with your ImageFolder tree. A folder of fewer than :data:`PASS` images is listed
+several times per pass (4,096 samples, the size of a small real dataset's epoch) so that
+each trial measures a steady state rather than workers restarting every few batches.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 
 from fastdata._cli import HelpFormatter, check, fail, import_function, say
 
-DEMO_PASS = 4096
-"""Samples per pass of the demo stream: its images are listed this many times over."""
+PASS = 4096
+"""The fewest samples per pass of the image streams: a smaller folder is listed several times
+over."""
 WORKER_TIMEOUT_S = 60
 """Seconds a worker of the built-in pipelines may take for one batch before the trial fails."""
 _POSITIVE = {"minimum": 0, "exclusive_minimum": True}
@@ -358,20 +359,20 @@ def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
         options["batch_size"] = args.batch_size
         transform = f"{args.size} px random-resized crops + flips, batches of {args.batch_size}"
         root = Path(args.data) if args.data is not None else scratch
-        if args.data is None or args.demo:
-            paths = _image_files(root)
-            if not paths:
-                if not args.quiet:
-                    say(f"writing {args.demo_images} demo images to {root}")
-                paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
-            repeat = math.ceil(DEMO_PASS / len(paths))
-            classes = sorted({p.parent.name for p in paths})
-            labels = [classes.index(p.parent.name) for p in paths]
-            stream = fastdata.ImageStream.from_files(paths * repeat, labels * repeat, **options)
-            described = f"demo images ({len(paths)} JPEGs x {repeat} per pass), {transform}"
-        else:
-            stream = fastdata.ImageStream.from_folder(root, **options)
-            described = f"ImageStream.from_folder({str(root)!r}), {transform}"
+        paths = _image_files(root)
+        demo = args.data is None or args.demo
+        if demo and not paths:
+            if not args.quiet:
+                say(f"writing {args.demo_images} demo images to {root}")
+            paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
+        repeat = math.ceil(PASS / len(paths))
+        # ImageFolder's labels: the sorted class folders, the first level under the root.
+        folders = [p.relative_to(root).parts[0] for p in paths]
+        classes = sorted(set(folders))
+        labels = [classes.index(f) for f in folders]
+        stream = fastdata.ImageStream.from_files(paths * repeat, labels * repeat, **options)
+        listed = f"{len(paths)} images in {len(classes)} classes x {repeat} per pass"
+        described = f"{'demo images' if demo else repr(str(root))} ({listed}), {transform}"
 
     def factory(**params: Any) -> Any:
         # A worker that hangs then fails its trial instead of stalling the whole command.
