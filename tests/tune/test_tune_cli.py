@@ -212,4 +212,4 @@ def test_demo_with_data_writes_the_images_there_and_reuses_them(
     mine = ["--data", "imgs", "--budget-s", "2", "--max-workers", "0", "--batch-size", "4"]
     assert main(["tune", *mine]) == 0  # the images are now there: a folder of one's own
     out = capsys.readouterr().out  # a small folder is listed over and over for a long pass
-    assert "data: 'imgs' (16 images in 8 classes x 256 per pass), 32 px" in out
+    assert "data: 'imgs' (16 images in 8 classes x 256 per pass), 224 px" in out
