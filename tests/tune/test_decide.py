@@ -285,6 +285,23 @@ def test_a_comparison_under_way_goes_on_even_when_the_trial_alone_would_rule_it_
     assert choose(one).next == 0  # one pair, no interval yet: the comparison goes on
 
 
+def test_a_setting_shown_slower_than_any_setting_is_not_compared_again() -> None:
+    """The workers stage showed 0 workers slower than 1 in pairs; the prefetch stage then finds
+    a new fastest setting (1 worker, prefetch 4). 0 workers are not compared again: slower than
+    1 worker with prefetch 2, they are slower than the fastest, which is at least as fast."""
+    search = [trial(0, 11.0, 0.05), trial(1, 24.0, 0.05), trial(1, 30.5, 0.03, prefetch=4)]
+    table = search + rounds(search[0], search[1], [(10.4, 21.9), (9.6, 21.9), (11.0, 23.0)])
+    decision = choose(table)
+    assert decision.fastest == 2 and decision.verdicts[0].outcome == "slower"
+    assert decision.verdicts[0].against == 1
+    assert decision.next == 1  # 1 worker with prefetch 2 against the new fastest, not 0 workers
+    text = reason(table)
+    assert (
+        "num_workers=0, prefetch_factor=None, pin_memory=False ran at 47% of the rate of "
+        "num_workers=1, prefetch_factor=2, pin_memory=False (95% CI" in text
+    )
+
+
 def test_when_comparisons_are_cut_short_the_fastest_is_kept_and_said() -> None:
     search = [trial(0, 8.0, 0.02), trial(1, 24.0, 0.05), trial(2, 25.0, 0.05)]
     decision = choose(search)

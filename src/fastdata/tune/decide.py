@@ -23,7 +23,10 @@ default 5%):
   then the comparison could not tell them apart, and the cheaper setting is chosen, as the
   rule says.
 
-**Which settings are compared.** Cheapest first. A cheaper setting whose own trial is slower
+**Which settings are compared.** Cheapest first. A setting that paired rounds showed slower
+than *any* measured setting by more than the tolerance is slower than the fastest too (the
+fastest is at least as fast), so a later stage that finds a new fastest setting does not
+compare it again. A cheaper setting whose own trial is slower
 than the fastest's by more than the tolerance *beyond both 95% intervals*, each widened by the
 largest *drift* seen so far (how far a setting's trial was from the median of its later paired
 rounds), needs no pairs: it is slower even if every trial was measured at the machine's worst
@@ -108,12 +111,16 @@ class Verdict:
             :meth:`Paired.verdict`); ``"apart"`` (its trial is slower beyond the intervals
             and the drift, no pairs needed); ``"open"`` (to be compared; fewer than two
             pairs so far).
-        rounds: the paired rounds with the fastest (None with fewer than two pairs).
+        rounds: the paired rounds the outcome comes from (None with fewer than two pairs).
+        against: the index of the search's trial of the other setting of those rounds: the
+            fastest, or for ``"slower"`` any setting it was shown slower than (the fastest
+            is at least as fast).
     """
 
     trial: int
     outcome: str
     rounds: Paired | None = None
+    against: int | None = None
 
 
 @dataclass(frozen=True)
@@ -238,10 +245,14 @@ def decide(
     verdicts: list[Verdict] = []
     chosen, following = fastest, None
     for i in cheaper:
+        shown = _shown_slower(trials, i, pool, tolerance)
+        if shown is not None and shown.against != fastest:
+            verdicts.append(shown)
+            continue
         rounds = paired(trials, i, fastest)
         if rounds is not None:
             outcome = rounds.verdict(tolerance)
-            verdicts.append(Verdict(i, outcome, rounds))
+            verdicts.append(Verdict(i, outcome, rounds, fastest))
             if outcome == "slower":
                 continue
             if outcome == "undecided" and rounds.pairs < max_pairs:
@@ -269,6 +280,18 @@ def decide(
         reached=tuple(i for i in pool if trials[i].utilization >= target),
         refused=tuple(over),
     )
+
+
+def _shown_slower(
+    trials: Sequence[Trial], cheap: int, pool: Sequence[int], tolerance: float
+) -> Verdict | None:
+    """The first paired comparison showing the setting of ``trials[cheap]`` slower than
+    another setting of ``pool`` by more than ``tolerance`` (None if none does)."""
+    for other in pool:
+        rounds = None if other == cheap else paired(trials, cheap, other)
+        if rounds is not None and rounds.verdict(tolerance) == "slower":
+            return Verdict(cheap, "slower", rounds, other)
+    return None
 
 
 def explain(
@@ -331,8 +354,11 @@ def explain(
             )
     slower = [v for v in decision.verdicts if v.outcome == "slower"]
     for v in slower:
-        assert v.rounds is not None
-        words = _paired_words(v.rounds, trials[v.trial], "the fastest")
+        assert v.rounds is not None and v.against is not None
+        other = (
+            "the fastest" if v.against == decision.fastest else describe(trials[v.against].params)
+        )
+        words = _paired_words(v.rounds, trials[v.trial], other)
         lines.append(
             f"{words}: slower by more than the {tolerance:.0%} tolerance (the whole interval "
             f"is below {line})."
