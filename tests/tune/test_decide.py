@@ -297,7 +297,7 @@ def test_a_setting_shown_slower_than_any_setting_is_not_compared_again() -> None
     assert decision.next == 1  # 1 worker with prefetch 2 against the new fastest, not 0 workers
     text = reason(table)
     assert (
-        "num_workers=0, prefetch_factor=None, pin_memory=False ran at 47% of the rate of "
+        "num_workers=0, prefetch_factor=None, pin_memory=False ran at 46% of the rate of "
         "num_workers=1, prefetch_factor=2, pin_memory=False (95% CI" in text
     )
 
