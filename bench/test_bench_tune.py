@@ -18,7 +18,6 @@ default loader would.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -28,10 +27,9 @@ import torch
 
 from fastdata import DataLoader, ImageStream
 from fastdata.config import LoaderConfig
-from fastdata.synthetic import make_images
 from fastdata.tune import SimulatedStep, tune
 
-from conftest import measure, scaled
+from conftest import demo_stream, measure, scaled
 
 STEP_MS = 20
 BATCH = 32
@@ -43,18 +41,7 @@ def stream(tmp_path_factory: pytest.TempPathFactory) -> ImageStream:
     """The demo stream: distinct images listed several times over, for a realistic pass
     (``IMAGES`` images)."""
     root: Path = tmp_path_factory.mktemp("tune-images")
-    paths = make_images(root, scaled(64, 256), classes=8, seed=0)
-    repeat = math.ceil(IMAGES / len(paths))
-    classes = sorted({p.parent.name for p in paths})
-    labels = [classes.index(p.parent.name) for p in paths]
-    return ImageStream.from_files(
-        paths * repeat,
-        labels * repeat,
-        size=224,
-        crop="random-resized",
-        flip=True,
-        batch_size=BATCH,
-    )
+    return demo_stream(root, scaled(64, 256), samples=IMAGES, batch_size=BATCH)
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,7 @@ from statistics import fmean, median, stdev
 from typing import Any
 
 from fastdata.tune.measure import Trial, t95
-from fastdata.tune.report import describe, format_size
+from fastdata.tune.report import describe, format_size, percent
 from fastdata.tune.space import cost
 
 __all__ = [
@@ -308,7 +308,7 @@ def explain(
     pick, best = trials[decision.chosen], trials[decision.fastest]
     what = "GPU utilization (NVML)" if pick.gpu_util is not None else "consumer busy"
     lines = [
-        f"Chose {describe(pick.params)}: {_rate_ci(pick)}, {what} {pick.utilization:.0%} "
+        f"Chose {describe(pick.params)}: {_rate_ci(pick)}, {what} {percent(pick.utilization)} "
         f"(target {target:.0%})."
     ]
     line = f"{1 - tolerance:.0%}"

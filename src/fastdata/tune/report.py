@@ -22,7 +22,7 @@ from typing import Any
 from fastdata.config import LoaderConfig
 from fastdata.tune.measure import Trial
 
-__all__ = ["RESULT_FORMAT", "TuneResult", "describe", "format_size", "parse_size"]
+__all__ = ["RESULT_FORMAT", "TuneResult", "describe", "format_size", "parse_size", "percent"]
 
 RESULT_FORMAT = "fastdata.TuneResult"
 """The ``format`` tag of a saved result file."""
@@ -128,10 +128,10 @@ class TuneResult:
             row += [
                 _rate(t.throughput),
                 "?" if math.isinf(t.rel_ci) else f"{t.rel_ci:.0%}",
-                f"{t.busy:.0%}",
+                percent(t.busy),
                 f"{t.wait_ms:.1f}",
                 f"{t.step_ms:.1f}",
-                "-" if t.gpu_util is None else f"{t.gpu_util:.0%}",
+                "-" if t.gpu_util is None else percent(t.gpu_util),
                 format_size(t.peak_rss),
                 f"{t.startup_s:.2f} s",
                 "" if t.pair is None else str(t.pair + 1),
@@ -247,6 +247,12 @@ def _noise_words(noise: Mapping[str, Any], cores: int) -> str:
 
 def _rate(value: float) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def percent(share: float, /) -> str:
+    """A busy fraction or utilization as a whole percent, rounded *down*, so that a value
+    under the target never shows as the target (0.9496 is ``"94%"``, not ``"95%"``)."""
+    return f"{math.floor(share * 100 + 1e-9):d}%"
 
 
 def describe(params: Mapping[str, Any]) -> str:
