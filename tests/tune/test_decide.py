@@ -307,10 +307,37 @@ def test_when_comparisons_are_cut_short_the_fastest_is_kept_and_said() -> None:
     decision = choose(search)
     assert decision.next == 1 and decision.chosen == 2
     assert (
-        "the comparison with the cheaper num_workers=1, prefetch_factor=2, pin_memory=False "
-        "did not get two pairs of rounds before the search ended, so the fastest is kept"
-        in (reason(search))
+        "It measured fastest; the comparison of the cheaper num_workers=1, prefetch_factor=2, "
+        "pin_memory=False with the fastest did not get two pairs of rounds before the search "
+        "ended, so the fastest is kept." in reason(search)
     )
+
+
+def test_unfinished_comparisons_keep_torchs_defaults_with_the_fastest_workers() -> None:
+    """Prefetch above torch's default only when it measurably helps: while the comparison that
+    could show it is unfinished, 1 worker with prefetch 2 is the answer, not prefetch 8."""
+    search = [trial(0, 11.0), trial(1, 29.0), trial(1, 27.0, prefetch=1),
+              trial(1, 31.0, prefetch=8)]  # fmt: skip
+    unfinished = search + rounds(search[2], search[3], [(28.0, 30.0)])
+    decision = choose(unfinished)
+    assert decision.next == 2 and decision.fallback
+    assert unfinished[decision.chosen].params == settings(1, 2)
+    text = reason(unfinished)
+    assert "The fastest setting measured is num_workers=1, prefetch_factor=8" in text
+    assert (
+        "the comparison of the cheaper num_workers=1, prefetch_factor=1, pin_memory=False "
+        "with the fastest did not get two pairs of rounds before the search ended" in text
+    )
+    assert "torch's defaults are kept with the fastest setting's workers" in text
+    # Shown slower (here by its own trial, far behind), prefetch 2 is not kept.
+    far = [trial(0, 11.0), trial(1, 20.0), trial(1, 27.0, prefetch=1),
+           trial(1, 31.0, prefetch=8)]  # fmt: skip
+    far += rounds(far[0], far[3], [(11.0, 31.0), (11.5, 30.0)])  # the drift, now known: ~3%
+    decision = choose(far + rounds(far[2], far[3], [(28.0, 30.0)], 2))
+    assert decision.chosen == 3 and not decision.fallback
+    # The recorded prefetch series, before any pair: prefetch 2, not 7.
+    table = prefetch_table()
+    assert table[choose(table).chosen].params == settings(2, 2)
 
 
 def test_more_workers_than_cores_are_said_with_the_evidence() -> None:
@@ -358,7 +385,10 @@ def test_the_choice_is_the_cheapest_setting_the_pairs_cannot_tell_apart_from_the
         assert v.outcome in ("slower", "apart")
         if v.outcome == "slower":
             assert v.rounds is not None and v.rounds.high < 0.95
-    if decision.chosen != fastest:  # chosen over the fastest only by finished pairs
+    if decision.fallback:  # unfinished: the fastest's workers with torch's defaults
+        assert decision.next is not None
+        assert search[decision.chosen].params == settings(search[fastest].params["num_workers"])
+    elif decision.chosen != fastest:  # chosen over the fastest only by finished pairs
         last = decision.verdicts[-1]
         assert last.trial == decision.chosen and last.outcome in ("within", "undecided")
         assert last.rounds is not None and last.rounds.high >= 0.95

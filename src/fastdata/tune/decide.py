@@ -36,9 +36,12 @@ setting apart, with the fastest of them).
 
 **What the choice is when the comparisons are cut short.** A comparison that the budget ends
 before its verdict (fewer than two pairs, or an interval containing the line after fewer than
-:data:`MAX_PAIRS`) has not shown the cheaper setting as good: the fastest is kept, and the
-reason says the comparison did not finish. :attr:`Decision.next` says which comparison would
-come next; :mod:`.search` makes it while the budget lasts.
+:data:`MAX_PAIRS`) has not shown the cheaper setting as good, nor the fastest as better: the
+fastest setting's workers are kept with torch's defaults for the rest (``prefetch_factor=2``,
+``pin_memory`` off) when that setting was measured and not shown slower — settings above
+torch's defaults only when they measurably help —, else the fastest; the reason says the
+comparison did not finish. :attr:`Decision.next` says which comparison would come next;
+:mod:`.search` makes it while the budget lasts.
 
 Trials refused for memory (:attr:`~fastdata.tune.measure.Trial.refused`, or a peak RSS over
 ``max_memory``) and failed ones are never chosen. Pure functions of the trials, so the rule is
@@ -55,7 +58,7 @@ from typing import Any
 
 from fastdata.tune.measure import Trial, t95
 from fastdata.tune.report import describe, format_size, percent
-from fastdata.tune.space import cost
+from fastdata.tune.space import cost, torch_defaults
 
 __all__ = [
     "MAX_PAIRS",
@@ -139,6 +142,8 @@ class Decision:
         reached: trials whose :attr:`~fastdata.tune.measure.Trial.utilization` reaches the
             target.
         refused: trials refused for memory.
+        fallback: the comparisons did not finish, and ``chosen`` is the fastest setting's
+            workers with torch's defaults for the rest (see the module docstring).
     """
 
     chosen: int
@@ -148,6 +153,7 @@ class Decision:
     drift: float | None = None
     reached: tuple[int, ...] = ()
     refused: tuple[int, ...] = ()
+    fallback: bool = False
 
 
 def overlap(a: Trial, b: Trial) -> bool:
@@ -271,6 +277,15 @@ def decide(
         # Every cheaper setting is apart by its trial alone, but no setting has been measured
         # twice: the drift is unknown. Compare the fastest of them first to learn it.
         following = max(cheaper, key=lambda i: trials[i].throughput)
+    fallback = False
+    if following is not None and chosen == fastest:  # unfinished: nothing shown better
+        default = torch_defaults(best.params)
+        sibling = next((i for i in cheaper if trials[i].params == default), None)
+        if sibling is not None and not (
+            _shown_slower(trials, sibling, pool, tolerance)
+            or (seen is not None and apart(trials[sibling], best, tolerance, seen))
+        ):  # a trial rules it out only once the drift is known
+            chosen, fallback = sibling, True
     return Decision(
         chosen=chosen,
         fastest=fastest,
@@ -279,6 +294,7 @@ def decide(
         drift=seen,
         reached=tuple(i for i in pool if trials[i].utilization >= target),
         refused=tuple(over),
+        fallback=fallback,
     )
 
 
@@ -313,22 +329,29 @@ def explain(
     ]
     line = f"{1 - tolerance:.0%}"
     by_outcome = {v.trial: v for v in decision.verdicts}
-    mine = by_outcome.get(decision.chosen)
+    mine = None if decision.fallback else by_outcome.get(decision.chosen)
     unfinished = next((v for v in decision.verdicts if v.outcome in ("open", "undecided")), None)
-    if mine is None:
+    cut = ""
+    if unfinished is not None:
+        rival = describe(trials[unfinished.trial].params)
+        so_far = (
+            "did not get two pairs of rounds"
+            if unfinished.rounds is None
+            else f"could not decide in the {unfinished.rounds.pairs} pairs it got "
+            f"({unfinished.rounds.ratio:.0%} of the fastest's rate, 95% CI "
+            f"{unfinished.rounds.low:.0%}-{unfinished.rounds.high:.0%}, which contains {line})"
+        )
+        cut = f"the comparison of the cheaper {rival} with the fastest {so_far} before the "
+        cut += "search ended"
+    if decision.fallback:
+        lines.append(
+            f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}; "
+            f"{cut}. Settings above torch's defaults are chosen only when they measurably "
+            "help, so torch's defaults are kept with the fastest setting's workers."
+        )
+    elif mine is None:
         if unfinished is not None:
-            rival = describe(trials[unfinished.trial].params)
-            so_far = (
-                "did not get two pairs of rounds"
-                if unfinished.rounds is None
-                else f"could not decide in the {unfinished.rounds.pairs} pairs it got "
-                f"({unfinished.rounds.ratio:.0%} of the fastest's rate, 95% CI "
-                f"{unfinished.rounds.low:.0%}-{unfinished.rounds.high:.0%}, which contains {line})"
-            )
-            lines.append(
-                f"It measured fastest; the comparison with the cheaper {rival} {so_far} before "
-                "the search ended, so the fastest is kept."
-            )
+            lines.append(f"It measured fastest; {cut}, so the fastest is kept.")
         elif decision.verdicts:
             lines.append(
                 "It measured fastest, and every cheaper setting is slower by more than the "

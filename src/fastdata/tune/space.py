@@ -24,7 +24,7 @@ from typing import Any
 
 from fastdata._validate import is_int
 
-__all__ = ["PARAMS", "SETTINGS", "SearchSpace", "Setting", "cost"]
+__all__ = ["PARAMS", "SETTINGS", "SearchSpace", "Setting", "cost", "torch_defaults"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,15 @@ def cost(params: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a setting costs, for ordering: fewer workers, then a smaller prefetch_factor,
     then pin_memory off (the order of :data:`SETTINGS`)."""
     return tuple(s.rank(params.get(s.name, s.off)) for s in SETTINGS)
+
+
+def torch_defaults(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with every setting but ``num_workers`` at torch's default (or its value
+    without workers)."""
+    workers = params["num_workers"]
+    return {"num_workers": workers} | {
+        s.name: s.off if s.needs_workers and workers == 0 else s.base for s in SETTINGS[1:]
+    }
 
 
 @dataclass(frozen=True)
