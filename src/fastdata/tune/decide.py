@@ -112,8 +112,8 @@ class Verdict:
         trial: the index of the search's trial of the setting.
         outcome: ``"within"``, ``"slower"`` or ``"undecided"`` (the paired rounds' verdict,
             :meth:`Paired.verdict`); ``"apart"`` (its trial is slower beyond the intervals
-            and the drift, no pairs needed); ``"open"`` (to be compared; fewer than two
-            pairs so far).
+            and the drift, no pairs needed); ``"open"`` (unfinished: fewer than two pairs, or
+            an interval containing the line in fewer than ``max_pairs``).
         rounds: the paired rounds the outcome comes from (None with fewer than two pairs).
         against: the index of the search's trial of the other setting of those rounds: the
             fastest, or for ``"slower"`` any setting it was shown slower than (the fastest
@@ -195,11 +195,18 @@ def pairs_of(trials: Sequence[Trial], cheap: int, fast: int) -> int:
     return len(_rounds(trials, (cost(trials[cheap].params), cost(trials[fast].params))))
 
 
+def _counts(trial: Trial) -> bool:
+    """Whether a paired round counts: it completed, and its own interval has an upper bound
+    (a relative half-width under 1; a round with none measured noise, and is measured
+    again)."""
+    return trial.pair is not None and trial.ok and trial.throughput > 0 and trial.rel_ci < 1
+
+
 def _rounds(trials: Sequence[Trial], keys: tuple[Any, Any]) -> list[tuple[float, float]]:
     """``(cheap, fast)`` throughputs of each complete pair of the two settings ``keys``."""
-    pairs: dict[int, dict[Any, float]] = {}
+    pairs: dict[int | None, dict[Any, float]] = {}
     for t in trials:
-        if t.pair is not None and t.ok and t.throughput > 0:
+        if _counts(t):
             pairs.setdefault(t.pair, {})[cost(t.params)] = t.throughput
     return [(p[keys[0]], p[keys[1]]) for p in pairs.values() if set(p) == set(keys)]
 
@@ -209,7 +216,7 @@ def drift(trials: Sequence[Trial]) -> float | None:
     of its paired rounds (None when no setting has both)."""
     rounds: dict[Any, list[float]] = {}
     for t in trials:
-        if t.pair is not None and t.ok and t.throughput > 0:
+        if _counts(t):
             rounds.setdefault(cost(t.params), []).append(t.throughput)
     changes = [
         abs(math.log(t.throughput / median(rounds[key])))
@@ -258,21 +265,19 @@ def decide(
         rounds = paired(trials, i, fastest)
         if rounds is not None:
             outcome = rounds.verdict(tolerance)
-            verdicts.append(Verdict(i, outcome, rounds, fastest))
-            if outcome == "slower":
-                continue
             if outcome == "undecided" and rounds.pairs < max_pairs:
-                following = i  # not finished: the fastest stands until it is
-            else:
-                chosen = i
-            break
-        started = pairs_of(trials, i, fastest) > 0  # a comparison under way goes on
-        if not started and apart(trials[i], best, tolerance, seen or 0.0):
+                outcome = "open"  # not finished: it shows nothing yet
+            verdicts.append(Verdict(i, outcome, rounds, fastest))
+        elif pairs_of(trials, i, fastest) == 0 and apart(trials[i], best, tolerance, seen or 0.0):
             verdicts.append(Verdict(i, "apart"))
-            continue
-        verdicts.append(Verdict(i, "open"))
-        following = i
-        break
+        else:  # to compare, or a comparison under way
+            verdicts.append(Verdict(i, "open"))
+        outcome = verdicts[-1].outcome
+        if outcome == "open" and following is None:
+            following = i  # the cheapest unfinished comparison comes next
+        elif outcome in ("within", "undecided"):  # finished: its setting is as good
+            chosen = i
+            break
     if following is None and seen is None and cheaper and chosen == fastest:
         # Every cheaper setting is apart by its trial alone, but no setting has been measured
         # twice: the drift is unknown. Compare the fastest of them first to learn it.
@@ -330,7 +335,7 @@ def explain(
     line = f"{1 - tolerance:.0%}"
     by_outcome = {v.trial: v for v in decision.verdicts}
     mine = None if decision.fallback else by_outcome.get(decision.chosen)
-    unfinished = next((v for v in decision.verdicts if v.outcome in ("open", "undecided")), None)
+    unfinished = next((v for v in decision.verdicts if v.outcome == "open"), None)
     cut = ""
     if unfinished is not None:
         rival = describe(trials[unfinished.trial].params)
@@ -375,6 +380,8 @@ def explain(
                 f"{tolerance:.0%} tolerance in {rounds.pairs} pairs (the interval contains "
                 f"{line}), so the cheaper is chosen."
             )
+    if mine is not None and unfinished is not None:  # a cheaper one, still open
+        lines.append(f"Cheaper still, {cut}.")
     slower = [v for v in decision.verdicts if v.outcome == "slower"]
     for v in slower:
         assert v.rounds is not None and v.against is not None
