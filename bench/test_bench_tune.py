@@ -16,7 +16,7 @@ keeps its default thread pool in this module: the baseline decodes in the main p
 default loader would.
 
 - ``tune-stability``: ``fastdata tune`` run 5 times in a row on the same data, as a user runs
-  it (the command line, its default 30 ms step, ``--budget-s`` 60, 20 in short mode): on the
+  it (the command line, its default 30 ms step, ``--budget-s`` 60, 40 in short mode): on the
   demo (``--demo --data DIR``: 256 ImageNet-like JPEGs, written by the first run and reused)
   and on a folder of 300 photo-like JPEGs in 10 classes (``synthetic.make_images``, seed 1:
   shorter side 300-500 px, ~0.55 bytes per pixel; their measured properties are in
@@ -103,7 +103,7 @@ def test_tune_images_default_loader(benchmark: Any, stream: ImageStream) -> None
 
 
 RUNS = 5
-STABILITY_BUDGET_S = scaled(20, 60)
+STABILITY_BUDGET_S = scaled(40, 60)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ sleep: the CPU stays free for the workers, as during a GPU step):
   pay here: the tuner has to find that out.
 
 For each, the grid measures every setting of the search space (``num_workers`` 0 .. 2 x the
-cores, at most 8, or 4 in short mode; ``prefetch_factor`` 1 .. 8) three times, in three
+cores, at most 8, or 4 in short mode; ``prefetch_factor`` 2 .. 8) three times, in three
 sweeps (ascending, descending, ascending), each measurement a trial as the tuner measures one
 (:func:`fastdata.tune.measure.measure`: steady state, up to ``TRIAL_S`` seconds, ended early
 once its interval is within 3%); the grid's best is the setting with the highest mean. The
@@ -63,7 +63,7 @@ DATA = list(STEP_MS)
 
 
 def search_space() -> SearchSpace:
-    """The tuner's default space on this machine (on 2 cores: 0 .. 4 workers, prefetch 1 .. 8),
+    """The tuner's default space on this machine (on 2 cores: 0 .. 4 workers, prefetch 2 .. 8),
     workers capped at 8 (4 in short mode) so that the grid stays affordable."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     default = SearchSpace.build(None, cores=cores or 1, device_used=False)

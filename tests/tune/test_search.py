@@ -199,7 +199,7 @@ def test_pin_memory_is_searched_only_when_a_device_is_used() -> None:
 def test_search_space_validation_and_defaults() -> None:
     default = SearchSpace.build(None, cores=2, device_used=False)
     assert default.num_workers == (0, 1, 2, 3, 4)
-    assert default.prefetch_factor == tuple(range(1, 9))
+    assert default.prefetch_factor == tuple(range(2, 9))  # torch's default and up
     assert default.pin_memory == (False,)
     assert SearchSpace.build(None, cores=2, device_used=True).pin_memory == (False, True)
     given_space = SearchSpace.build({"num_workers": [8, 2, 2]}, cores=2, device_used=False)

@@ -92,7 +92,8 @@ def tune(
             leaves the machine under 5% of its memory available) is stopped, and either is
             reported as refused for memory.
         search_space: values to try per setting, e.g. ``{"num_workers": [0, 2, 4, 8]}``;
-            defaults: ``num_workers`` 0 .. 2 x cores, ``prefetch_factor`` 1 .. 8,
+            defaults: ``num_workers`` 0 .. 2 x cores, ``prefetch_factor`` 2 .. 8 (torch's
+            default and up; ask for 1 here),
             ``pin_memory`` both when ``device`` is an accelerator, else False only.
         device: where the consumer moves each batch (e.g. ``"cuda"``); the transfer counts as
             data wait (the tuner waits for the copy). On CUDA with ``nvidia-ml-py``

@@ -73,7 +73,7 @@ __all__ = [
     "paired",
 ]
 
-MAX_PAIRS = 6
+MAX_PAIRS = 8
 """Pairs after which a comparison that cannot tell its settings apart ends (and says so)."""
 
 

@@ -71,7 +71,7 @@ SETTINGS: tuple[Setting, ...] = (
         "prefetch_factor",
         "integers >= 1",
         _int_at_least(1),
-        lambda cores, device: tuple(range(1, 9)),
+        lambda cores, device: tuple(range(2, 9)),
         base=2,
         rank=lambda v: v or 0,
         needs_workers=True,
@@ -120,7 +120,7 @@ class SearchSpace:
         cls, given: Mapping[str, Iterable[Any]] | None, /, *, cores: int, device_used: bool
     ) -> SearchSpace:
         """The user's space (any subset of :data:`PARAMS`) completed with the defaults:
-        ``num_workers`` 0 .. 2 x ``cores``, ``prefetch_factor`` 1 .. 8, ``pin_memory``
+        ``num_workers`` 0 .. 2 x ``cores``, ``prefetch_factor`` 2 .. 8, ``pin_memory``
         False and True when batches go to a device, else False.
 
         Raises:
