@@ -67,7 +67,7 @@ def reason(trials: list[Trial], **options: object) -> str:
     options = {"target": 0.95, "tolerance": 0.05, **options}
     rule = {k: v for k, v in options.items() if k not in ("cores",)}
     decision = decide(trials, **rule)  # type: ignore[arg-type]
-    words = {k: v for k, v in options.items() if k != "max_memory"}
+    words = {k: v for k, v in options.items() if k in ("target", "tolerance", "cores")}
     return " ".join(explain(decision, trials, **words))  # type: ignore[arg-type]
 
 
@@ -350,6 +350,15 @@ def test_unfinished_comparisons_keep_torchs_defaults_with_the_fastest_workers() 
     far += rounds(far[0], far[3], [(11.0, 31.0), (11.5, 30.0)])  # the drift, now known: ~3%
     decision = choose(far + rounds(far[2], far[3], [(28.0, 30.0)], 2))
     assert decision.chosen == 3 and not decision.fallback
+    # Every cheaper setting apart by its trial, but the drift unknown: the fastest of them is
+    # compared first, and until then torch's defaults stand.
+    probe = [trial(0, 5.0), trial(1, 10.0), trial(1, 20.0, prefetch=8)]
+    decision = choose(probe)
+    assert decision.next == 1 and decision.chosen == 1 and decision.fallback
+    assert (
+        "the comparison of the cheaper num_workers=1, prefetch_factor=2, pin_memory=False "
+        "with the fastest did not get two pairs of rounds" in reason(probe)
+    )
     # The recorded prefetch series, before any pair: prefetch 2, not 7.
     table = prefetch_table()
     assert table[choose(table).chosen].params == settings(2, 2)

@@ -26,22 +26,24 @@ default 5%):
 **Which settings are compared.** Cheapest first. A setting that paired rounds showed slower
 than *any* measured setting by more than the tolerance is slower than the fastest too (the
 fastest is at least as fast), so a later stage that finds a new fastest setting does not
-compare it again. A cheaper setting whose own trial is slower
-than the fastest's by more than the tolerance *beyond both 95% intervals*, each widened by the
-largest *drift* seen so far (how far a setting's trial was from the median of its later paired
-rounds), needs no pairs: it is slower even if every trial was measured at the machine's worst
-(or best) moment seen. The drift is known once one setting has been measured twice, so the
-first comparison is made before any setting is ruled out by its trial (with every cheaper
-setting apart, with the fastest of them).
+compare it again. A cheaper setting whose own trial is slower than the fastest's by more than
+the tolerance *beyond both 95% intervals*, each widened by the largest *drift* seen so far
+(how far a setting's trial was from the median of its later paired rounds), needs no pairs:
+it is slower even if every trial was measured at the machine's worst (or best) moment seen.
+The drift is known once one setting has been measured twice, so the first comparison is made
+before any setting is ruled out by its trial (with every cheaper setting apart, with the
+fastest of them). A paired round whose own interval has no upper bound (a relative half-width
+of 1 or more: a stall swallowed it) does not count, and its pair is measured again.
 
 **What the choice is when the comparisons are cut short.** A comparison that the budget ends
 before its verdict (fewer than two pairs, or an interval containing the line after fewer than
-:data:`MAX_PAIRS`) has not shown the cheaper setting as good, nor the fastest as better: the
-fastest setting's workers are kept with torch's defaults for the rest (``prefetch_factor=2``,
-``pin_memory`` off) when that setting was measured and not shown slower — settings above
-torch's defaults only when they measurably help —, else the fastest; the reason says the
-comparison did not finish. :attr:`Decision.next` says which comparison would come next;
-:mod:`.search` makes it while the budget lasts.
+:data:`MAX_PAIRS`) has shown nothing. The choice is then the cheapest setting whose
+comparison did finish as good; failing that, the fastest setting's workers with torch's
+defaults for the rest (``prefetch_factor=2``, ``pin_memory`` off), when that setting was
+measured and not shown slower — settings above torch's defaults only when they measurably
+help —; failing that, the fastest. The reason says which comparison did not finish.
+:attr:`Decision.next` says which comparison would come next; :mod:`.search` makes it while the
+budget lasts.
 
 Trials refused for memory (:attr:`~fastdata.tune.measure.Trial.refused`, or a peak RSS over
 ``max_memory``) and failed ones are never chosen. Pure functions of the trials, so the rule is
@@ -322,7 +324,6 @@ def explain(
     target: float,
     tolerance: float,
     cores: int | None = None,
-    max_pairs: int = MAX_PAIRS,
 ) -> list[str]:
     """Why ``decision.chosen`` was chosen, as sentences that each follow from the numbers
     (the search adds memory refusals and how it ended)."""
@@ -335,19 +336,21 @@ def explain(
     line = f"{1 - tolerance:.0%}"
     by_outcome = {v.trial: v for v in decision.verdicts}
     mine = None if decision.fallback else by_outcome.get(decision.chosen)
-    unfinished = next((v for v in decision.verdicts if v.outcome == "open"), None)
+    unfinished = decision.next  # the search ended before this comparison's verdict
     cut = ""
     if unfinished is not None:
-        rival = describe(trials[unfinished.trial].params)
+        rounds = by_outcome[unfinished].rounds if unfinished in by_outcome else None
         so_far = (
             "did not get two pairs of rounds"
-            if unfinished.rounds is None
-            else f"could not decide in the {unfinished.rounds.pairs} pairs it got "
-            f"({unfinished.rounds.ratio:.0%} of the fastest's rate, 95% CI "
-            f"{unfinished.rounds.low:.0%}-{unfinished.rounds.high:.0%}, which contains {line})"
+            if rounds is None
+            else f"could not decide in the {rounds.pairs} pairs it got ({rounds.ratio:.0%} of "
+            f"the fastest's rate, 95% CI {rounds.low:.0%}-{rounds.high:.0%}, which contains "
+            f"{line})"
         )
-        cut = f"the comparison of the cheaper {rival} with the fastest {so_far} before the "
-        cut += "search ended"
+        cut = (
+            f"the comparison of the cheaper {describe(trials[unfinished].params)} with the "
+            f"fastest {so_far} before the search ended"
+        )
     if decision.fallback:
         lines.append(
             f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}; "

@@ -432,7 +432,6 @@ def _reason(run: _Run, decision: Decision, stopped: str, cores: int | None) -> s
         target=run.target,
         tolerance=run.tolerance,
         cores=cores,
-        max_pairs=run.max_pairs,
     )
     if decision.refused:
         lines.append(describe_refused(trials, decision.refused, run.max_memory))
