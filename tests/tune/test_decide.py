@@ -206,6 +206,7 @@ def test_recorded_case_3_prefetch_above_2_only_when_the_pairs_show_it_helps() ->
     text = reason(table + pf1)
     assert "The fastest setting measured is num_workers=2, prefetch_factor=7" in text
     assert "within the 5% tolerance (the whole interval is at or above 95%)" in text
+    assert "(target 95%); its 3 paired rounds ran at a median of 6.6 batches/s." in text
     # Only when prefetch 1 and 2 are shown slower in pairs does prefetch go above 2.
     helps = table + rounds(table[2], table[fastest], [(5.9, 6.8), (6.0, 6.9), (5.8, 6.7)], 3)
     helps += rounds(table[3], table[fastest], [(6.0, 6.8), (5.9, 6.9), (5.9, 6.7)], 6)

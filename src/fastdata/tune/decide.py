@@ -329,9 +329,15 @@ def explain(
     (the search adds memory refusals and how it ended)."""
     pick, best = trials[decision.chosen], trials[decision.fastest]
     what = "GPU utilization (NVML)" if pick.gpu_util is not None else "consumer busy"
+    again = [t.throughput for t in trials if _counts(t) and t.params == pick.params]
+    rounds_seen = (
+        f"; its {len(again)} paired rounds ran at a median of {median(again):.1f} batches/s"
+        if again
+        else ""
+    )
     lines = [
         f"Chose {describe(pick.params)}: {_rate_ci(pick)}, {what} {percent(pick.utilization)} "
-        f"(target {target:.0%})."
+        f"(target {target:.0%}){rounds_seen}."
     ]
     line = f"{1 - tolerance:.0%}"
     by_outcome = {v.trial: v for v in decision.verdicts}

@@ -188,12 +188,13 @@ class Sampler:
         self.stop()
 
 
-def rss_reader(refresh_s: float = 0.5) -> Callable[[], float | None]:
+def rss_reader(refresh_s: float = 0.2) -> Callable[[], float | None]:
     """A function returning the summed RSS (bytes) of this process and its descendants.
 
     Finding the descendants scans every process on the machine (milliseconds), so the list
-    is refreshed only every ``refresh_s`` seconds; reading the memory of known processes is
-    cheap (microseconds each), so the sampler itself barely loads the consumer's core.
+    is refreshed only every ``refresh_s`` seconds (often enough that a trial's new workers
+    count within a fifth of a second, which the memory ceiling relies on); reading the memory
+    of known processes is cheap (microseconds each), so the sampler barely loads a core.
     """
     import psutil
 
