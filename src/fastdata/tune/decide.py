@@ -369,7 +369,7 @@ def explain(
         elif decision.verdicts:
             lines.append(
                 "It measured fastest, and every cheaper setting is slower by more than the "
-                f"{tolerance:.0%} tolerance:"
+                f"{tolerance:.0%} tolerance."
             )
         else:
             lines.append("It measured fastest, and no cheaper setting was measured.")
