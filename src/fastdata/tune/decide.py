@@ -349,8 +349,8 @@ def explain(
         so_far = (
             "did not get two pairs of rounds"
             if rounds is None
-            else f"could not decide in the {rounds.pairs} pairs it got ({rounds.ratio:.0%} of "
-            f"the fastest's rate, 95% CI {rounds.low:.0%}-{rounds.high:.0%}, which contains "
+            else f"could not decide in the {rounds.pairs} pairs it got ({percent(rounds.ratio)} "
+            f"of the fastest's rate, 95% CI {_interval(rounds)}, which contains "
             f"{line})"
         )
         cut = (
@@ -454,8 +454,14 @@ def describe_refused(
 def _paired_words(rounds: Paired, trial: Trial, fastest: str) -> str:
     return (
         f"In {rounds.pairs} pairs of back-to-back rounds, {describe(trial.params)} ran at "
-        f"{rounds.ratio:.0%} of the rate of {fastest} (95% CI {rounds.low:.0%}-{rounds.high:.0%})"
+        f"{percent(rounds.ratio)} of the rate of {fastest} (95% CI {_interval(rounds)})"
     )
+
+
+def _interval(rounds: Paired) -> str:
+    """The pairs' interval in percent, rounded down like the verdict's line (a bound under 95%
+    never shows as 95%)."""
+    return f"{percent(rounds.low)}-{percent(rounds.high)}"
 
 
 def _rate_ci(trial: Trial) -> str:
