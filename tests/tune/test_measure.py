@@ -199,17 +199,19 @@ class Readings:
         return self.value
 
 
-def guarded(readings: Readings, ceiling: int | None, floor: int | None = None) -> MemoryGuard:
+def guarded(
+    readings: Readings, ceiling: int | None, floor: int | None = None, clock: Any = None
+) -> MemoryGuard:
     return MemoryGuard(ceiling, floor=floor, read_rss=readings.rss,
                        read_available=lambda: readings.available,
                        processes=lambda: set(readings.processes),
-                       kill=readings.killed.append)  # fmt: skip
+                       kill=readings.killed.append, clock=clock or FakeClock())  # fmt: skip
 
 
-def test_the_guard_stops_a_trial_over_the_ceiling_and_kills_only_its_new_processes() -> None:
+def test_the_guard_stops_a_trial_over_the_ceiling_at_the_next_batch() -> None:
     readings = Readings(start=GiB, step=GiB / 4)
-    guard = guarded(readings, ceiling=2 * GiB)
     clock = FakeClock()
+    guard = guarded(readings, ceiling=2 * GiB, clock=clock)
 
     def factory(**params: Any) -> Iterator[int]:
         readings.processes |= {21, 22}  # the trial's workers
@@ -226,20 +228,40 @@ def test_the_guard_stops_a_trial_over_the_ceiling_and_kills_only_its_new_process
                     clock=clock, sample_interval=60)  # fmt: skip
     assert trial.refused == "used 2.25 GiB, over the memory ceiling of 2 GiB"
     assert not trial.ok and trial.error is None
-    assert sorted(readings.killed) == [21, 22]  # not 11 and 12: they were there before
-    assert trial.batches < 10  # stopped at once, not at the time limit
+    assert trial.batches < 10  # stopped at the next batch, not at the time limit
+    assert readings.killed == []  # stopped by itself: its workers shut down, none killed
     guard.start()
     assert guard.tripped is None  # a new trial starts afresh
 
 
-def test_the_guard_also_stops_when_the_machine_runs_low_on_memory() -> None:
+def test_a_trial_that_does_not_stop_within_the_grace_has_its_new_processes_killed() -> None:
+    readings = Readings(start=3 * GiB, step=0)
+    clock = FakeClock()
+    guard = guarded(readings, ceiling=2 * GiB, clock=clock)
+    guard.start()
+    readings.processes |= {21, 22}
+    guard.read()  # trips
+    assert guard.tripped is not None and readings.killed == []
+    clock.advance(MemoryGuard.GRACE_S)  # no batch came: a worker is stuck making one
+    guard.read()
+    assert readings.killed == [21, 22]  # not 11 and 12: they were there before the trial
+    assert guard.stop()  # the trial learns its workers were killed
+
+
+def test_the_guard_kills_at_once_when_the_machine_runs_low_on_memory() -> None:
     readings = Readings(start=GiB, step=0, available=GiB / 2)
     guard = guarded(readings, ceiling=None, floor=GiB)
     guard.start()
+    readings.processes |= {21}
     guard.read()
     assert guard.tripped == (
         "the machine's available memory fell to 512 MiB, under the floor of 1 GiB"
     )
+    assert readings.killed == [21]
+    stopped = guarded(Readings(start=GiB, step=0), ceiling=GiB // 2)
+    stopped.start()
+    stopped.read()
+    assert not stopped.stop()  # stopped by itself before the grace: nothing killed
 
 
 def test_a_loader_error_after_the_guard_tripped_is_a_refusal_not_a_failure() -> None:
@@ -268,22 +290,38 @@ class Leaky(torch.utils.data.IterableDataset):
             yield torch.zeros(1)
 
 
+class Hoarder(torch.utils.data.IterableDataset):
+    """A worker stuck making its first batch, taking 64 MiB more every 50 ms meanwhile."""
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        kept = []
+        while True:
+            kept.append(torch.ones(16 * 2**20))
+            time.sleep(0.05)
+        yield torch.zeros(1)  # never reached
+
+
 @pytest.mark.slow
-def test_a_real_worker_that_leaks_is_killed_before_it_passes_the_ceiling_by_much() -> None:
+@pytest.mark.parametrize("dataset", [Leaky, Hoarder])
+def test_a_real_worker_over_the_ceiling_is_stopped_and_gone(dataset: type) -> None:
+    """A worker that leaks stops at the next batch (its workers shut down); one stuck making a
+    batch is killed after the grace period. Either way the trial is refused, no error
+    escapes (torch's "worker killed" included), and no worker is left."""
     ceiling = int(psutil.Process().memory_info().rss + 1.5 * GiB)
-    guard = MemoryGuard(ceiling)
     trial = measure(
-        lambda **p: torch.utils.data.DataLoader(Leaky(), batch_size=None, **p),
+        lambda **p: torch.utils.data.DataLoader(dataset(), batch_size=None, **p),
         {"num_workers": 1, "prefetch_factor": 2},
         step=None,
         time_limit=120,
-        guard=guard,
+        rel_ci=0.0,  # no early end: the trial runs until the guard stops it
+        guard=MemoryGuard(ceiling),
         sample_interval=0.01,
     )
     assert trial.refused is not None and "over the memory ceiling" in trial.refused
     assert trial.peak_rss < ceiling + 2 * GiB  # stopped within a few samples of the ceiling
     assert trial.seconds < 60
     assert psutil.Process().children(recursive=True) == []  # the worker is gone
+    time.sleep(0.2)  # a late SIGCHLD would raise here, in the test, if it were not handled
 
 
 def test_the_default_ceiling_is_a_share_of_the_available_memory() -> None:

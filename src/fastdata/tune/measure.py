@@ -221,12 +221,15 @@ class MemoryGuard:
     """Keeps each trial under a memory ceiling, so that no trial swaps or meets the OOM killer.
 
     :func:`measure` reads the memory through :meth:`read` (every sample of its background
-    thread). Once the summed RSS of this process and its descendants passes ``ceiling``, or
-    the machine's available memory falls below ``floor`` (other programs use memory too),
-    the guard *trips*: it records why in :attr:`tripped` and kills the processes started since
-    :meth:`start` (the trial's workers), which makes the loader fail at once, and
-    :func:`measure` ends the trial as refused. Without workers the main process cannot be
-    stopped mid-batch: the trial ends after the batch in progress.
+    thread). Once the summed RSS of this process and its descendants passes ``ceiling``, the
+    guard *trips*: it records why in :attr:`tripped`, and :func:`measure` ends the trial after
+    the batch in progress, shutting its workers down (a worker makes at most
+    ``prefetch_factor`` batches ahead, so stopping the requests stops the growth) and
+    reporting it refused. When the trial has not stopped :data:`GRACE_S` seconds after the
+    trip (a worker stuck making one huge batch), or at once when the machine's available
+    memory falls below ``floor`` (other programs use memory too), the guard kills the
+    processes started since :meth:`start` (the trial's workers), which makes the loader fail.
+    A trial without workers cannot be stopped mid-batch: it ends after the batch in progress.
 
     Args:
         ceiling: bytes of summed RSS a trial may reach (None: no ceiling).
@@ -235,7 +238,11 @@ class MemoryGuard:
         read_available: the machine's available memory (default psutil's).
         processes: the process ids of this process's descendants (default psutil's).
         kill: kills one process id (default ``SIGKILL``).
+        clock: the time source of the grace period.
     """
+
+    GRACE_S = 0.5
+    """Seconds a tripped trial has to stop by itself before its workers are killed."""
 
     def __init__(
         self,
@@ -246,40 +253,64 @@ class MemoryGuard:
         read_available: Callable[[], float] | None = None,
         processes: Callable[[], set[int]] | None = None,
         kill: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ceiling, self.floor = ceiling, floor
         self._read_rss = read_rss if read_rss is not None else rss_reader()
         self._read_available = read_available or _available_memory
         self._processes = processes or _descendants
         self._kill = kill or _kill
+        self._clock = clock
+        self._lock = threading.Lock()
         self._before: set[int] = set()
+        self._tripped_at = 0.0
+        self._stopped = False
         self.tripped: str | None = None
+        self.killed: list[int] = []
 
     def start(self) -> None:
         """A new trial: forget the last one's trip and note the processes already running."""
-        self.tripped = None
-        self._before = self._processes()
+        with self._lock:
+            self.tripped, self.killed, self._stopped = None, [], False
+            self._before = self._processes()
+
+    def stop(self) -> bool:
+        """The trial stops by itself (no kill from now on); whether the guard already killed
+        its workers (the loader then fails, and its error is the guard's doing)."""
+        with self._lock:
+            self._stopped = True
+            return bool(self.killed)
 
     def read(self) -> float | None:
-        """The summed RSS; trips the guard (once) when a limit is passed."""
+        """The summed RSS; trips the guard (once) when a limit is passed, and kills the
+        trial's workers when it must (see the class docstring)."""
         from fastdata.tune.report import format_size
 
         rss = self._read_rss()
-        if self.tripped is not None or rss is None:
-            return rss
-        if self.ceiling is not None and rss > self.ceiling:
-            self._trip(f"used {format_size(rss)}, over the memory ceiling of "
-                       f"{format_size(self.ceiling)}")  # fmt: skip
-        elif self.floor is not None and (available := self._read_available()) < self.floor:
-            self._trip(f"the machine's available memory fell to {format_size(available)}, "
-                       f"under the floor of {format_size(self.floor)}")  # fmt: skip
+        low = self.floor is not None and (available := self._read_available()) < self.floor
+        with self._lock:
+            if self.tripped is None and self.ceiling is not None and (rss or 0) > self.ceiling:
+                self.tripped = (
+                    f"used {format_size(rss or 0)}, over the memory ceiling of "
+                    f"{format_size(self.ceiling)}"
+                )
+                self._tripped_at = self._clock()
+            if self.tripped is None and low:
+                self.tripped = (
+                    f"the machine's available memory fell to {format_size(available)}, under "
+                    f"the floor of {format_size(self.floor or 0)}"
+                )
+                self._tripped_at = self._clock()
+            late = self.tripped is not None and self._clock() - self._tripped_at >= self.GRACE_S
+            if (low or late) and self.tripped is not None and not self._stopped:
+                self._kill_new()
         return rss
 
-    def _trip(self, why: str) -> None:
-        self.tripped = why
-        for pid in self._processes() - self._before:
+    def _kill_new(self) -> None:
+        for pid in sorted(self._processes() - self._before - set(self.killed)):
             with contextlib.suppress(OSError):
                 self._kill(pid)
+                self.killed.append(pid)
 
 
 def _available_memory() -> float:
@@ -447,9 +478,12 @@ def measure(
                             stats.add(t2 - t0)
                             if gpu_sampler is not None and not gpu_sampler.running:
                                 gpu_sampler.start()
-                        if (guard is not None and guard.tripped) or _trial_done(
-                            stats, t2, deadline, hard_deadline, rel_ci, min_blocks
-                        ):
+                        if guard is not None and guard.tripped:
+                            if guard.stop():  # killed: let the loader raise it here, caught
+                                _drain(iterator)
+                            done = True
+                            break
+                        if _trial_done(stats, t2, deadline, hard_deadline, rel_ci, min_blocks):
                             done = True
                             break
                     del iterator  # a multi-process iterator shuts its workers down
@@ -482,6 +516,17 @@ def measure(
         seconds=clock() - start,
         refused=None if guard is None else guard.tripped,
     )
+
+
+def _drain(iterator: Iterator[Any], seconds: float = 10.0) -> None:
+    """Consume ``iterator`` until it ends or raises, for at most ``seconds``: a loader whose
+    workers were killed raises that here (torch notices within 5 s), rather than later
+    wherever the main thread happens to be."""
+    end = time.monotonic() + seconds
+    with contextlib.suppress(Exception):
+        for _ in iterator:
+            if time.monotonic() > end:
+                return
 
 
 def _trial_done(
