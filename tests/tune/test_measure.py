@@ -308,6 +308,7 @@ def test_a_real_worker_over_the_ceiling_is_stopped_and_gone(dataset: type) -> No
     batch is killed after the grace period. Either way the trial is refused, no error
     escapes (torch's "worker killed" included), and no worker is left."""
     ceiling = int(psutil.Process().memory_info().rss + 1.5 * GiB)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. a test server
     trial = measure(
         lambda **p: torch.utils.data.DataLoader(dataset(), batch_size=None, **p),
         {"num_workers": 1, "prefetch_factor": 2},
@@ -320,7 +321,8 @@ def test_a_real_worker_over_the_ceiling_is_stopped_and_gone(dataset: type) -> No
     assert trial.refused is not None and "over the memory ceiling" in trial.refused
     assert trial.peak_rss < ceiling + 2 * GiB  # stopped within a few samples of the ceiling
     assert trial.seconds < 60
-    assert psutil.Process().children(recursive=True) == []  # the worker is gone
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before  # the worker is gone
     time.sleep(0.2)  # a late SIGCHLD would raise here, in the test, if it were not handled
 
 
