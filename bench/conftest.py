@@ -124,6 +124,24 @@ def describe_images(encoded: Iterable[bytes]) -> dict[str, float]:
     }
 
 
+def demo_stream(root: Any, images: int, *, samples: int, batch_size: int = 32) -> Any:
+    """The ``fastdata tune`` demo pipeline over ``images`` ImageNet-like JPEGs written to
+    ``root`` (``synthetic.make_images``, 8 classes, seed 0), listed over and over to
+    ``samples`` per pass: 224 px random-resized crops with flips, in batches of 32."""
+    import math
+
+    from fastdata import ImageStream
+    from fastdata.synthetic import make_images
+
+    paths = make_images(root, images, classes=8, seed=0)
+    repeat = math.ceil(samples / len(paths))
+    classes = sorted({p.parent.name for p in paths})
+    labels = [classes.index(p.parent.name) for p in paths]
+    return ImageStream.from_files(paths * repeat, labels * repeat, size=224,
+                                  crop="random-resized", flip=True,
+                                  batch_size=batch_size)  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def bench_mode() -> str:
     return MODE

@@ -14,11 +14,20 @@ The pipeline is decode-bound, so the ratio is what choosing ``num_workers`` by m
 (rather than keeping the default) buys on this machine; it grows with the core count. OpenCV
 keeps its default thread pool in this module: the baseline decodes in the main process as a
 default loader would.
+
+- ``tune-stability``: ``fastdata tune`` run 5 times in a row on the same data, as a user runs
+  it (the command line, its default 30 ms step, ``--budget-s`` 60, 40 in short mode): on the
+  demo (``--demo --data DIR``: 256 ImageNet-like JPEGs, written by the first run and reused)
+  and on a folder of 300 photo-like JPEGs in 10 classes (``synthetic.make_images``, seed 1:
+  shorter side 300-500 px, ~0.55 bytes per pixel; their measured properties are in
+  ``extra_info["data"]``). At least 4 of the 5 runs must choose the same setting (asserted:
+  the answer's stability, not a speed). The record's time is the five runs'.
 """
 
 from __future__ import annotations
 
-import math
+import json
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -27,11 +36,12 @@ import pytest
 import torch
 
 from fastdata import DataLoader, ImageStream
+from fastdata.cli import main
 from fastdata.config import LoaderConfig
 from fastdata.synthetic import make_images
 from fastdata.tune import SimulatedStep, tune
 
-from conftest import measure, scaled
+from conftest import demo_stream, describe_images, measure, scaled
 
 STEP_MS = 20
 BATCH = 32
@@ -43,18 +53,7 @@ def stream(tmp_path_factory: pytest.TempPathFactory) -> ImageStream:
     """The demo stream: distinct images listed several times over, for a realistic pass
     (``IMAGES`` images)."""
     root: Path = tmp_path_factory.mktemp("tune-images")
-    paths = make_images(root, scaled(64, 256), classes=8, seed=0)
-    repeat = math.ceil(IMAGES / len(paths))
-    classes = sorted({p.parent.name for p in paths})
-    labels = [classes.index(p.parent.name) for p in paths]
-    return ImageStream.from_files(
-        paths * repeat,
-        labels * repeat,
-        size=224,
-        crop="random-resized",
-        flip=True,
-        batch_size=BATCH,
-    )
+    return demo_stream(root, scaled(64, 256), samples=IMAGES, batch_size=BATCH)
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +100,47 @@ def test_tune_images_default_loader(benchmark: Any, stream: ImageStream) -> None
         unit="images",
     )
     assert images == IMAGES
+
+
+RUNS = 5
+STABILITY_BUDGET_S = scaled(40, 60)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 photo-like JPEGs in 10 classes, as a user's folder of photos."""
+    root: Path = tmp_path_factory.mktemp("photos")
+    make_images(root, 300, classes=10, seed=1)
+    return root
+
+
+@pytest.mark.benchmark(group="tune-stability")
+@pytest.mark.parametrize("data", ["demo", "photos"])
+def test_five_runs_choose_the_same_setting(
+    benchmark: Any, data: str, photos: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "demo" if data == "demo" else photos
+    source = ["--demo", "--data", str(folder)] if data == "demo" else ["--data", str(folder)]
+    choices: list[dict[str, Any]] = []
+
+    def five_runs() -> None:
+        for run in range(RUNS):
+            out = tmp_path / f"run-{run}.json"
+            argv = ["tune", *source, "--budget-s", str(STABILITY_BUDGET_S), "--quiet"]
+            assert main([*argv, "--out", str(out)]) == 0
+            choices.append(LoaderConfig.load(out).to_dict())
+
+    benchmark.pedantic(five_runs, rounds=1, iterations=1)
+    counts = Counter(json.dumps(c, sort_keys=True) for c in choices)
+    agree = counts.most_common(1)[0][1]
+    images = sorted(folder.rglob("*.jpg"))
+    benchmark.extra_info.update(
+        {
+            "choices": choices,
+            "agree": agree,
+            "runs": RUNS,
+            "budget_s": STABILITY_BUDGET_S,
+            "data": {"name": data, **describe_images(p.read_bytes() for p in images)},
+        }
+    )
+    assert agree >= RUNS - 1, f"{agree} of {RUNS} runs agree: {choices}"

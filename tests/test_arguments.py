@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fastdata as fd
+from fastdata.loader._arguments import as_is
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +95,10 @@ def test_loader_extras(data: Path) -> None:
 def test_a_streams_batches_are_handed_over_as_they_are(data: Path) -> None:
     stream = fd.ParquetStream(data / "pq", columns=["id", "tokens"], batch_size=10)
     loader = fd.DataLoader(stream, batch_size=None)
-    assert loader.collate_fn is fd.loader.as_is  # no per-element default_convert walk
+    assert loader.collate_fn is as_is  # no per-element default_convert walk
     assert isinstance(next(iter(loader))["tokens"], fd.Ragged)
     rows = fd.DataLoader(fd.ParquetStream(data / "pq", columns=["id"]), batch_size=None)
-    assert rows.collate_fn is not fd.loader.as_is  # rows: torch's conversion, as torch
+    assert rows.collate_fn is not as_is  # rows: torch's conversion, as torch
 
 
 @pytest.mark.parametrize(

@@ -567,7 +567,11 @@ def test_origin_changes_neither_order_nor_resume(parquet_dir: Path) -> None:
     it = iter(first)
     head = [next(it) for _ in range(5)]
     state = first.state_dict()
-    assert state == _state_after(loader(False), 5)
+    other = _state_after(loader(False), 5)
+    run_specific = ("rng", "base_seed")  # the process's generators and the workers' seed
+    assert {k: v for k, v in state.items() if k not in run_specific} == {
+        k: v for k, v in other.items() if k not in run_specific
+    }
     resumed = loader(True)
     resumed.load_state_dict(state)
     rest = list(resumed)

@@ -22,11 +22,14 @@ def test_a_log_gets_one_line_per_trial_and_no_status_line() -> None:
     with Progress(60, stream=log) as progress:
         progress(Trial(params=settings(2), throughput=20.0, rel_ci=0.05, busy=0.6, seconds=4.0))
         progress(Trial(params=settings(4), error="RuntimeError('killed')", seconds=1.0))
+        progress(Trial(params=settings(8), refused="used 9 GiB, over the memory ceiling"))
     assert log.getvalue().splitlines() == [
         "  trial 1: num_workers=2, prefetch_factor=2, pin_memory=False -> 20.0 batches/s "
         "(95% CI 19.0-21.1), busy 60% (4.0 s)",
         "  trial 2: num_workers=4, prefetch_factor=2, pin_memory=False -> failed: "
         "RuntimeError('killed') (1.0 s)",
+        "  trial 3: num_workers=8, prefetch_factor=2, pin_memory=False -> refused for memory: "
+        "used 9 GiB, over the memory ceiling (0.0 s)",
     ]
     assert "\r" not in log.getvalue()
 

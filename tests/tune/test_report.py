@@ -54,3 +54,54 @@ def test_tune_result_json_round_trip_and_report(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match=r"other.json: not a fastdata tune result"):
         TuneResult.load(tmp_path / "other.json")
+
+
+def test_the_report_shows_what_was_measured_on_and_how_to_apply_the_answer(
+    tmp_path: Path,
+) -> None:
+    trials = (
+        Trial(params=settings(0), throughput=5.0, rel_ci=0.03, peak_rss=GiB),
+        Trial(params=settings(2), throughput=12.0, rel_ci=0.04, peak_rss=2 * GiB),
+        Trial(params=settings(8), refused="not started: predicted 9 GiB, over the ceiling"),
+    )
+    result = TuneResult(
+        trials=trials,
+        chosen=1,
+        config=LoaderConfig(num_workers=2, prefetch_factor=2),
+        reason="because",
+        cores=2,
+        data="demo images (256 JPEGs x 16 per pass)",
+        machine={"usable_cores": 2, "memory_total": 16 * GiB},
+        noise={"median_ci": 0.035, "drift": 0.12, "load_average": [1.5, 2.25]},
+        max_memory_from="8 GiB (max_memory)",
+    )
+    lines = result.report().splitlines()
+    assert lines[1:4] == [
+        "data: demo images (256 JPEGs x 16 per pass)",
+        "memory ceiling: 8 GiB (max_memory)",
+        "noise: trials' 95% intervals +-4% (median); a setting's trial and its paired rounds "
+        "differed by up to 12%; load average 1.5 -> 2.2 on 2 core(s)",
+    ]
+    assert "refused: not started: predicted 9 GiB, over the ceiling" in lines[8]
+    assert result.how_to_apply().splitlines() == [
+        "apply it:",
+        "  fastdata.DataLoader(dataset, ..., num_workers=2, prefetch_factor=2, pin_memory=False)",
+        "  (torch.utils.data.DataLoader takes the same keyword arguments)",
+    ]
+    assert result.how_to_apply(tmp_path / "t.json").splitlines()[-1] == (
+        f"  fastdata.DataLoader(dataset, ..., config={str(tmp_path / 't.json')!r})"
+    )
+    assert TuneResult.load(result.save(tmp_path / "t.json")) == result
+
+
+def test_a_result_file_of_version_1_still_loads(tmp_path: Path) -> None:
+    import json
+
+    old = TuneResult(trials=(Trial(params=settings(1), throughput=3.0),), chosen=0,
+                     config=LoaderConfig(num_workers=1), reason="r").to_dict()  # fmt: skip
+    for key in ("data", "machine", "noise", "max_memory_from"):
+        del old[key]
+    old["version"] = 1
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    loaded = TuneResult.load(tmp_path / "v1.json")
+    assert loaded.config == LoaderConfig(num_workers=1) and loaded.data == ""

@@ -16,7 +16,9 @@ from fakes import FakeClock, GiB, settings
 
 
 class Surface:
-    """A synthetic response surface: trials computed from formulas, on a fake clock."""
+    """A synthetic response surface: trials computed from formulas, on a fake clock. The rate
+    is capped at the consumer's pace, 1 / ``step_s`` (no loader feeds a step faster than it
+    runs), and the busy fraction is rate x ``step_s``."""
 
     def __init__(
         self,
@@ -37,11 +39,11 @@ class Surface:
         # A trial uses its share of the budget, or ``cost_s`` whatever its share (a loader
         # whose first batch alone outlasts the share).
         self.clock.advance(time_limit if self.cost_s is None else self.cost_s)
-        rate = self.rate(params)
+        rate = min(self.rate(params), 1 / self.step_s)
         return Trial(
             params=params,
             throughput=rate,
-            busy=min(rate * self.step_s, 1.0),
+            busy=rate * self.step_s,
             peak_rss=int(self.memory(params)),
             batches=100,
             rel_ci=self.ci,
@@ -67,75 +69,74 @@ def saturating(params: dict[str, Any]) -> float:
     return 8.0 if w == 0 else min(10.0 * w, 45.0)
 
 
-def test_search_finds_the_fewest_workers_on_a_plateau_in_far_fewer_trials_than_a_grid() -> None:
-    surface = Surface(saturating)  # consumer ceiling 50/s: busy <= 90% < target
+def key(params: dict[str, Any]) -> tuple[int, int | None]:
+    return (params["num_workers"], params["prefetch_factor"])
+
+
+def pairs(outcome: Any) -> list[tuple[tuple[int, int | None], ...]]:
+    """The settings of each pair of paired rounds, in the order measured."""
+    by_pair: dict[int, list[tuple[int, int | None]]] = {}
+    for t in outcome.trials:
+        if t.pair is not None:
+            by_pair.setdefault(t.pair, []).append(key(t.params))
+    return [tuple(v) for _, v in sorted(by_pair.items())]
+
+
+def test_search_finds_the_cheapest_point_of_a_plateau_in_far_fewer_trials_than_a_grid() -> None:
+    surface = Surface(saturating)  # consumer pace 50/s: busy <= 90% < target
     outcome = surface.search(space())
     chosen = outcome.trials[outcome.chosen]
-    assert chosen.params["num_workers"] == 5  # the cheapest point of the 45/s plateau
+    assert chosen.params == settings(5, 1)  # the cheapest point of the 45/s plateau
     assert outcome.stopped == "complete"
-    grid = 17 * 8
     searched = [t.params for t in outcome.trials if t.pair is None]
-    assert len(searched) <= 20 < grid
+    assert len(searched) <= 20 < 17 * 8
     assert len({tuple(p.values()) for p in searched}) == len(searched)  # no repeats
-    paired = [t.params["num_workers"] for t in outcome.trials if t.pair is not None]
-    fastest = max((t for t in outcome.trials if t.pair is None), key=lambda t: t.throughput)
-    assert sorted(paired) == [4] * 3 + [fastest.params["num_workers"]] * 3  # rival, fastest
-    assert "fewest workers" in outcome.reason and "None reached the target" in outcome.reason
+    # Paired rounds: 5 workers, then 5 workers with prefetch 1, each against the fastest
+    # (8 workers, measured first at 45/s), back to back in alternating order.
+    assert pairs(outcome) == [((5, 2), (8, 2)), ((8, 2), (5, 2)),
+                              ((5, 1), (8, 2)), ((8, 2), (5, 1))]  # fmt: skip
+    assert "The fastest setting measured is num_workers=8, prefetch_factor=2" in outcome.reason
+    assert "No setting reached the 95% target" in outcome.reason
+    assert "4 cheaper setting(s) measured slower than the fastest" in outcome.reason
 
 
-def test_reason_does_not_deny_a_target_reached_by_a_costlier_trial() -> None:
-    """2 workers: 46/s (busy 92%); 3 workers: 48/s (busy 96%, the target) is within the 5%
-    tolerance, so 2 workers are chosen, and the reason says the target was reached."""
-    rates = {0: 8.0, 1: 30.0, 2: 46.0}
-    outcome = Surface(lambda p: rates.get(p["num_workers"], 48.0)).search(space())
-    chosen = outcome.trials[outcome.chosen]
-    assert chosen.params["num_workers"] == 2 and chosen.busy < 0.95
-    assert any(t.busy >= 0.95 for t in outcome.trials)
-    assert "None reached the target" not in outcome.reason
-    assert "trial(s) reached the target" in outcome.reason
-
-
-def test_search_finds_a_peak_and_stays_within_tolerance_of_it() -> None:
-    def peaked(params: dict[str, Any]) -> float:  # best at 11 workers, falling off both sides
-        return 100.0 - 4.0 * abs(params["num_workers"] - 11)
-
-    outcome = Surface(peaked, step_s=0.001).search(space(24), tolerance=0.02)
-    chosen = outcome.trials[outcome.chosen]
-    assert chosen.throughput >= 0.98 * 100.0
-    assert chosen.params["num_workers"] == 11
-
-
-def test_search_stops_early_at_the_target_with_the_fewest_workers_reaching_it() -> None:
+def test_search_stops_climbing_at_the_target_and_tries_only_cheaper_values_after() -> None:
     surface = Surface(lambda p: 8.0 if p["num_workers"] == 0 else 16.0 * p["num_workers"])
     outcome = surface.search(space(), target=0.95)  # 0.95 / 0.02 s = 47.5/s: 3 workers
     chosen = outcome.trials[outcome.chosen]
     assert outcome.stopped == "target"
-    assert chosen.params == settings(3)
-    assert chosen.busy >= 0.95
-    assert [p["num_workers"] for p in surface.calls] == [0, 1, 2, 4, 3]  # no prefetch stage
-    assert "Stopped early" in outcome.reason
+    assert chosen.params == settings(3, 1) and chosen.busy >= 0.95
+    screened = [key(t.params) for t in outcome.trials if t.pair is None]
+    assert screened == [(0, None), (1, 2), (2, 2), (4, 2), (3, 2), (3, 1)]  # no costlier
+    assert "screening ended at the first setting that reached the target" in outcome.reason
 
 
-def test_search_respects_max_memory() -> None:
+def test_search_refuses_settings_over_max_memory_before_starting_them() -> None:
     surface = Surface(lambda p: 10.0 * p["num_workers"] + 1, step_s=0.001)
     outcome = surface.search(space(), max_memory=3 * GiB)  # 1 GiB + 0.5 GiB per worker
     chosen = outcome.trials[outcome.chosen]
-    assert chosen.params["num_workers"] == 4
-    assert chosen.peak_rss <= 3 * GiB
-    assert max(p["num_workers"] for p in surface.calls) <= 8  # stopped climbing at 8
-    assert "over max_memory=3 GiB excluded" in outcome.reason
+    assert chosen.params["num_workers"] == 4 and chosen.peak_rss <= 3 * GiB
+    assert max(p["num_workers"] for p in surface.calls) == 4  # 5 and up never started
+    refused = [t for t in outcome.trials if t.refused is not None]
+    assert refused and all(t.params["num_workers"] > 4 for t in refused)
+    assert "refused for memory: num_workers=8" in outcome.reason
+    assert "not started: predicted 5 GiB, over the memory ceiling of 3 GiB" in outcome.reason
 
 
-def test_when_nothing_fits_max_memory_the_least_memory_is_chosen_and_said() -> None:
-    outcome = Surface(saturating).search(space(4), max_memory=GiB // 2)
-    assert outcome.trials[outcome.chosen].params["num_workers"] == 0
-    assert "No trial stayed within max_memory=512 MiB" in outcome.reason
+def test_a_trial_over_the_ceiling_is_refused_and_nothing_fitting_is_an_error() -> None:
+    # Memory grows faster than the trials with 0 and 1 worker predict (1.5 GiB for 2).
+    leaky = Surface(saturating, memory=lambda p: GiB * (1, 1.25, 5, 7, 9)[p["num_workers"]])
+    outcome = leaky.search(space(4), max_memory=4 * GiB)
+    over = [t for t in outcome.trials if t.params["num_workers"] == 2 and t.pair is None]
+    assert over[0].refused == "peak 5 GiB, over the memory ceiling of 4 GiB"
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 1
+    with pytest.raises(TuneError, match=r"num_workers=0.* refused for memory .*raise max_memory"):
+        Surface(saturating).search(space(4), max_memory=GiB // 2)
 
 
 def test_search_stops_when_the_budget_is_used() -> None:
     shares = Surface(saturating)
     outcome = shares.search(space(), budget_s=35)
-    assert outcome.stopped == "complete"
     assert shares.clock.now - 100.0 <= 35 + 1e-9  # trials that keep to their share fit
     overrunning = Surface(saturating, cost_s=10.0)
     outcome = overrunning.search(space(), budget_s=35)
@@ -198,7 +199,7 @@ def test_pin_memory_is_searched_only_when_a_device_is_used() -> None:
 def test_search_space_validation_and_defaults() -> None:
     default = SearchSpace.build(None, cores=2, device_used=False)
     assert default.num_workers == (0, 1, 2, 3, 4)
-    assert default.prefetch_factor == tuple(range(1, 9))
+    assert default.prefetch_factor == tuple(range(2, 9))  # torch's default and up
     assert default.pin_memory == (False,)
     assert SearchSpace.build(None, cores=2, device_used=True).pin_memory == (False, True)
     given_space = SearchSpace.build({"num_workers": [8, 2, 2]}, cores=2, device_used=False)
@@ -212,87 +213,47 @@ def test_search_space_validation_and_defaults() -> None:
         SearchSpace.build({"prefetch_factor": []}, cores=2, device_used=False)
 
 
+def test_the_grid_is_every_setting_of_the_space_cheapest_first() -> None:
+    from fastdata.tune.space import cost
+
+    small = SearchSpace.build({"num_workers": [0, 1, 2], "prefetch_factor": [1, 2, 4]},
+                              cores=2, device_used=True)  # fmt: skip
+    grid = small.grid()
+    assert len(grid) == 2 + 2 * 3 * 2  # no workers: pinning only; with workers: 3 x 2 more
+    assert grid[:3] == [settings(0), settings(0, pin=True), settings(1, 1)]
+    assert grid == sorted(grid, key=cost) and len({tuple(g.values()) for g in grid}) == len(grid)
+    assert small.base(2) == settings(2) and small.base(0) == settings(0)
+    odd = SearchSpace.build({"prefetch_factor": [3, 5]}, cores=1, device_used=False)
+    assert odd.base(1) == settings(1, 3)  # torch's 2 left out: the nearest, cheaper on a tie
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_noisy_measurements_of_a_plateau_choose_the_same_setting_every_time(seed: int) -> None:
-    """Each measurement is off by up to 2% (the noise of a shared machine) with a 3% interval:
-    whichever trial happens to measure fastest, the choice is the cheapest setting that cannot
-    be told apart from it: 5 workers (4 are slower beyond the noise, as the paired rounds of 4
-    against the fastest confirm) and prefetch_factor 1."""
+    """Each measurement, paired rounds included, is off by up to 2% with a 3% interval:
+    whichever trial happens to measure fastest, the choice is the cheapest setting the pairs
+    cannot tell apart from it: 5 workers with prefetch_factor 1 (4 workers are 11% slower)."""
     rng = random.Random(seed)
     surface = Surface(lambda p: saturating(p) * rng.uniform(0.98, 1.02), ci=0.03)
-    outcome = surface.search(space(8), tolerance=0.0)
-    assert outcome.trials[outcome.chosen].params == settings(5, 1)
-    assert "num_workers=4, prefetch_factor=2, pin_memory=False ran at" in outcome.reason
-    assert "slower by more than the 0% tolerance" in outcome.reason
+    outcome = surface.search(space(8))
+    assert outcome.trials[outcome.chosen].params == settings(5, 1), outcome.reason
 
 
 def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evidence() -> None:
     io_bound = Surface(lambda p: 8.0 + 6.0 * p["num_workers"], step_s=0.001)  # waits, no CPU
     outcome = io_bound.search(space(16), cores=2)
-    chosen = outcome.trials[outcome.chosen]
-    assert chosen.params["num_workers"] == 16
-    assert "more workers than the 2 usable core(s)" in outcome.reason
-    assert "for the fastest trial with at most 2 workers (num_workers=2," in outcome.reason
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 16
+    assert "more workers than the 2 usable core(s): every setting cheaper" in outcome.reason
     cpu_bound = Surface(lambda p: min(8.0 + 6.0 * p["num_workers"], 20.0) * (1 + 0.001 *
                         p["num_workers"]), step_s=0.001, ci=0.03)  # fmt: skip
     outcome = cpu_bound.search(space(16), cores=2)
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
-    assert "not worth the oversubscription" in outcome.reason
+    assert "more workers than" not in outcome.reason
 
 
-def test_leftover_budget_pairs_the_rival_with_the_fastest_and_the_pairs_decide() -> None:
-    """2 workers measure 25/s once (a quiet moment), then 21/s: the plateau is really 20-21.
-    Trials take 1 s of a 100 s budget, so the search ends with paired rounds of 1 worker (the
-    rival) and 2 (the fastest): 20 against 21 in every pair, within the 5% tolerance."""
-    seen: dict[int, int] = {}
-
-    def drifting(p: dict[str, Any]) -> float:
-        w = p["num_workers"]
-        seen[w] = seen.get(w, 0) + 1
-        if w == 2:
-            return 25.0 if seen[w] == 1 else 21.0
-        return {0: 8.0, 1: 20.0}.get(w, 19.0)
-
-    surface = Surface(drifting, cost_s=1.0, ci=0.02)
-    outcome = surface.search(space(4, prefetch=1), tolerance=0.05)
-    paired = [(t.pair, t.params["num_workers"]) for t in outcome.trials if t.pair is not None]
-    assert paired == [(0, 1), (0, 2), (1, 2), (1, 1), (2, 1), (2, 2)]  # alternating order
-    assert outcome.trials[outcome.chosen].params["num_workers"] == 1
-    assert "In 3 pairs of back-to-back rounds, num_workers=1" in outcome.reason
-    strict = Surface(drifting, cost_s=1.0, ci=0.02)
-    seen.clear()
-    outcome = strict.search(space(4, prefetch=1), tolerance=0.0)  # 95% is slower: 2 workers
-    assert outcome.trials[outcome.chosen].params["num_workers"] == 2
-
-
-def test_more_workers_than_cores_from_one_bad_moment_are_taken_back_by_the_pairs() -> None:
-    """2 cores; 2 workers are measured once while another job runs (16/s), then at 24/s, as
-    fast as 3 and 4 within the 5% tolerance: the search first justifies 3 workers beyond the
-    intervals, the paired rounds of 2 (the next fewer workers) against the fastest take that
-    back."""
-    seen: dict[int, int] = {}
-
-    def spiky(p: dict[str, Any]) -> float:
-        w = p["num_workers"]
-        seen[w] = seen.get(w, 0) + 1
-        if w == 2 and seen[w] == 1:
-            return 16.0
-        return {0: 8.0, 1: 15.0, 2: 24.0}.get(w, 25.0)
-
-    outcome = Surface(spiky, cost_s=1.0, ci=0.02).search(space(4, prefetch=1), cores=2,
-                                                          tolerance=0.05)  # fmt: skip
-    first = [t for t in outcome.trials if t.pair is None]
-    assert any(t.params["num_workers"] == 2 and t.throughput == 16.0 for t in first)
-    assert any(t.params["num_workers"] == 3 for t in first)
-    paired = {t.params["num_workers"] for t in outcome.trials if t.pair is not None}
-    assert 2 in paired
-    assert outcome.trials[outcome.chosen].params["num_workers"] == 2
-    assert "In 3 pairs of back-to-back rounds, num_workers=2" in outcome.reason
-
-
-def test_a_choice_past_the_cores_is_paired_with_the_fastest_within_them() -> None:
-    """2 cores; 4 workers measure 28/s once, 2 workers 24/s; in pairs they run alike: the
-    choice falls back within the cores."""
+def test_a_setting_measured_at_a_lucky_moment_is_taken_back_by_the_pairs() -> None:
+    """4 workers measure 28/s once (a quiet moment), then 24.5; 2 workers 24: every cheaper
+    trial is apart from the lucky one, but the drift is unknown, so the fastest of them is
+    compared first, and the pairs put 2 workers within the tolerance of 4."""
     seen: dict[int, int] = {}
 
     def lucky(p: dict[str, Any]) -> float:
@@ -303,6 +264,20 @@ def test_a_choice_past_the_cores_is_paired_with_the_fastest_within_them() -> Non
         return {0: 10.0, 1: 17.0, 2: 24.0, 3: 19.0}.get(w, 24.5)
 
     outcome = Surface(lucky, cost_s=1.0, ci=0.03).search(space(4, prefetch=1), cores=2)
-    paired = {t.params["num_workers"] for t in outcome.trials if t.pair is not None}
-    assert paired == {2, 4}  # not 3: it is past the cores as well
+    assert pairs(outcome)[:2] == [((2, 1), (4, 1)), ((4, 1), (2, 1))]
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
+    assert "In 2 pairs of back-to-back rounds, num_workers=2" in outcome.reason
+    assert "the 14% drift seen between a trial and the paired rounds" in outcome.reason
+
+
+def test_memory_is_predicted_from_the_growth_per_worker() -> None:
+    from fastdata.tune.search import _Run
+
+    run = _Run(lambda p, t: Trial(params=p), budget_s=10, planned=5, target=0.95, tolerance=0.05,
+               max_memory=None, max_pairs=6, clock=FakeClock(), on_trial=None)  # fmt: skip
+    run.trials = [Trial(params=settings(0), peak_rss=GiB)]
+    assert run.predicted_rss(settings(4)) is None  # one worker count: no growth known
+    run.trials += [Trial(params=settings(1), peak_rss=2 * GiB),
+                   Trial(params=settings(2), peak_rss=int(2.5 * GiB))]  # fmt: skip
+    assert run.predicted_rss(settings(4)) == pytest.approx(4.5 * GiB)  # 2.5 + 2 x 1 GiB
+    assert run.predicted_rss(settings(1)) == 2 * GiB  # measured

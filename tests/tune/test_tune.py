@@ -177,3 +177,29 @@ def test_tune_end_to_end_on_an_image_stream(tiny_images: Path, tmp_path: Path) -
         stream, batch_size=None, **LoaderConfig.load(tmp_path / "t.json").to_dict()
     )
     assert sum(len(labels) for _, labels in loader) == 48
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_target_is_checked_against_the_gpus_utilization() -> None:
+    """A GPU step (matrix products), batches moved to the device. With
+    nvidia-ml-py installed every completed trial has NVML's utilization, and that is what
+    ``Trial.utilization`` (the target's measure) is; without it, the busy fraction."""
+    import importlib.util
+
+    weights = torch.randn(2048, 2048, device="cuda")
+
+    def gpu_step(batch: torch.Tensor) -> None:
+        for _ in range(4):
+            (weights @ weights).sum()
+
+    data = torch.utils.data.TensorDataset(torch.randn(4096, 64))
+    result = tune(data, loader_kwargs={"batch_size": 64}, step=gpu_step, budget_s=10,
+                  device="cuda", search_space={"num_workers": [0, 1]})  # fmt: skip
+    assert result.device is not None and result.device.startswith("cuda")
+    assert result.machine["gpu"] == torch.cuda.get_device_name()
+    for trial in (t for t in result.trials if t.ok):
+        if importlib.util.find_spec("pynvml") is not None:
+            assert trial.gpu_util is not None and trial.utilization == trial.gpu_util
+        else:
+            assert trial.gpu_util is None and trial.utilization == trial.busy

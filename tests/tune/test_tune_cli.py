@@ -12,6 +12,7 @@ import pytest
 
 from fastdata.cli import main
 from fastdata.config import LoaderConfig
+from fastdata.synthetic import make_images
 from fastdata.tune import TuneResult
 
 LOADERS = """
@@ -61,7 +62,8 @@ def exits(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         (["--device", "gpu"], "error: --device='gpu': not a device"),
         (["--data", "x", "--parquet", "y"], "not allowed with argument"),
         (["--demo", "--parquet", "y"], "error: --demo goes with --data DIR or alone"),
-        (["--data", "no/such/dir"], "error: --data 'no/such/dir': no such folder; pass --demo"),
+        (["--max-memory", "150%"], "error: --max-memory '150%': expected a share"),
+        (["--data", "no/such/dir"], "error: --data 'no/such/dir': no such folder; `fastdata tune"),
         (["--factory", "no_colon"], "error: --factory 'no_colon': expected MODULE:FUNCTION"),
         (["--factory", "no_such_module:f"], "cannot import no_such_module"),
     ],
@@ -78,18 +80,38 @@ def test_bad_tune_arguments_are_one_error_line_and_status_2(
     assert err.startswith("usage: fastdata tune")
 
 
-def test_data_without_images_is_an_error_unless_demo_is_asked_for(
+def test_data_hints_never_suggest_writing_into_the_path_given(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    make_images(tmp_path / "photos", 2, classes=1, min_short=32, max_short=40)
     (tmp_path / "empty").mkdir()
-    status, err = exits(capsys, "tune", "--data", str(tmp_path / "empty"))
-    assert status == 2 and "holds no images in DIR/<class>/<image>; pass --demo" in err
-    assert not list((tmp_path / "empty").iterdir())  # nothing written
+    make_images(tmp_path / "flat", 2, classes=1, min_short=32, max_short=40)
+    for image in (tmp_path / "flat").rglob("*.jpg"):
+        image.rename(tmp_path / "flat" / image.name)
+    cases = {
+        "photso": f"no such folder; did you mean {str(tmp_path / 'photos')!r}? `fastdata tune` "
+        "without --data tunes on the demo images (`--demo --data NEW_DIR` keeps them",
+        "empty": "holds no images in DIR/<class>/<image>; `fastdata tune` without --data",
+        "flat": "its 2 image(s) lie directly in it, but --data takes an ImageFolder tree",
+    }
+    for name, message in cases.items():
+        status, err = exits(capsys, "tune", "--data", str(tmp_path / name))
+        assert status == 2 and message in " ".join(err.split()), err
+        assert f"--demo --data {tmp_path / name}" not in err  # never writes into a typo
+    assert not (tmp_path / "photso").exists() and not list((tmp_path / "empty").iterdir())
 
 
 def test_tune_and_bench_help_show_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
     for command, shown in [
-        ("tune", ["--budget-s", "(default: 60.0)", "(default: 0.95)", "(default: no limit)"]),
+        (
+            "tune",
+            [
+                "--budget-s",
+                "(default: 60.0)",
+                "(default: 0.95)",
+                "(default: what the tuning uses plus 80% of the memory available",
+            ],
+        ),
         ("bench", ["(default: 5)", "(default: 30.0)", "(default: tune first"]),
     ]:
         with pytest.raises(SystemExit) as exited:
@@ -109,7 +131,18 @@ def test_a_user_factory_is_tuned_and_a_failing_loader_reported(
     out, err = capsys.readouterr()
     assert "chosen: num_workers=0" in out
     assert err == ""  # --quiet: no progress
+    assert out.rstrip().splitlines()[-4:] == [  # the run ends with how to apply the answer
+        "apply it:",
+        "  fastdata.DataLoader(dataset, ..., num_workers=0, pin_memory=False)",
+        "  (torch.utils.data.DataLoader takes the same keyword arguments)",
+        "  fastdata.DataLoader(dataset, ..., config='out.json')",
+    ]
     assert LoaderConfig.load(tmp_path / "out.json") == LoaderConfig()
+    result = TuneResult.load(tmp_path / "out.json")
+    assert result.data == f"loaders from {loaders}:good"
+    assert result.machine["usable_cores"] >= 1 and result.machine["memory_total"] > 0
+    assert set(result.noise) == {"median_ci", "drift", "load_average"}
+    assert "in use plus 80% of the " in result.max_memory_from
     assert main(["tune", "--factory", f"{loaders}:broken", "--budget-s", "2"]) == 1
     err = capsys.readouterr().err
     assert "fastdata tune: error: the loader failed with num_workers=0" in err
@@ -126,6 +159,7 @@ def test_a_factory_without_arguments_is_rebuilt_with_each_setting(
     assert status == 0
     out, err = capsys.readouterr()
     assert "chosen: num_workers=0" in out
+    assert out.rstrip().endswith("(torch.utils.data.DataLoader takes the same keyword arguments)")
     assert "trial 1: num_workers=0, prefetch_factor=None, pin_memory=False ->" in err  # no TTY
 
 
@@ -158,7 +192,8 @@ def test_the_demo_is_tuned_in_a_fresh_process_and_writes_config_and_plot(tmp_pat
     config = LoaderConfig.load(tmp_path / "tuned.json")
     assert config.num_workers in (0, 1)
     result = TuneResult.load(tmp_path / "tuned.json")
-    assert "demo images (32 JPEGs" in result.extra["source"]
+    assert "demo images (32 images in 8 classes x 128 per pass)" in result.data
+    assert "config='tuned.json'" in done.stdout.splitlines()[-1]
     assert (tmp_path / "tuned.png").stat().st_size > 1000
 
 
@@ -176,3 +211,5 @@ def test_demo_with_data_writes_the_images_there_and_reuses_them(
     assert "writing" not in capsys.readouterr().err
     mine = ["--data", "imgs", "--budget-s", "2", "--max-workers", "0", "--batch-size", "4"]
     assert main(["tune", *mine]) == 0  # the images are now there: a folder of one's own
+    out = capsys.readouterr().out  # a small folder is listed over and over for a long pass
+    assert "data: 'imgs' (16 images in 8 classes x 256 per pass), 224 px" in out

@@ -169,7 +169,7 @@ class Indices:
     def __len__(self) -> int:
         base = self.batch_sampler if self.batch_sampler is not None else self.sampler
         plan = self.plan
-        return max(len(base) - (plan.tasks if plan else 0), 0)
+        return max(len(base) - (plan.tasks + len(plan.done) if plan else 0), 0)
 
     def __iter__(self) -> Iterator[Any]:
         # The sampler's iterator is made now, as torch makes it (an error in its __iter__
@@ -184,11 +184,17 @@ class Indices:
             self.iterator = iter(self._base())
         elif replay:
             self.start = plan.start
-            with _restored(self.generators, plan.start["iter"]):  # type: ignore[index]
+            with _restored(self.generators, plan.start["iter"], keep=False):  # type: ignore[index]
                 self.iterator = iter(self._base())
         else:
             self._load(plan.states or {})
-            self.iterator = iter(self._base())
+            start = (plan.start or {}).get("iter")
+            with (
+                contextlib.nullcontext()
+                if start is None
+                else _restored(self.generators, start, keep=False)
+            ):
+                self.iterator = iter(self._base())
             if (plan.states or {}).get("iterator"):
                 self.iterator.load_state_dict(decode(plan.states["iterator"]))  # type: ignore[index]
         return self._epoch(plan, replay)
@@ -202,7 +208,7 @@ class Indices:
         context: Any = contextlib.nullcontext()
         drawn = plan.start.get("draw") if replay else None  # type: ignore[union-attr]
         if drawn is not None:  # (None: saved before the first draw, which comes as it would)
-            context = _restored(self.generators, drawn)
+            context = _restored(self.generators, drawn, keep=True)
         with context:
             skip = units if replay else 0
             if len(list(itertools.islice(self.iterator, skip))) < skip:
@@ -255,13 +261,19 @@ def _randomness(generators: list[torch.Generator]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _restored(generators: list[torch.Generator], saved: dict[str, Any]) -> Iterator[None]:
-    """``generators`` and the global generators at ``saved`` (their states once the block
-    ends are the sampler's: an uninterrupted run's at that point); the global generators
-    are as they were before the block after it."""
+def _restored(
+    generators: list[torch.Generator], saved: dict[str, Any], *, keep: bool
+) -> Iterator[None]:
+    """``generators`` and the global generators at ``saved`` inside the block. After it the
+    global generators are as they were before (the loaded state's), and so are
+    ``generators`` unless ``keep`` (the sampler's first draws: what they leave is an
+    uninterrupted run's state at that point)."""
+    before = save_generators(generators)
     restore_generators(generators, saved["generators"])
     with _rng.using(saved["rng"]):
         yield
+    if not keep:
+        restore_generators(generators, before)
 
 
 def _without(

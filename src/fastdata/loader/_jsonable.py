@@ -48,7 +48,7 @@ def encode(value: Any, where: str = "state") -> Any:
         array = value.detach().cpu().contiguous()
         raw = array.reshape(-1).view(torch.uint8).numpy().tobytes()
         return {TAG: "tensor", **_array(raw, str(value.dtype).removeprefix("torch."), value.shape)}
-    if isinstance(value, np.ndarray) and value.dtype != object:
+    if isinstance(value, np.ndarray) and value.dtype != object and value.dtype.fields is None:
         raw = np.ascontiguousarray(value).tobytes()
         return {TAG: "ndarray", **_array(raw, value.dtype.str, value.shape)}
     raise ResumeError(
@@ -76,8 +76,8 @@ def decode(value: Any) -> Any:
     if kind == "tuple":
         return tuple(decode(v) for v in value["items"])
     if kind == "bytes":
-        return base64.b64decode(value["data"])
-    raw = base64.b64decode(value["data"])
+        return base64.b64decode(value["data"], validate=True)
+    raw = base64.b64decode(value["data"], validate=True)
     if kind == "ndarray":
         return np.frombuffer(raw, dtype=np.dtype(value["dtype"])).reshape(value["shape"]).copy()
     if kind == "tensor":

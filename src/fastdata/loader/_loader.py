@@ -155,6 +155,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         record = self._new_record(plan, readers)
         iterator: Any = self._iterator
         if iterator is not None and plan is None:  # persistent workers: a new epoch
+            record.base_seed = iterator._fd.record.base_seed  # their seed stays
             iterator._fd.record = record
         self._fd_next = record
         with opencv_single_threaded_fork(self):

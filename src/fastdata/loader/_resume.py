@@ -111,7 +111,6 @@ def make_state(
         "epoch_done": epoch_done,
         "batches": 0 if record is None or epoch_done else record.batches,
         "num_workers": layout.num_workers,
-        "persistent_workers": layout.persistent,
         "rng": rng,
         "generators": generators,
         # the seed of workers that go on (a new epoch's fresh workers draw their own)
@@ -122,7 +121,12 @@ def make_state(
     if stream is not None:  # a stream's position is its own (see fastdata.loader._streams)
         state.update(stream)
         return state
-    state.update(sampler=dict(layout.sampler), next_worker=0, workers=[])
+    state.update(
+        persistent_workers=layout.persistent,
+        sampler=dict(layout.sampler),
+        next_worker=0,
+        workers=[],
+    )
     if record is None:
         return state
     # Between epochs, workers that live on (persistent ones, or the main process) keep their
@@ -193,7 +197,12 @@ def plan(state: Any, layout: Layout) -> Plan:
     generators = check_generators(state.get("generators"), "generators")
     _rng.check(state.get("rng"))
     saved_workers = require_int(state, "num_workers", maximum=_MAX_WORKERS)
-    _flag(state, "persistent_workers")
+    persistent = layout.kind != "stream" and _flag(state, "persistent_workers")
+    if layout.kind != "stream" and persistent != layout.persistent:
+        raise ResumeError(
+            f"cannot resume: the state's persistent_workers={persistent} but this loader has "
+            f"persistent_workers={layout.persistent}; build it with the saved value"
+        )
     if layout.kind != "stream" and len(generators) != layout.generators:
         raise ResumeError(
             f"cannot resume: the state has {len(generators)} generator(s), this loader's "
@@ -201,9 +210,15 @@ def plan(state: Any, layout: Layout) -> Plan:
             "state was saved (the same sampler, the same generator=)"
         )
     seed = state["base_seed"]
-    if seed is not None and not (is_int(seed) and -(2**63) <= seed < 2**63):
+    if seed is not None and not (is_int(seed) and 0 <= seed < 2**63):  # as torch draws it
         raise ResumeError(f"cannot resume: the state's base_seed={short(seed)} is corrupt")
-    if epoch_done and seed is not None and not (state["persistent_workers"] and saved_workers):
+    if not epoch_done and require_int(state, "batches") > 0 and seed is None:
+        raise ResumeError(
+            "cannot resume: the state is within an epoch but holds no workers' seed "
+            "(base_seed=None); the state is corrupt"
+        )
+    keeps = persistent or (layout.kind == "stream" and saved_workers > 0)
+    if epoch_done and seed is not None and not (keeps and saved_workers):
         raise ResumeError(
             "cannot resume: the state keeps a workers' seed between epochs without persistent "
             "workers; the state is corrupt"
@@ -237,7 +252,18 @@ def plan(state: Any, layout: Layout) -> Plan:
     if epoch_done:  # the next epoch starts from where each worker ended, with nothing to skip
         workers = {w: _next_epoch(p) for w, p in workers.items()}
         reports, first = [], 0
-    indices = None if epoch_done or layout.kind != "map" else _index_plan(sampler, layout.stateful)
+    indices = (
+        None
+        if epoch_done or layout.kind != "map"
+        else _index_plan(sampler, layout.stateful, layout.generators)
+    )
+    if indices is not None and (
+        indices.tasks > indices.units if layout.unit_items else indices.tasks != indices.units
+    ):
+        raise ResumeError(
+            f"cannot resume: the state's sampler tasks={indices.tasks} do not fit its "
+            f"units={indices.units}; the state is corrupt"
+        )
     if indices is not None and workers and layout.unit_items:
         delivered = sum(p.items for p in workers.values())
         if delivered != indices.units + sum(n for _, n in indices.done):
@@ -304,11 +330,14 @@ def _check_sampler(state: Mapping[str, Any], layout: Layout) -> dict[str, Any]:
     return sampler
 
 
-def _index_plan(sampler: Mapping[str, Any], stateful: tuple[str, ...]) -> IndexPlan | None:
+def _index_plan(
+    sampler: Mapping[str, Any], stateful: tuple[str, ...], generators: int
+) -> IndexPlan | None:
     start = sampler.get("start")
     states = sampler.get("states")
-    if start is None and states is None and not sampler.get("tasks"):
-        return None  # saved before the sampler's first draw: the epoch starts as it would
+    fresh = not sampler.get("tasks") and not sampler.get("units")
+    if states is None and fresh and (start is None or stateful):
+        return None  # saved before the sampler's first batch: the epoch starts as it would
     if start is None and states is None:
         raise ResumeError(
             "cannot resume: the state's sampler has neither its first-draw randomness nor its "
@@ -331,7 +360,12 @@ def _index_plan(sampler: Mapping[str, Any], stateful: tuple[str, ...]) -> IndexP
                     )
                 continue
             at = require_mapping(start[moment], f"sampler start {moment}")
-            check_generators(at.get("generators"), f"sampler start {moment} generators")
+            found = check_generators(at.get("generators"), f"sampler start {moment} generators")
+            if len(found) != generators:
+                raise ResumeError(
+                    f"cannot resume: the state's sampler start {moment} holds {len(found)} "
+                    f"generator state(s) where the loader has {generators}; it is corrupt"
+                )
             _rng.check(at.get("rng"))
     if states is not None:
         states = dict(require_mapping(states, "sampler states"))
@@ -452,7 +486,6 @@ _TOP = (
     "epoch_done",
     "batches",
     "num_workers",
-    "persistent_workers",
     "rng",
     "generators",
     "base_seed",
@@ -473,7 +506,7 @@ def _decodable(value: Any, where: str) -> None:
     """Raise a ResumeError if a stored user state cannot be read back."""
     try:
         decode(value)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, ResumeError) as exc:
         raise ResumeError(
             f"cannot resume: the state's {where} cannot be read back ({exc}); the state is corrupt"
         ) from None

@@ -66,7 +66,12 @@ def _parse(state: Any) -> tuple[Any, Any, torch.Tensor]:
             raise ValueError("a state of the wrong size")
         python = (version, tuple(int(w) for w in words), gauss)
         numpy = (name, key, pos, has_gauss, cached)
-    except (KeyError, TypeError, ValueError) as exc:
+        # each generator's own checks, on scratch generators: a state that passes here
+        # restores without a failure half-way
+        random.Random().setstate(python)
+        np.random.RandomState().set_state(numpy)
+        torch.Generator().set_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise ResumeError(
             f"cannot resume: the state's random generator states are malformed ({exc}); is the "
             "state corrupt?"

@@ -2,9 +2,10 @@
 
 Guessing ``num_workers`` fails both ways: too few and the GPU waits for data, too many and
 workers fight over cores and memory (32 workers can be slower than 4). :func:`tune` builds
-candidate loaders, measures how busy they keep the consumer (:mod:`.measure`), searches the
-settings coarse to fine (:mod:`.search`) and returns a :class:`TuneResult` (:mod:`.report`)
-whose config ``fastdata.DataLoader(config=...)`` accepts.
+candidate loaders, measures how busy they keep the consumer (:mod:`.measure`), screens the
+settings coarse to fine and compares the cheap ones with the fastest in paired rounds
+(:mod:`.search`, :mod:`.decide`), and returns a :class:`TuneResult` (:mod:`.report`) whose
+config ``fastdata.DataLoader(config=...)`` accepts.
 
 Importing this package is cheap (standard library only); torch and psutil load when
 :func:`tune` runs.
@@ -12,15 +13,18 @@ Importing this package is cheap (standard library only); torch and psutil load w
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from statistics import median
 from typing import Any
 
 from fastdata.config import LoaderConfig
-from fastdata.tune.measure import Trial, measure, nvml_for_device
-from fastdata.tune.report import TuneResult, parse_size
-from fastdata.tune.search import PARAMS, SearchSpace, TuneError, search
+from fastdata.tune.measure import MemoryGuard, Trial, measure, nvml_for_device
+from fastdata.tune.report import TuneResult
+from fastdata.tune.search import TuneError, search
+from fastdata.tune.space import PARAMS, SearchSpace
 
 __all__ = ["LoaderConfig", "SimulatedStep", "Trial", "TuneError", "TuneResult", "tune"]
 
@@ -62,6 +66,7 @@ def tune(
     loader_kwargs: Mapping[str, Any] | None = None,
     tolerance: float = 0.05,
     on_trial: Callable[[Trial], None] | None = None,
+    data: str | None = None,
 ) -> TuneResult:
     """Measure candidate loaders and choose the cheapest that keeps the consumer busy.
 
@@ -77,44 +82,54 @@ def tune(
             With neither, the consumer does nothing and the tuner maximizes raw throughput
             (the busy fraction is then ~0 and the target is never reached).
         budget_s: seconds for all measurements together.
-        target_utilization: the consumer busy fraction, step / (step + data wait), at which
-            the search stops: the consumer is kept busy, fewer workers are cheaper.
-        max_memory: a ceiling on the peak RSS of the main process plus workers, in bytes or
-            as a string like ``"8GiB"``; configurations above it are not chosen.
+        target_utilization: the consumer's utilization at which screening stops (costlier
+            settings cannot feed it more): its busy fraction, step / (step + data wait), or
+            on CUDA the GPU utilization NVML measures where ``nvidia-ml-py`` is installed.
+        max_memory: a ceiling on the summed RSS of the main process plus workers, in bytes,
+            as a string like ``"8GiB"``, or as a share of the available memory like
+            ``"50%"``; default: what this process uses plus 80% of the memory available at
+            the start. A trial that would pass it is not started, one that passes it (or
+            leaves the machine under 5% of its memory available) is stopped, and either is
+            reported as refused for memory.
         search_space: values to try per setting, e.g. ``{"num_workers": [0, 2, 4, 8]}``;
-            defaults: ``num_workers`` 0 .. 2 x cores, ``prefetch_factor`` 1 .. 8,
+            defaults: ``num_workers`` 0 .. 2 x cores, ``prefetch_factor`` 2 .. 8 (torch's
+            default and up; ask for 1 here),
             ``pin_memory`` both when ``device`` is an accelerator, else False only.
         device: where the consumer moves each batch (e.g. ``"cuda"``); the transfer counts as
             data wait (the tuner waits for the copy). On CUDA with ``nvidia-ml-py``
             installed, GPU utilization is sampled during each trial's steady state.
         loader_kwargs: with a dataset, the other DataLoader arguments (``batch_size``, ...).
-        tolerance: throughputs within this fraction of the fastest count as equally good,
-            even where their 95% intervals do not overlap (see :mod:`.decide`).
+        tolerance: a cheaper setting whose paired comparison with the fastest puts it
+            within this fraction of it counts as equally good (see :mod:`.decide`).
         on_trial: called with each :class:`Trial` as it completes (for progress output).
+        data: what the loaders read, in words, for the result file (default: the dataset's
+            or the factory's name).
 
     Returns:
-        Every trial, the chosen :class:`LoaderConfig` and the reason. The choice is the
-        cheapest setting (fewest workers, then smallest prefetch_factor, then pin_memory off)
-        among those the measurements cannot tell apart from the fastest; more workers than
-        the usable cores only when measured faster beyond the intervals, and the reason then
-        names both measurements (:mod:`.decide`). Ctrl-C during the search returns the best
-        so far (``result.stopped == "interrupted"``).
+        Every trial, the chosen :class:`LoaderConfig`, the reason, and the machine, data and
+        noise the answer was measured with. The choice is the cheapest setting (fewest
+        workers, then smallest prefetch_factor, then pin_memory off) that a paired
+        comparison with the fastest setting measured cannot tell apart from it within
+        ``tolerance`` (:mod:`.decide`). Ctrl-C during the search returns the best so far
+        (``result.stopped == "interrupted"``).
 
     Raises:
         ValueError, TypeError: invalid arguments (the message lists valid values).
         RuntimeError: ``device`` names an accelerator this machine does not have.
-        TuneError: the loader failed on the first configuration measured.
+        TuneError: the loader failed on the first configuration measured, or no setting
+            fits in the memory ceiling.
     """
     import torch
 
     from fastdata._validate import check_device, check_number
+    from fastdata.tune import machine
 
     consumer = _consumer_step(step, step_ms)
     check_number("budget_s", budget_s, minimum=0, exclusive_minimum=True)
     check_number("target_utilization", target_utilization, minimum=0, maximum=1,
                  exclusive_minimum=True)  # fmt: skip
     check_number("tolerance", tolerance, minimum=0, maximum=0.99)
-    memory_limit = None if max_memory is None else parse_size(max_memory)
+    memory_limit, memory_from = machine.ceiling(max_memory)
     factory = _as_factory(loader_factory, loader_kwargs, torch)
     dev = check_device("device", device)
     cores = _usable_cores()
@@ -124,6 +139,8 @@ def tune(
     sync = _cuda_sync(dev) if dev is not None and dev.type == "cuda" else None
     transfer = None if dev is None else _Transfer(dev, sync)
     gpu = nvml_for_device(dev)
+    guard = MemoryGuard(memory_limit, floor=machine.floor())
+    facts = machine.describe(cores, dev)
 
     def evaluate(params: dict[str, Any], time_limit: float) -> Trial:
         per_round = max(params["num_workers"], 1)
@@ -137,6 +154,7 @@ def tune(
             transfer=transfer,
             sync=sync,
             gpu=gpu,
+            guard=guard,
         )
 
     start = time.monotonic()
@@ -155,6 +173,12 @@ def tune(
         if gpu is not None:
             gpu.close()
     chosen = outcome.trials[outcome.chosen].params
+    intervals = [t.rel_ci for t in outcome.trials if t.ok and t.pair is None]
+    noise = {
+        "median_ci": median(intervals) if intervals and not math.isinf(median(intervals)) else None,
+        "drift": outcome.drift,
+        "load_average": [facts["load_average"], machine.load_average()],
+    }
     return TuneResult(
         trials=tuple(outcome.trials),
         chosen=outcome.chosen,
@@ -170,6 +194,10 @@ def tune(
         device=None if dev is None else str(dev),
         cores=cores,
         elapsed_s=time.monotonic() - start,
+        data=data if data is not None else _describe_data(loader_factory),
+        machine=facts,
+        noise=noise,
+        max_memory_from=memory_from,
     )
 
 
@@ -189,6 +217,12 @@ def _describe_step(step: Callable[[Any], Any] | None, step_ms: float | None) -> 
     if step is not None:
         return f"step {getattr(step, '__qualname__', None) or type(step).__name__}"
     return "no step"
+
+
+def _describe_data(obj: Any) -> str:
+    """The dataset's type, or the loader factory's name, for the result file."""
+    name = getattr(obj, "__qualname__", None)
+    return f"loaders from {name}" if name else f"a {type(obj).__name__}"
 
 
 def _as_factory(

@@ -7,10 +7,10 @@ load when a command runs, so ``fastdata --help`` stays instant.
 Without a data argument ``fastdata tune`` tunes the built-in demo: a few hundred
 deterministic ImageNet-like JPEGs (written to a temporary folder, or with ``--demo --data
 DIR`` to DIR, kept for the next run), decoded with random-resized crops to 224 px and flips
-in batches of 32 — a decode-bound pipeline, so ``num_workers`` matters. The demo lists its
-images several times per epoch (4,096 samples a pass, the size of a small real dataset's
-epoch) so that each trial measures a steady state rather than workers restarting every few
-batches; a folder of your images is used as it is.
+in batches of 32 — a decode-bound pipeline, so ``num_workers`` matters. ``--data DIR`` does
+the same with your ImageFolder tree. A folder of fewer than :data:`PASS` images is listed
+several times per pass (4,096 samples, the size of a small real dataset's epoch) so that
+each trial measures a steady state rather than workers restarting every few batches.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 
 from fastdata._cli import HelpFormatter, check, fail, import_function, say
 
-DEMO_PASS = 4096
-"""Samples per pass of the demo stream: its images are listed this many times over."""
+PASS = 4096
+"""The fewest samples per pass of the image streams: a smaller folder is listed several times
+over."""
 WORKER_TIMEOUT_S = 60
 """Seconds a worker of the built-in pipelines may take for one batch before the trial fails."""
 _POSITIVE = {"minimum": 0, "exclusive_minimum": True}
@@ -86,7 +87,11 @@ def _add_tune(subparsers: Any) -> None:
         "--target", type=float, default=0.95, help="consumer busy fraction that is good enough"
     )
     parser.add_argument(
-        "--max-memory", metavar="SIZE", help="peak RSS ceiling, e.g. 8GiB (default: no limit)"
+        "--max-memory",
+        metavar="SIZE",
+        help="memory ceiling of a trial (summed RSS of the process and its workers): a size "
+        "like 8GiB or a share of the available memory like 50%% (default: what the tuning "
+        "uses plus 80%% of the memory available at the start); a setting over it is refused",
     )
     parser.add_argument(
         "--max-workers",
@@ -179,6 +184,7 @@ def run_tune(args: argparse.Namespace) -> int:
                     search_space=space,
                     device=args.device,
                     on_trial=progress,
+                    data=source,
                 )
     except TuneError as exc:
         return fail("tune", str(exc), 1)
@@ -186,17 +192,15 @@ def run_tune(args: argparse.Namespace) -> int:
         return fail("tune", str(exc), 2)
     except KeyboardInterrupt:
         return fail("tune", "interrupted before any configuration was measured", 130)
-    from dataclasses import replace
-
-    result = replace(result, extra={"source": source})
     print(result.report())
+    print()
     if args.out is not None:
-        result.save(args.out)
-        print(f"\nsaved to {args.out}: fastdata.DataLoader(dataset, config={args.out!r})")
+        print(f"saved to {result.save(args.out)}")
     if args.plot is not None:
         from fastdata.tune.plot import plot
 
         print(f"plot: {plot(result, args.plot)}")
+    print(result.how_to_apply(args.out))
     return 0
 
 
@@ -271,35 +275,74 @@ def _check_tune(args: argparse.Namespace) -> None:
     args.max_workers = check(parser, "check_int", "--max-workers", args.max_workers, minimum=0,
                              none="unset for 2 x the cores")  # fmt: skip
     if args.max_memory is not None:
-        args.max_memory = check(parser, _parse_size, "--max-memory", args.max_memory)
+        args.max_memory = check(parser, _parse_memory, "--max-memory", args.max_memory)
     check(parser, "check_device", "--device", args.device)
     if args.demo and (args.parquet is not None or args.factory is not None):
         parser.error("--demo goes with --data DIR or alone, not with --parquet or --factory")
     if args.data is not None and not args.demo:
-        root = Path(args.data)
-        if not root.is_dir():
-            parser.error(
-                f"--data {args.data!r}: no such folder; pass --demo as well to write the demo "
-                "images there"
-            )
-        if not _image_files(root):
-            parser.error(
-                f"--data {args.data!r} holds no images in DIR/<class>/<image>; pass --demo as "
-                "well to write the demo images there"
-            )
+        problem = _folder_problem(Path(args.data))
+        if problem is not None:
+            parser.error(f"--data {args.data!r}: {problem}")
     if args.plot is not None and not _has_matplotlib():
         parser.error("--plot needs matplotlib: pip install 'fastdata[plot]'")
     if args.factory is not None:
         args.factory_function = import_function(parser, "--factory", args.factory)
 
 
-def _parse_size(option: str, text: str) -> int:
+def _parse_memory(option: str, text: str) -> int | str:
+    """``--max-memory``: bytes for a size, the text itself for a share (``"50%"``, turned into
+    bytes when the tuning starts)."""
+    from fastdata.tune.machine import share
     from fastdata.tune.report import parse_size
 
     try:
+        if text.strip().endswith("%"):
+            share(text)
+            return text
         return parse_size(text)
     except ValueError as exc:
         raise ValueError(f"{option} {exc}") from None
+
+
+_DEMO_HINT = (
+    "`fastdata tune` without --data tunes on the demo images (`--demo --data NEW_DIR` keeps "
+    "them in a new folder)"
+)
+
+
+def _folder_problem(root: Path) -> str | None:
+    """What keeps ``root`` from being an ImageFolder tree to tune on, with a hint that never
+    proposes writing into ``root`` (a mistyped path would get the demo images); None if it is
+    one."""
+    if not root.exists():
+        near = _near_names(root)
+        hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
+        return f"no such folder; {hint}{_DEMO_HINT}"
+    if not root.is_dir():
+        return "a file, not a folder; --data takes an ImageFolder tree DIR/<class>/<image>"
+    if _image_files(root):
+        return None
+    from fastdata.sources.images import IMG_EXTENSIONS
+
+    flat = [p for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMG_EXTENSIONS]
+    if flat:
+        return (
+            f"its {len(flat)} image(s) lie directly in it, but --data takes an ImageFolder "
+            "tree DIR/<class>/<image>: move them into a subfolder (one per class)"
+        )
+    return f"holds no images in DIR/<class>/<image>; {_DEMO_HINT}"
+
+
+def _near_names(path: Path) -> list[str]:
+    """Existing paths whose name is close to ``path``'s (a typo), beside it."""
+    import difflib
+
+    parent = path.parent if path.parent.is_dir() else None
+    if parent is None or not path.name:
+        return []
+    names = [p.name for p in parent.iterdir() if p.is_dir()]
+    near = difflib.get_close_matches(path.name, names, n=2, cutoff=0.6)
+    return [str(parent / name) for name in near]
 
 
 def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
@@ -316,20 +359,20 @@ def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
         options["batch_size"] = args.batch_size
         transform = f"{args.size} px random-resized crops + flips, batches of {args.batch_size}"
         root = Path(args.data) if args.data is not None else scratch
-        if args.data is None or args.demo:
-            paths = _image_files(root)
-            if not paths:
-                if not args.quiet:
-                    say(f"writing {args.demo_images} demo images to {root}")
-                paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
-            repeat = math.ceil(DEMO_PASS / len(paths))
-            classes = sorted({p.parent.name for p in paths})
-            labels = [classes.index(p.parent.name) for p in paths]
-            stream = fastdata.ImageStream.from_files(paths * repeat, labels * repeat, **options)
-            described = f"demo images ({len(paths)} JPEGs x {repeat} per pass), {transform}"
-        else:
-            stream = fastdata.ImageStream.from_folder(root, **options)
-            described = f"ImageStream.from_folder({str(root)!r}), {transform}"
+        paths = _image_files(root)
+        demo = args.data is None or args.demo
+        if demo and not paths:
+            if not args.quiet:
+                say(f"writing {args.demo_images} demo images to {root}")
+            paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
+        repeat = math.ceil(PASS / len(paths))
+        # ImageFolder's labels: the sorted class folders, the first level under the root.
+        folders = [p.relative_to(root).parts[0] for p in paths]
+        classes = sorted(set(folders))
+        labels = [classes.index(f) for f in folders]
+        stream = fastdata.ImageStream.from_files(paths * repeat, labels * repeat, **options)
+        listed = f"{len(paths)} images in {len(classes)} classes x {repeat} per pass"
+        described = f"{'demo images' if demo else repr(str(root))} ({listed}), {transform}"
 
     def factory(**params: Any) -> Any:
         # A worker that hangs then fails its trial instead of stalling the whole command.

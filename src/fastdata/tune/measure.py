@@ -22,9 +22,13 @@ is discarded, not counted as steady).
 Memory: the peak resident set size of the main process plus all its descendants (the
 workers), sampled by a background thread. RSS counts pages shared between processes (forked
 workers share the parent's pages copy-on-write) once per process, so it overstates the true
-total: a safe upper bound for ``max_memory``. GPU utilization: NVML's utilization rate (the
+total: a safe upper bound for ``max_memory``. With a :class:`MemoryGuard` the same samples
+keep the trial under a ceiling: past it (or when the machine's available memory runs low) the
+guard kills the processes the trial started and the trial ends *refused*, before the machine
+swaps or the OOM killer picks a victim. GPU utilization: NVML's utilization rate (the
 fraction of time a kernel was running), sampled in a background thread during the steady
-state, only on CUDA devices with ``nvidia-ml-py`` installed.
+state, only on CUDA devices with ``nvidia-ml-py`` installed; where it is measured it is the
+trial's :attr:`Trial.utilization` (else the consumer's busy fraction).
 """
 
 from __future__ import annotations
@@ -39,7 +43,16 @@ from dataclasses import asdict, dataclass
 from statistics import fmean
 from typing import Any
 
-__all__ = ["NvmlUtilization", "Sampler", "Trial", "measure", "open_nvml", "rss_reader", "t95"]
+__all__ = [
+    "MemoryGuard",
+    "NvmlUtilization",
+    "Sampler",
+    "Trial",
+    "measure",
+    "open_nvml",
+    "rss_reader",
+    "t95",
+]
 
 # The warning torch emits when num_workers exceeds the usable cores. The tuner tries such
 # counts on purpose (I/O-bound pipelines can use them), so it is silenced in its own trials.
@@ -68,8 +81,10 @@ class Trial:
             to it (``inf`` with too few batches to tell).
         seconds: wall time the trial took, start-up included.
         error: why the loader failed, for a trial that did not complete; None otherwise.
-        pair: for a confirmation round, the number of the pair of back-to-back rounds it
-            belongs to (see :mod:`fastdata.tune.search`); None for the search's trials.
+        refused: why the trial was refused for memory (stopped over the ceiling, or not
+            started because it would have gone over); None otherwise.
+        pair: for a paired round, the number of the pair of back-to-back rounds it belongs
+            to (see :mod:`fastdata.tune.search`); None for the search's trials.
     """
 
     params: dict[str, Any]
@@ -84,12 +99,20 @@ class Trial:
     rel_ci: float = math.inf
     seconds: float = 0.0
     error: str | None = None
+    refused: str | None = None
     pair: int | None = None
 
     @property
     def ok(self) -> bool:
-        """Whether the trial completed (``error`` is None)."""
-        return self.error is None
+        """Whether the trial completed within the memory ceiling (no ``error``, not
+        ``refused``)."""
+        return self.error is None and self.refused is None
+
+    @property
+    def utilization(self) -> float:
+        """What the target is checked against: the GPU's utilization where NVML measured it,
+        else the consumer's busy fraction."""
+        return self.busy if self.gpu_util is None else self.gpu_util
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -165,12 +188,13 @@ class Sampler:
         self.stop()
 
 
-def rss_reader(refresh_s: float = 0.5) -> Callable[[], float | None]:
+def rss_reader(refresh_s: float = 0.2) -> Callable[[], float | None]:
     """A function returning the summed RSS (bytes) of this process and its descendants.
 
     Finding the descendants scans every process on the machine (milliseconds), so the list
-    is refreshed only every ``refresh_s`` seconds; reading the memory of known processes is
-    cheap (microseconds each), so the sampler itself barely loads the consumer's core.
+    is refreshed only every ``refresh_s`` seconds (often enough that a trial's new workers
+    count within a fifth of a second, which the memory ceiling relies on); reading the memory
+    of known processes is cheap (microseconds each), so the sampler barely loads a core.
     """
     import psutil
 
@@ -191,6 +215,123 @@ def rss_reader(refresh_s: float = 0.5) -> Callable[[], float | None]:
         return float(total)
 
     return read
+
+
+class MemoryGuard:
+    """Keeps each trial under a memory ceiling, so that no trial swaps or meets the OOM killer.
+
+    :func:`measure` reads the memory through :meth:`read` (every sample of its background
+    thread). Once the summed RSS of this process and its descendants passes ``ceiling``, the
+    guard *trips*: it records why in :attr:`tripped`, and :func:`measure` ends the trial after
+    the batch in progress, shutting its workers down (a worker makes at most
+    ``prefetch_factor`` batches ahead, so stopping the requests stops the growth) and
+    reporting it refused. When the trial has not stopped :data:`GRACE_S` seconds after the
+    trip (a worker stuck making one huge batch), or at once when the machine's available
+    memory falls below ``floor`` (other programs use memory too), the guard kills the
+    processes started since :meth:`start` (the trial's workers), which makes the loader fail.
+    A trial without workers cannot be stopped mid-batch: it ends after the batch in progress.
+
+    Args:
+        ceiling: bytes of summed RSS a trial may reach (None: no ceiling).
+        floor: bytes of available memory the machine must keep (None: not checked).
+        read_rss: the summed RSS (default :func:`rss_reader`).
+        read_available: the machine's available memory (default psutil's).
+        processes: the process ids of this process's descendants (default psutil's).
+        kill: kills one process id (default ``SIGKILL``).
+        clock: the time source of the grace period.
+    """
+
+    GRACE_S = 0.5
+    """Seconds a tripped trial has to stop by itself before its workers are killed."""
+
+    def __init__(
+        self,
+        ceiling: int | None,
+        *,
+        floor: int | None = None,
+        read_rss: Callable[[], float | None] | None = None,
+        read_available: Callable[[], float] | None = None,
+        processes: Callable[[], set[int]] | None = None,
+        kill: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ceiling, self.floor = ceiling, floor
+        self._read_rss = read_rss if read_rss is not None else rss_reader()
+        self._read_available = read_available or _available_memory
+        self._processes = processes or _descendants
+        self._kill = kill or _kill
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._before: set[int] = set()
+        self._tripped_at = 0.0
+        self._stopped = False
+        self.tripped: str | None = None
+        self.killed: list[int] = []
+
+    def start(self) -> None:
+        """A new trial: forget the last one's trip and note the processes already running."""
+        with self._lock:
+            self.tripped, self.killed, self._stopped = None, [], False
+            self._before = self._processes()
+
+    def stop(self) -> bool:
+        """The trial stops by itself (no kill from now on); whether the guard already killed
+        its workers (the loader then fails, and its error is the guard's doing)."""
+        with self._lock:
+            self._stopped = True
+            return bool(self.killed)
+
+    def read(self) -> float | None:
+        """The summed RSS; trips the guard (once) when a limit is passed, and kills the
+        trial's workers when it must (see the class docstring)."""
+        from fastdata.tune.report import format_size
+
+        rss = self._read_rss()
+        low = self.floor is not None and (available := self._read_available()) < self.floor
+        with self._lock:
+            if self.tripped is None and self.ceiling is not None and (rss or 0) > self.ceiling:
+                self.tripped = (
+                    f"used {format_size(rss or 0)}, over the memory ceiling of "
+                    f"{format_size(self.ceiling)}"
+                )
+                self._tripped_at = self._clock()
+            if self.tripped is None and low:
+                self.tripped = (
+                    f"the machine's available memory fell to {format_size(available)}, under "
+                    f"the floor of {format_size(self.floor or 0)}"
+                )
+                self._tripped_at = self._clock()
+            late = self.tripped is not None and self._clock() - self._tripped_at >= self.GRACE_S
+            if (low or late) and self.tripped is not None and not self._stopped:
+                self._kill_new()
+        return rss
+
+    def _kill_new(self) -> None:
+        for pid in sorted(self._processes() - self._before - set(self.killed)):
+            with contextlib.suppress(OSError):
+                self._kill(pid)
+                self.killed.append(pid)
+
+
+def _available_memory() -> float:
+    import psutil
+
+    return float(psutil.virtual_memory().available)
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    return set()
+
+
+def _kill(pid: int) -> None:
+    import os
+    import signal
+
+    os.kill(pid, signal.SIGKILL)
 
 
 class NvmlUtilization:
@@ -276,6 +417,7 @@ def measure(
     sync: Callable[[], None] | None = None,
     gpu: NvmlUtilization | None = None,
     memory: Callable[[], float | None] | None = None,
+    guard: MemoryGuard | None = None,
     sample_interval: float = 0.05,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Trial:
@@ -296,6 +438,8 @@ def measure(
             device after a step (timed as step), so asynchronous GPU work is counted.
         gpu: NVML utilization to sample during the steady state.
         memory: returns the memory in use (bytes) for the peak; default :func:`rss_reader`.
+        guard: keeps the trial under a memory ceiling (its reading replaces ``memory``); a
+            trial it stops is returned with ``refused`` set, whatever the loader raised.
         sample_interval: seconds between background samples.
         clock: the time source (injectable, so tests can make the arithmetic exact).
 
@@ -303,7 +447,11 @@ def measure(
         ValueError: a pass of the loader yields only warm-up batches (or none).
         Whatever the loader raises.
     """
-    read_memory = memory if memory is not None else rss_reader()
+    if guard is not None:
+        guard.start()
+        read_memory = guard.read
+    else:
+        read_memory = memory if memory is not None else rss_reader()
     start = clock()
     deadline, hard_deadline = start + time_limit, start + 2 * time_limit
     waits: list[float] = []
@@ -314,49 +462,71 @@ def measure(
     try:
         with Sampler(read_memory, sample_interval) as mem, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=WORKER_COUNT_WARNING, category=UserWarning)
-            loader = loader_factory(**params)
-            done = False
-            while not done:
-                iterator = iter(loader)
-                in_pass = 0
-                for t0, t1, t2 in _timed_batches(iterator, step, transfer, sync, clock):
-                    in_pass += 1
-                    if startup is None:
-                        startup = t1 - start
-                    if in_pass > warmup:
-                        waits.append(t1 - t0)
-                        steps.append(t2 - t1)
-                        stats.add(t2 - t0)
-                        if gpu_sampler is not None and not gpu_sampler.running:
-                            gpu_sampler.start()
-                    if _trial_done(stats, t2, deadline, hard_deadline, rel_ci, min_blocks):
-                        done = True
-                        break
-                del iterator  # a multi-process iterator shuts its workers down when collected
-                if not done and in_pass <= warmup:  # the pass ran out during its warm-up
-                    raise ValueError(
-                        f"the loader built with {dict(params)} yielded {in_pass} batch(es) in "
-                        f"a pass, all warm-up (the first {warmup}): too few to measure a "
-                        "steady state; give it more data or smaller batches"
-                    )
+            try:
+                loader = loader_factory(**params)
+                done = False
+                while not done:
+                    iterator = iter(loader)
+                    in_pass = 0
+                    for t0, t1, t2 in _timed_batches(iterator, step, transfer, sync, clock):
+                        in_pass += 1
+                        if startup is None:
+                            startup = t1 - start
+                        if in_pass > warmup:
+                            waits.append(t1 - t0)
+                            steps.append(t2 - t1)
+                            stats.add(t2 - t0)
+                            if gpu_sampler is not None and not gpu_sampler.running:
+                                gpu_sampler.start()
+                        if guard is not None and guard.tripped:
+                            if guard.stop():  # killed: let the loader raise it here, caught
+                                _drain(iterator)
+                            done = True
+                            break
+                        if _trial_done(stats, t2, deadline, hard_deadline, rel_ci, min_blocks):
+                            done = True
+                            break
+                    del iterator  # a multi-process iterator shuts its workers down
+                    if not done and in_pass <= warmup:  # the pass ran out in its warm-up
+                        raise ValueError(
+                            f"the loader built with {dict(params)} yielded {in_pass} batch(es) "
+                            f"in a pass, all warm-up (the first {warmup}): too few to measure "
+                            "a steady state; give it more data or smaller batches"
+                        )
+            except Exception:
+                if guard is None or guard.tripped is None:
+                    raise  # stopped by the guard: the loader's error is its killed workers
     finally:
         if gpu_sampler is not None and gpu_sampler.running:
             gpu_sampler.stop()
     total_wait, total_step = math.fsum(waits), math.fsum(steps)
     total = total_wait + total_step
+    n = max(len(waits), 1)
     return Trial(
         params=dict(params),
-        throughput=len(waits) / total if total > 0 else math.inf,
+        throughput=len(waits) / total if total > 0 else (math.inf if waits else 0.0),
         busy=total_step / total if total > 0 else 0.0,
         startup_s=startup or 0.0,
         peak_rss=int(max(mem.values, default=0)),
         gpu_util=fmean(gpu_sampler.values) if gpu_sampler and gpu_sampler.values else None,
-        wait_ms=1000 * total_wait / len(waits),
-        step_ms=1000 * total_step / len(waits),
+        wait_ms=1000 * total_wait / n,
+        step_ms=1000 * total_step / n,
         batches=len(waits),
         rel_ci=stats.relative_ci(),
         seconds=clock() - start,
+        refused=None if guard is None else guard.tripped,
     )
+
+
+def _drain(iterator: Iterator[Any], seconds: float = 10.0) -> None:
+    """Consume ``iterator`` until it ends or raises, for at most ``seconds``: a loader whose
+    workers were killed raises that here (torch notices within 5 s), rather than later
+    wherever the main thread happens to be."""
+    end = time.monotonic() + seconds
+    with contextlib.suppress(Exception):
+        for _ in iterator:
+            if time.monotonic() > end:
+                return
 
 
 def _trial_done(

@@ -17,11 +17,12 @@ OTHER = "#1f77b4"
 
 
 def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
-    """Draw ``result`` to ``path`` (a PNG) and return the path.
+    """Draw ``result`` to ``path`` (a PNG) and return the path: throughput, and what the target
+    is checked against (the consumer's busy fraction, or NVML's GPU utilization).
 
     The search's trials are ordered from the cheapest setting to the costliest (workers, then
-    prefetch_factor, then pin_memory), one bar each; the paired rounds that end the search are
-    black dots on their settings' bars; failed trials are left out. The chosen one is red.
+    prefetch_factor, then pin_memory), one bar each; the paired rounds are black dots spread
+    across their settings' bars; failed and refused trials are left out. The chosen one is red.
 
     Raises:
         ImportError: matplotlib is not installed.
@@ -51,7 +52,7 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     rate.errorbar(x, [t.throughput for t in trials], yerr=[low, high], fmt="none",
                   ecolor="black", capsize=4, label="95% interval")  # fmt: skip
     if pairs:
-        rate.scatter([column[cost(t.params)] + 0.12 * (t.pair or 0) - 0.12 for t in pairs],
+        rate.scatter(_spread([column[cost(t.params)] for t in pairs]),
                      [t.throughput for t in pairs], color="black", marker="o", s=14, zorder=3,
                      label="paired rounds (back to back)")  # fmt: skip
     rate.set_ylabel("throughput\n(batches/s, steady state)")
@@ -68,11 +69,12 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     rate.legend(handles=handles, loc="upper left", fontsize=8, ncols=3)
     tops = [t.interval[1] if t.interval[1] < 2 * t.throughput else t.throughput for t in trials]
     rate.set_ylim(0, max(tops + [t.throughput for t in pairs]) * 1.3)
-    busy.bar(x, [100 * t.busy for t in trials], color=colors, width=0.6)
+    busy.bar(x, [100 * t.utilization for t in trials], color=colors, width=0.6)
     busy.axhline(100 * result.target_utilization, color="black", linestyle="--", linewidth=1,
                  label=f"target: busy {result.target_utilization:.0%}")  # fmt: skip
     busy.set_ylim(0, 112)
-    busy.set_ylabel("consumer busy\n(% of the time)")
+    nvml = any(t.gpu_util is not None for t in trials)
+    busy.set_ylabel("GPU utilization\n(NVML, %)" if nvml else "consumer busy\n(% of the time)")
     busy.legend(loc="upper left", fontsize=8)
     busy.set_xticks(list(x), [_label(t.params) for t in trials], fontsize=8)
     busy.set_xlabel("trial settings, cheapest first")
@@ -90,6 +92,17 @@ def plot(result: TuneResult, path: str | os.PathLike[str], /) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _spread(columns: list[int]) -> list[float]:
+    """An x position for each round, in measured order, spread evenly across its bar."""
+    count = {c: columns.count(c) for c in set(columns)}
+    seen: dict[int, int] = {}
+    xs = []
+    for c in columns:
+        k = seen[c] = seen.get(c, -1) + 1
+        xs.append(c - 0.25 + 0.5 * (k + 0.5) / count[c])
+    return xs
 
 
 def _label(params: dict[str, object]) -> str:

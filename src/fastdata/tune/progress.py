@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from fastdata.tune.measure import Trial
-from fastdata.tune.report import describe
+from fastdata.tune.report import describe, percent
 
 __all__ = ["Progress"]
 
@@ -74,8 +74,10 @@ class Progress:
                 low, high = trial.interval
                 outcome = (
                     f"{trial.throughput:.1f} batches/s (95% CI {low:.1f}-{high:.1f}), "
-                    f"busy {trial.busy:.0%}"
+                    f"busy {percent(trial.busy)}"
                 )
+            elif trial.refused is not None:
+                outcome = f"refused for memory: {trial.refused}"
             else:
                 outcome = f"failed: {trial.error}"
             pair = "" if trial.pair is None else f" (pair {trial.pair + 1})"

@@ -2,6 +2,9 @@
 
 The JSON file keeps the chosen config under ``"config"``, like :meth:`LoaderConfig.save`, so
 ``fastdata.DataLoader(config="tuned.json")`` and :meth:`LoaderConfig.load` read either file.
+Next to it the file records what the answer was measured on: the machine (CPU, cores,
+memory, load, versions), the data, and the noise seen (the trials' intervals, the drift
+between repeated measurements of a setting, the load average before and after).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from fastdata._validate import constructor_keywords_checked
 from fastdata.config import LoaderConfig
 from fastdata.tune.measure import Trial
 
-__all__ = ["RESULT_FORMAT", "TuneResult", "describe", "format_size", "parse_size"]
+__all__ = ["RESULT_FORMAT", "TuneResult", "describe", "format_size", "parse_size", "percent"]
 
 RESULT_FORMAT = "fastdata.TuneResult"
 """The ``format`` tag of a saved result file."""
-RESULT_VERSION = 1
+RESULT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # version 1 lacks data, machine, noise and max_memory_from
 
 
 @constructor_keywords_checked
@@ -46,6 +50,14 @@ class TuneResult:
         device: where batches were sent, or None.
         cores: CPU cores this process could use.
         elapsed_s: seconds the search took.
+        data: what was tuned on, in words (the CLI's data source, or the loader factory).
+        machine: the machine's facts (:func:`fastdata.tune.machine.describe`).
+        noise: what the run saw of the noise: ``median_ci`` (the median relative half-width
+            of the trials' 95% intervals), ``drift`` (the largest relative difference
+            between a setting's trial and the median of its paired rounds; None when no
+            setting was measured twice) and ``load_average`` (the machine's 1-minute load at
+            the start and the end).
+        max_memory_from: where ``max_memory`` comes from, in words.
     """
 
     trials: tuple[Trial, ...]
@@ -62,8 +74,12 @@ class TuneResult:
     device: str | None = None
     cores: int = 1
     elapsed_s: float = 0.0
+    data: str = ""
+    machine: dict[str, Any] = field(default_factory=dict)
+    noise: dict[str, Any] = field(default_factory=dict)
+    max_memory_from: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Free-form notes a caller adds (the CLI records its data source); saved as they are."""
+    """Free-form notes a caller adds; saved as they are."""
 
     @property
     def chosen_trial(self) -> Trial:
@@ -78,6 +94,11 @@ class TuneResult:
             f"{self.cores} core(s); {self.step}; target busy {self.target_utilization:.0%}"
             + (f"; device {self.device}" if self.device else "")
         )
+        facts = [f"data: {self.data}"] if self.data else []
+        if self.max_memory_from:
+            facts.append(f"memory ceiling: {self.max_memory_from}")
+        if self.noise:
+            facts.append(f"noise: {_noise_words(self.noise, self.cores)}")
         columns = [
             ("", "<"),
             ("workers", ">"),
@@ -103,15 +124,16 @@ class TuneResult:
                 "yes" if p.get("pin_memory") else "no",
             ]
             if not t.ok:
-                rows.append([*row, f"failed: {t.error}"])
+                why = f"failed: {t.error}" if t.error is not None else f"refused: {t.refused}"
+                rows.append([*row, why + ("" if t.pair is None else f" (pair {t.pair + 1})")])
                 continue
             row += [
                 _rate(t.throughput),
                 "?" if math.isinf(t.rel_ci) else f"{t.rel_ci:.0%}",
-                f"{t.busy:.0%}",
+                percent(t.busy),
                 f"{t.wait_ms:.1f}",
                 f"{t.step_ms:.1f}",
-                "-" if t.gpu_util is None else f"{t.gpu_util:.0%}",
+                "-" if t.gpu_util is None else percent(t.gpu_util),
                 format_size(t.peak_rss),
                 f"{t.startup_s:.2f} s",
                 "" if t.pair is None else str(t.pair + 1),
@@ -119,14 +141,30 @@ class TuneResult:
             rows.append(row)
         full = [r for r in rows if len(r) == len(columns)]
         widths = [max(len(r[c]) for r in full) for c in range(len(columns))]
-        lines = [head, ""]
+        lines = [head, *facts, ""]
         for row in rows:
             cells = [f"{v:{a}{w}}" for v, (_, a), w in zip(row, columns, widths, strict=False)]
-            if len(row) != len(columns):  # a failed trial: its message runs on unpadded
+            if len(row) != len(columns):  # failed or refused: its message runs on unpadded
                 cells[-1] = row[-1]
             lines.append("  ".join(cells).rstrip())
         lines += ["", f"chosen: {describe(self.config.to_dict())}"]
         lines += textwrap.wrap(self.reason, 96)
+        return "\n".join(lines)
+
+    def how_to_apply(self, path: str | os.PathLike[str] | None = None) -> str:
+        """How to use the answer: the keyword arguments for a ``DataLoader`` and, for the
+        ``path`` the result was saved to, the ``config=`` line."""
+        kwargs = ", ".join(
+            f"{k}={v!r}" for k, v in self.config.to_dict().items()
+            if v is not None and k != "persistent_workers"
+        )  # fmt: skip
+        lines = [
+            "apply it:",
+            f"  fastdata.DataLoader(dataset, ..., {kwargs})",
+            "  (torch.utils.data.DataLoader takes the same keyword arguments)",
+        ]
+        if path is not None:
+            lines.append(f"  fastdata.DataLoader(dataset, ..., config={os.fspath(path)!r})")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +185,10 @@ class TuneResult:
             "device": self.device,
             "cores": self.cores,
             "elapsed_s": self.elapsed_s,
+            "data": self.data,
+            "machine": self.machine,
+            "noise": self.noise,
+            "max_memory_from": self.max_memory_from,
             "extra": self.extra,
             "trials": [t.to_dict() for t in self.trials],
         }
@@ -158,10 +200,11 @@ class TuneResult:
         Raises:
             ValueError: not a saved TuneResult, or one of another version.
         """
-        if data.get("format") != RESULT_FORMAT or data.get("version") != RESULT_VERSION:
+        if data.get("format") != RESULT_FORMAT or data.get("version") not in _READABLE_VERSIONS:
             raise ValueError(
                 f"format={data.get('format')!r} version={data.get('version')!r}: expected a "
-                f"{RESULT_FORMAT} of version {RESULT_VERSION} (written by TuneResult.save)"
+                f"{RESULT_FORMAT} of version {' or '.join(map(str, _READABLE_VERSIONS))} "
+                "(written by TuneResult.save)"
             )
         values = {k: v for k, v in data.items() if k not in ("format", "version")}
         values["config"] = LoaderConfig.from_dict(values["config"])
@@ -187,8 +230,31 @@ class TuneResult:
             raise ValueError(f"{os.fspath(path)}: not a fastdata tune result: {exc}") from exc
 
 
+def _noise_words(noise: Mapping[str, Any], cores: int) -> str:
+    """The noise record in words, for the report's head."""
+    parts = []
+    if noise.get("median_ci") is not None:
+        parts.append(f"trials' 95% intervals +-{noise['median_ci']:.0%} (median)")
+    drift = noise.get("drift")
+    parts.append(
+        "no setting measured twice"
+        if drift is None
+        else f"a setting's trial and its paired rounds differed by up to {drift:.0%}"
+    )
+    load = noise.get("load_average") or []
+    if len(load) == 2 and None not in load:
+        parts.append(f"load average {load[0]:.1f} -> {load[1]:.1f} on {cores} core(s)")
+    return "; ".join(parts)
+
+
 def _rate(value: float) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+def percent(share: float, /) -> str:
+    """A busy fraction or utilization as a whole percent, rounded *down*, so that a value
+    under the target never shows as the target (0.9496 is ``"94%"``, not ``"95%"``)."""
+    return f"{math.floor(share * 100 + 1e-9):d}%"
 
 
 def describe(params: Mapping[str, Any]) -> str:

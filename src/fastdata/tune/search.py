@@ -1,129 +1,86 @@
-"""The search: which configurations to measure, when to stop, and which one to choose.
+"""The search: which settings to measure, in what order, and when to stop.
 
-Measurements are expensive (seconds each) and noisy, so the search is a short sequence of 1-D
-line searches rather than a grid:
+Measurements are expensive (seconds each) and noisy, so the search is not a grid. It takes
+one setting at a time, in the order of :data:`~fastdata.tune.space.SETTINGS` (``num_workers``,
+then ``prefetch_factor``, then ``pin_memory``), each in two steps:
 
-1. ``num_workers``, coarse to fine: the space's values at positions 0, 1, 2, 4, 8, ... (and
-   the last) in ascending order, stopping at the first that is over ``max_memory``, fails,
-   or falls clearly below the best so far (by more than ``tolerance``, even at the top of
-   its confidence interval) — throughput as a function of workers is taken to rise,
-   flatten, then fall. Then, around the cheapest position equivalent to the best
-   (:func:`fastdata.tune.decide.equivalent`), the positions halfway to its measured
-   neighbours, until they are adjacent (on a plateau this walks down to its cheap edge; a
-   higher peak between coarse positions moves the search there).
-2. ``prefetch_factor`` the same way, with the workers chosen so far (skipped without workers).
-3. ``pin_memory``: each remaining value (only searched when batches go to a device).
-4. Paired rounds, with what is left of the budget: the choice's rival (see
-   :func:`_confirm`) and the fastest setting, back to back, alternating, up to
-   :data:`PAIRS` pairs;
-   :func:`~fastdata.tune.decide.decide` chooses the cheaper one when the pairs do not show
-   it slower (a change of the machine between trials hits both rounds of a pair alike).
+1. **Screening**: a coarse-to-fine line search over the setting's values, the others fixed at
+   the answer so far (torch's defaults to begin with). The values at positions 0, 1, 2, 4, 8,
+   ... (and the last) in ascending order, stopping at the first that is refused for memory,
+   fails, or falls clearly below the best so far (by more than ``tolerance``, even at the top
+   of its confidence interval) — throughput as a function of workers is taken to rise,
+   flatten, then fall. Then, around the cheapest position the trials cannot tell apart from
+   the line's best (:func:`~fastdata.tune.decide.equivalent`), the positions halfway to its
+   measured neighbours, until they are adjacent. Whenever a setting keeps the consumer busy
+   for at least ``target`` of the time (its :attr:`~fastdata.tune.measure.Trial.utilization`),
+   the cheaper values between it and the last that did not are bisected for the cheapest
+   that still does, and the line ends; the later settings then try only values cheaper than
+   the answer's (costlier ones cannot feed the consumer more). ``prefetch_factor`` is skipped
+   without workers, ``pin_memory`` unless batches go to a device.
+2. **Comparisons**: :func:`~fastdata.tune.decide.decide` names the cheaper setting to compare
+   with the fastest measured, and the two are measured in pairs of back-to-back rounds in
+   alternating order until the rule's verdict is in (see :mod:`.decide`), then the next,
+   until the decision is final. Its choice is the answer the next setting starts from.
 
-Whenever a configuration keeps the consumer busy for at least ``target`` of the time, the
-smaller values between it and the last one that did not are bisected for the cheapest that
-still does, and the search stops: nothing cheaper is left to find. Every trial gets an equal
-share of what remains of the budget (so trials that settle early leave time to later ones);
-the search stops when the budget is used, and Ctrl-C returns the best so far.
-
-The choice is :func:`fastdata.tune.decide.decide`'s: the cheapest trial that cannot be told
-apart from the fastest (overlapping 95% intervals, or within ``tolerance``) or that reaches
-the target; more workers than cores only when measured faster beyond the intervals.
+The budget is shared out as it goes: a screening trial gets what remains of it over the shares
+still planned (the screening trials of every stage, and :data:`PLANNED_PAIRS` pairs per stage),
+a paired round half a share, so trials that finish early leave time to later ones; the search
+stops when the budget has no room for the next one. Before a trial starts,
+its memory is predicted from the trials with fewer workers (the largest growth per worker
+seen so far); a setting predicted over ``max_memory`` is refused without starting it, and a
+running trial that goes over is stopped (:class:`~fastdata.tune.measure.MemoryGuard`).
+Ctrl-C returns the best so far.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from itertools import pairwise
 from typing import Any, NamedTuple
 
-from fastdata._validate import is_int
 from fastdata.errors import FastDataError
-from fastdata.tune.decide import cost, decide, equivalent, explain
+from fastdata.tune.decide import (
+    MAX_PAIRS,
+    Decision,
+    decide,
+    describe_refused,
+    equivalent,
+    explain,
+    pairs_of,
+)
 from fastdata.tune.measure import Trial
 from fastdata.tune.report import describe, format_size
+from fastdata.tune.space import PARAMS, SETTINGS, SearchSpace
 
 __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 
-PARAMS = ("num_workers", "prefetch_factor", "pin_memory")
-"""The loader settings the tuner searches, in the order it searches them."""
-PAIRS = 3
-"""Paired rounds of the choice's rival and the fastest setting, budget permitting."""
+PLANNED_PAIRS = 4
+"""Pairs of paired rounds planned per stage when the budget is shared out (a comparison
+takes as many as its verdict needs, up to :data:`~fastdata.tune.decide.MAX_PAIRS`)."""
+_LAST_SHARES = 4
+"""Near the end of the plan, the remaining budget is still split at least this many ways."""
 
 Evaluate = Callable[[dict[str, Any], float], Trial]
 """Measures ``params`` within a time limit in seconds (see :func:`fastdata.tune.measure`)."""
 
 
 class TuneError(FastDataError):
-    """The loader failed on the first configuration the tuner measured."""
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    """The values each searched setting may take, sorted and without duplicates."""
-
-    num_workers: tuple[int, ...]
-    prefetch_factor: tuple[int, ...]
-    pin_memory: tuple[bool, ...]
-
-    @classmethod
-    def build(
-        cls, given: Mapping[str, Iterable[Any]] | None, /, *, cores: int, device_used: bool
-    ) -> SearchSpace:
-        """The user's space (any subset of :data:`PARAMS`) completed with the defaults:
-        ``num_workers`` 0 .. 2 x ``cores``, ``prefetch_factor`` 1 .. 8, ``pin_memory``
-        False and True when batches go to a device, else False.
-
-        Raises:
-            ValueError: an unknown setting or a value it cannot take.
-        """
-        given = dict(given or {})
-        unknown = sorted(set(given) - set(PARAMS))
-        if unknown:
-            raise ValueError(
-                f"search_space has unknown setting(s) {', '.join(map(repr, unknown))}: "
-                f"valid settings are {', '.join(PARAMS)}"
-            )
-        checks: dict[str, tuple[Callable[[Any], bool], str, tuple[Any, ...]]] = {
-            "num_workers": (_int_at_least(0), "integers >= 0", tuple(range(2 * cores + 1))),
-            "prefetch_factor": (_int_at_least(1), "integers >= 1", tuple(range(1, 9))),
-            "pin_memory": (
-                lambda v: isinstance(v, bool),
-                "True / False",
-                (False, True) if device_used else (False,),
-            ),
-        }
-        values = {}
-        for name, (valid, expected, default) in checks.items():
-            chosen = tuple(given[name]) if name in given else default
-            bad = [v for v in chosen if not valid(v)]
-            if bad or not chosen:
-                raise ValueError(
-                    f"search_space[{name!r}]={list(chosen)!r}: expected a non-empty list of "
-                    f"{expected}"
-                )
-            values[name] = tuple(sorted(set(chosen)))
-        return cls(**values)
-
-    def base(self, num_workers: int) -> dict[str, Any]:
-        """The settings measured with ``num_workers`` before the later stages refine them:
-        torch's default prefetch_factor of 2 (or the nearest allowed) and pin_memory off
-        (where allowed)."""
-        prefetch = None
-        if num_workers > 0:
-            prefetch = min(self.prefetch_factor, key=lambda v: (abs(v - 2), v))
-        pin = False not in self.pin_memory  # False where allowed
-        return {"num_workers": num_workers, "prefetch_factor": prefetch, "pin_memory": pin}
+    """The loader failed on the first configuration the tuner measured, or no setting
+    completed within the memory ceiling."""
 
 
 class Outcome(NamedTuple):
-    """What :func:`search` found: every trial in order, the chosen one's index, why, and how
-    the search ended (``"complete"``, ``"target"``, ``"budget"`` or ``"interrupted"``)."""
+    """What :func:`search` found: every trial in order, the chosen one's index, why, how the
+    search ended (``"complete"``, ``"target"``, ``"budget"`` or ``"interrupted"``), and the
+    drift seen between repeated measurements of a setting (None: none was repeated)."""
 
     trials: list[Trial]
     chosen: int
     reason: str
     stopped: str
+    drift: float | None = None
 
 
 class _StopSearch(Exception):  # noqa: N818 (control flow, not an error)
@@ -133,7 +90,7 @@ class _StopSearch(Exception):  # noqa: N818 (control flow, not an error)
 
 
 class _Run:
-    """The trials of one search: the cache, the budget and the stopping rules."""
+    """The trials of one search: the cache, the budget, memory and the stopping rules."""
 
     def __init__(
         self,
@@ -144,65 +101,123 @@ class _Run:
         target: float,
         tolerance: float,
         max_memory: int | None,
-        cores: int | None,
+        max_pairs: int,
         clock: Callable[[], float],
         on_trial: Callable[[Trial], None] | None,
     ) -> None:
         self.evaluate, self.budget_s, self.planned = evaluate, budget_s, planned
         self.target, self.tolerance = target, tolerance
-        self.max_memory, self.cores = max_memory, cores
+        self.max_memory, self.max_pairs = max_memory, max_pairs
         self.clock, self.on_trial = clock, on_trial
         self.start = clock()
         self.min_slice = budget_s / planned / 4
+        self.used = 0.0  # shares used: 1 a screening trial, 1/2 a paired round
         self.trials: list[Trial] = []
         self.cache: dict[tuple[Any, ...], Trial] = {}
+        self.pairs = 0
 
-    def trial(self, params: dict[str, Any], *, again: int | None = None) -> Trial:
-        """Measure ``params`` with a share of the budget: once, later asks come from the
-        cache, unless ``again`` is a pair number (a paired round: half a planned share)."""
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+    def trial(self, params: dict[str, Any]) -> Trial:
+        """Screen ``params`` with a share of the budget (once: later asks come from the
+        cache).
+
+        Raises:
+            _StopSearch: ``"budget"`` when the budget has no room for the trial.
+        """
         key = tuple(params[p] for p in PARAMS)
-        if key in self.cache and again is None:
+        if key in self.cache:
             return self.cache[key]
-        remaining = self.budget_s - (self.clock() - self.start)
+        remaining = self.budget_s - self.elapsed()
         if remaining < self.min_slice:
             raise _StopSearch("budget")
-        if again is not None:
-            share = max(self.budget_s / self.planned / 2, self.min_slice)
+        trial = self._measure(params, self._share(remaining))
+        self.used += 1
+        self.cache[key] = trial
+        return trial
+
+    def _share(self, remaining: float) -> float:
+        """A screening trial's time: the remaining budget over the shares still planned."""
+        share = remaining / max(self.planned - self.used, _LAST_SHARES)
+        return min(max(share, self.min_slice), remaining)
+
+    def pair(self, first: dict[str, Any], second: dict[str, Any]) -> bool:
+        """One pair of paired rounds, ``first`` then ``second``; whether both completed.
+
+        Raises:
+            _StopSearch: ``"budget"`` when the budget has no room for the pair.
+        """
+        remaining = self.budget_s - self.elapsed()
+        if remaining < 2 * self.min_slice:
+            raise _StopSearch("budget")
+        share = min(self._share(remaining) / 2, remaining / 2)
+        self.used += 1
+        number, self.pairs = self.pairs, self.pairs + 1
+        rounds = [self._measure(p, share, pair=number) for p in (first, second)]
+        return all(t.ok for t in rounds)
+
+    def _measure(self, params: dict[str, Any], time_limit: float, pair: int | None = None) -> Trial:
+        predicted = self.predicted_rss(params)
+        if self.max_memory is not None and predicted is not None and predicted > self.max_memory:
+            trial = Trial(
+                params=dict(params),
+                refused=f"not started: predicted {format_size(predicted)}, over the memory "
+                f"ceiling of {format_size(self.max_memory)}",
+            )
         else:
-            share = max(remaining / max(self.planned - len(self.trials), 1), self.min_slice)
-        begun = self.clock()
-        try:
-            trial = self.evaluate(dict(params), min(share, remaining))
-        except Exception as exc:
-            if not any(t.ok for t in self.trials):
-                raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
-            trial = Trial(params=dict(params), seconds=self.clock() - begun, error=repr(exc))
-        if again is not None:
-            trial = replace(trial, pair=again)
-        self.cache.setdefault(key, trial)
+            begun = self.clock()
+            try:
+                trial = self.evaluate(dict(params), time_limit)
+            except Exception as exc:
+                if not any(t.ok for t in self.trials):
+                    raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
+                trial = Trial(params=dict(params), seconds=self.clock() - begun, error=repr(exc))
+            if trial.ok and self.max_memory is not None and trial.peak_rss > self.max_memory:
+                trial = replace(trial, refused=f"peak {format_size(trial.peak_rss)}, over the "
+                                f"memory ceiling of {format_size(self.max_memory)}")  # fmt: skip
+        if pair is not None:
+            trial = replace(trial, pair=pair)
         self.trials.append(trial)
         if self.on_trial is not None:
             self.on_trial(trial)
         return trial
 
+    def predicted_rss(self, params: dict[str, Any]) -> float | None:
+        """The peak RSS ``params`` would reach, extrapolated from the trials with fewer
+        workers at the largest growth per worker seen between two measured worker counts
+        (None with fewer than two worker counts measured, or none fewer than asked)."""
+        peaks: dict[int, int] = {}
+        for t in self.trials:
+            if t.peak_rss > 0:
+                w = t.params["num_workers"]
+                peaks[w] = max(peaks.get(w, 0), t.peak_rss)
+        counts = sorted(peaks)
+        workers = params["num_workers"]
+        below = [w for w in counts if w <= workers]
+        if len(counts) < 2 or not below:
+            return None
+        growth = max(
+            max((peaks[b] - peaks[a]) / (b - a) for a, b in pairwise(counts)),
+            0.0,
+        )
+        return peaks[below[-1]] + (workers - below[-1]) * growth
+
     def fits(self, trial: Trial) -> bool:
         return trial.ok and (self.max_memory is None or trial.peak_rss <= self.max_memory)
 
     def reaches(self, trial: Trial) -> bool:
-        return self.fits(trial) and trial.busy >= self.target
+        return self.fits(trial) and trial.utilization >= self.target
 
-    def rule(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`decide` and :func:`explain` for this search."""
-        return {
-            "target": self.target,
-            "tolerance": self.tolerance,
-            "max_memory": self.max_memory,
-            "cores": self.cores,
-        }
-
-    def chosen(self) -> int:
-        """The index of the trial the decision rule picks from the trials so far."""
-        return decide(self.trials, **self.rule()).chosen
+    def decision(self) -> Decision:
+        """The decision rule applied to the trials so far."""
+        return decide(
+            self.trials,
+            target=self.target,
+            tolerance=self.tolerance,
+            max_memory=self.max_memory,
+            max_pairs=self.max_pairs,
+        )
 
 
 def search(
@@ -215,26 +230,28 @@ def search(
     tolerance: float = 0.05,
     max_memory: int | None = None,
     cores: int | None = None,
+    max_pairs: int = MAX_PAIRS,
     clock: Callable[[], float] = time.monotonic,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> Outcome:
-    """Run the search of the module docstring and choose a configuration.
+    """Run the search of the module docstring and choose a setting by :mod:`.decide`'s rule.
 
     Args:
-        evaluate: measures one configuration within a time limit (seconds).
+        evaluate: measures one setting within a time limit (seconds).
         space: the values to search.
         budget_s: seconds for all measurements together (by ``clock``).
-        target: busy fraction at which the consumer counts as kept busy.
-        tolerance: throughputs within this fraction of the best count as equally good.
-        max_memory: bytes of peak RSS a chosen configuration may use (None: no limit).
-        cores: usable CPU cores; more workers are chosen only when measured faster beyond
-            the intervals (None: no such rule).
+        target: utilization at which the consumer counts as kept busy.
+        tolerance: throughputs within this fraction of the fastest count as equally good.
+        max_memory: bytes of peak RSS a trial may use (None: no limit).
+        cores: usable CPU cores, for the reason's words on workers beyond them.
+        max_pairs: pairs after which a comparison that cannot decide ends.
         clock: the time source of the budget.
         on_trial: called with each trial as it completes (the CLI's progress).
 
     Raises:
-        TuneError: the first configuration measured failed (a broken loader).
-        KeyboardInterrupt: interrupted before any configuration was measured.
+        TuneError: the first setting measured failed (a broken loader), or none completed
+            within ``max_memory``.
+        KeyboardInterrupt: interrupted before any setting was measured.
     """
     run = _Run(
         evaluate,
@@ -243,29 +260,79 @@ def search(
         target=target,
         tolerance=tolerance,
         max_memory=max_memory,
-        cores=cores,
+        max_pairs=max_pairs,
         clock=clock,
         on_trial=on_trial,
     )
     stopped = "complete"
     try:
-        _line(run, space.num_workers, space.base)
-        workers = run.trials[run.chosen()].params
-        if workers["num_workers"] > 0:
-            _line(run, space.prefetch_factor, lambda pf: {**workers, "prefetch_factor": pf})
-        best = run.trials[run.chosen()].params
-        for pin in space.pin_memory:
-            if run.reaches(run.trial({**best, "pin_memory": pin})):
-                raise _StopSearch("target")
-        _confirm(run)
+        stopped = _stages(run, space)
     except _StopSearch as stop:
         stopped = stop.why
     except KeyboardInterrupt:
-        if not any(t.ok for t in run.trials):
+        if not any(run.fits(t) for t in run.trials):
             raise
         stopped = "interrupted"
-    chosen = run.chosen()
-    return Outcome(run.trials, chosen, _reason(run, stopped), stopped)
+    if not any(run.fits(t) for t in run.trials):
+        raise TuneError(_nothing_fits(run))
+    decision = run.decision()
+    return Outcome(
+        run.trials, decision.chosen, _reason(run, decision, stopped, cores), stopped,
+        decision.drift,
+    )  # fmt: skip
+
+
+def _stages(run: _Run, space: SearchSpace) -> str:
+    """Screen and compare one setting at a time (the module docstring); returns how the search
+    ended: ``"target"`` when a setting reached the target, else ``"complete"``.
+
+    Raises:
+        TuneError: nothing fits after the first line (see :func:`_nothing_fits`).
+        _StopSearch: ``"budget"`` when the budget ends.
+    """
+    reached = False
+    for setting in SETTINGS:
+        if setting.name == "num_workers":
+            values: Sequence[Any] = space.num_workers
+            params_for: Callable[[Any], dict[str, Any]] = space.base
+        else:
+            start = run.trials[run.decision().chosen].params
+            if setting.needs_workers and start["num_workers"] == 0:
+                continue
+            values = space.values(setting.name)
+            if reached:  # costlier values cannot feed the consumer more
+                now = setting.rank(start[setting.name])
+                values = [v for v in values if setting.rank(v) <= now]
+            params_for = _varying(start, setting.name)
+        try:
+            _line(run, values, params_for)
+        except _StopSearch as stop:
+            if stop.why != "target":
+                raise
+            reached = True
+        if not any(run.fits(t) for t in run.trials):
+            raise TuneError(_nothing_fits(run))
+        _compare(run)
+    return "target" if reached else "complete"
+
+
+def _varying(start: dict[str, Any], name: str) -> Callable[[Any], dict[str, Any]]:
+    """The settings ``start`` with setting ``name`` set to a given value."""
+    return lambda value: {**start, name: value}
+
+
+def _compare(run: _Run) -> None:
+    """The comparisons :func:`decide` asks for, until its decision is final.
+
+    Raises:
+        _StopSearch: ``"budget"`` when the budget has no room for the next pair.
+    """
+    while (decision := run.decision()).next is not None:
+        cheap, fast = run.trials[decision.next].params, run.trials[decision.fastest].params
+        done = pairs_of(run.trials, decision.next, decision.fastest)
+        order = (cheap, fast) if done % 2 == 0 else (fast, cheap)
+        if not run.pair(*order):
+            return  # a round failed or was refused: the rule decides on what is there
 
 
 def _line(
@@ -277,7 +344,7 @@ def _line(
 
     Raises:
         _StopSearch: ``"target"`` once the cheapest value reaching the target is known;
-            ``"budget"`` when the budget is used.
+            ``"budget"`` when the screening budget is used.
     """
     measured: dict[int, Trial] = {}
 
@@ -296,7 +363,7 @@ def _line(
         raise _StopSearch("target")
 
     def cheapest() -> int | None:
-        """The smallest measured position equivalent to this line's best."""
+        """The smallest measured position its trial cannot tell apart from this line's best."""
         fitting = [i for i, t in measured.items() if run.fits(t)]
         if not fitting:
             return None
@@ -322,43 +389,6 @@ def _line(
             at(i)
 
 
-def _confirm(run: _Run) -> None:
-    """Paired rounds, with what is left of the budget: the choice's rival and the fastest
-    setting, back to back, in alternating order, up to :data:`PAIRS` pairs (see
-    :mod:`fastdata.tune.decide`).
-    The rival is the fastest setting with the most workers below the choice's — workers are
-    what a choice costs; one measured at a bad moment is measured again — or, for a choice
-    with more workers than cores, the fastest within the cores (what must be beaten to pass
-    them); with neither, the fastest cheaper setting. Stops quietly when the budget ends.
-    """
-    decision = decide(run.trials, **run.rule())
-    if decision.fastest is None:
-        return
-    chosen, fastest = run.trials[decision.chosen], run.trials[decision.fastest]
-    cheaper = [
-        t
-        for t in run.trials
-        if run.fits(t) and t.pair is None and cost(t.params) < cost(chosen.params)
-    ]
-    if not cheaper:
-        return
-    workers = chosen.params["num_workers"]
-    if run.cores is not None and workers > run.cores:  # what justified passing the cores
-        fewer = [t for t in cheaper if t.params["num_workers"] <= run.cores]
-    else:
-        fewer = [t for t in cheaper if t.params["num_workers"] < workers]
-        most = max((t.params["num_workers"] for t in fewer), default=0)
-        fewer = [t for t in fewer if t.params["num_workers"] == most]
-    rival = max(fewer or cheaper, key=lambda t: t.throughput)
-    try:
-        for pair in range(PAIRS):
-            order = (rival, fastest) if pair % 2 == 0 else (fastest, rival)
-            for trial in order:
-                run.trial(trial.params, again=pair)
-    except _StopSearch:
-        return
-
-
 def _coarse(n: int) -> list[int]:
     """Positions 0, 1, 2, 4, 8, ... below ``n``, and ``n - 1``."""
     positions = {0, n - 1}
@@ -370,41 +400,55 @@ def _coarse(n: int) -> list[int]:
 
 
 def _planned(space: SearchSpace) -> int:
-    """A generous count of the trials the search will make, to share the budget out."""
-    planned = len(_coarse(len(space.num_workers))) + 2 + PAIRS  # a pair: two half shares
-    if len(space.prefetch_factor) > 1 and space.num_workers[-1] > 0:
-        planned += len(_coarse(len(space.prefetch_factor))) + 1
-    return planned + len(space.pin_memory) - 1
+    """A generous count of the shares of the budget the search takes: its screening trials
+    and :data:`PLANNED_PAIRS` pairs per stage (two half-share rounds each)."""
+    planned = 2 * len(_coarse(len(space.num_workers))) + PLANNED_PAIRS
+    if space.num_workers[-1] > 0:
+        for setting in SETTINGS[1:]:
+            n = len(space.values(setting.name))
+            if n > 1:
+                planned += len(_coarse(n)) - 1 + 2 * (n > 2) + PLANNED_PAIRS
+    return planned
 
 
-def _reason(run: _Run, stopped: str) -> str:
+def _nothing_fits(run: _Run) -> str:
+    """Why no setting can be chosen: every one failed or was refused for memory."""
+    refused = [t for t in run.trials if t.refused is not None]
+    if refused:
+        first = refused[0]
+        return (
+            f"{describe(first.params)} was refused for memory ({first.refused}): no setting "
+            "fits; raise max_memory (--max-memory) or free memory"
+        )
+    return "no setting completed (see the failed trials)"
+
+
+def _reason(run: _Run, decision: Decision, stopped: str, cores: int | None) -> str:
     """Why the chosen trial was chosen, and how the search ended, in a few sentences."""
     trials = run.trials
-    decision = decide(trials, **run.rule())
-    lines = explain(decision, trials, **run.rule())
-    ok = [t for t in trials if t.ok]
-    over = len(ok) - len([t for t in ok if run.fits(t)])
-    if decision.fastest is not None and over:
-        lines.append(
-            f"{over} trial(s) over max_memory={format_size(run.max_memory or 0)} excluded."
-        )
-    failed = len(trials) - len(ok)
+    lines = explain(
+        decision,
+        trials,
+        target=run.target,
+        tolerance=run.tolerance,
+        cores=cores,
+    )
+    if decision.refused:
+        lines.append(describe_refused(trials, decision.refused, run.max_memory))
+    failed = sum(1 for t in trials if t.error is not None)
     if failed:
         lines.append(f"{failed} trial(s) failed (see the table).")
-    elapsed = run.clock() - run.start
     n = f"{len(trials)} trial{'' if len(trials) == 1 else 's'}"
+    if run.pairs:
+        n += f" ({run.pairs} pair{'' if run.pairs == 1 else 's'} of paired rounds among them)"
     lines.append(
         {
-            "complete": f"Search complete: {n} in {elapsed:.0f} s.",
-            "target": f"Stopped early after {n}: the target was reached and nothing cheaper "
-            "was left to try.",
+            "complete": f"Search complete: {n} in {run.elapsed():.0f} s.",
+            "target": f"Search complete: {n} in {run.elapsed():.0f} s; screening ended at the "
+            "first setting that reached the target, so costlier ones were not tried.",
             "budget": f"Stopped after {n} when the {run.budget_s:g} s budget was used; a "
-            "larger budget measures more candidates.",
+            "larger budget measures more settings and finishes the comparisons.",
             "interrupted": f"Interrupted (Ctrl-C): the best of {n} so far.",
         }[stopped]
     )
     return " ".join(lines)
-
-
-def _int_at_least(minimum: int) -> Callable[[Any], bool]:
-    return lambda v: is_int(v) and v >= minimum

@@ -1,0 +1,99 @@
+"""fastdata.loader._streams: a loader's state over a fastdata stream — the stream's position
+after the batches the record counts, with the loader's batching — loaded into a fresh loader
+that continues with the next batch; what the stream's state and the loader disagree on is
+refused."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fastdata as fd
+from fastdata.errors import ResumeError
+from fastdata.loader._record import Record
+from fastdata.loader._streams import batching, load_stream_state, stream_state
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("streams") / "pq"
+    fd.synthetic.make_parquet(root, 60, files=2, row_group_size=10)
+    return root
+
+
+def loader(data: Path, batch_size: int | None = 4, **options: Any) -> fd.DataLoader:
+    stream = fd.ParquetStream(data, batch_size=None, columns=["id"], shuffle=True, seed=3)
+    return fd.DataLoader(stream, batch_size=batch_size, **options)
+
+
+def ids(made: fd.DataLoader) -> list[list[int]]:
+    return [batch["id"].tolist() for batch in made]
+
+
+def test_batching_is_the_loaders_grouping_of_the_streams_items(data: Path) -> None:
+    assert batching(loader(data, None)) == {"items_per_batch": 1, "drop_last": False}
+    assert batching(loader(data, 4, drop_last=True)) == {"items_per_batch": 4, "drop_last": True}
+
+
+@pytest.mark.parametrize(("batch_size", "drop_last"), [(4, False), (7, True), (None, False)])
+@pytest.mark.parametrize("k", [0, 2, 8])
+def test_a_state_after_k_batches_continues_with_the_next_one(
+    data: Path, batch_size: int | None, drop_last: bool, k: int
+) -> None:
+    first = loader(data, batch_size, drop_last=drop_last)
+    expected = ids(first)
+    state = stream_state(first, first.dataset, Record(1, batches=k) if k else None)
+    assert state["batches"] == k
+    assert (state["batch_size"], state["drop_last"]) == (batch_size, drop_last)
+    resumed = loader(data, batch_size, drop_last=drop_last)
+    saved = json.loads(json.dumps(state))
+    assert load_stream_state(resumed, resumed.dataset, [saved], False) == k
+    assert ids(resumed) == expected[k:]
+
+
+def test_a_loader_with_other_batching_is_refused(data: Path) -> None:
+    made = loader(data, 4)
+    state = stream_state(made, made.dataset, Record(1, batches=2))
+    other = loader(data, 5)
+    with pytest.raises(ResumeError, match=r"DataLoader batch_size=4 but this loader has batch_"):
+        load_stream_state(other, other.dataset, [state], False)
+    other = loader(data, 4, drop_last=True)
+    with pytest.raises(ResumeError, match=r"DataLoader drop_last=False but this loader has drop"):
+        load_stream_state(other, other.dataset, [state], False)
+
+
+def test_counts_that_disagree_are_refused(data: Path) -> None:
+    made = loader(data, 4)
+    state = stream_state(made, made.dataset, Record(1, batches=2))
+    wrong = copy.deepcopy(state)
+    wrong["batches"] = 3
+    with pytest.raises(ResumeError, match=r"batches=3 disagrees with its stream's per-rank"):
+        load_stream_state(made, made.dataset, [wrong], False)
+    wrong = copy.deepcopy(state)
+    wrong["dataset"]["consumed"] = [4]
+    with pytest.raises(ResumeError, match=r"disagree with its per-slot counts consumed=\[4\]"):
+        load_stream_state(made, made.dataset, [wrong], False)
+
+
+def test_a_state_that_says_its_epoch_was_done_with_rows_left_is_refused(data: Path) -> None:
+    made = loader(data, 4)
+    state = stream_state(made, made.dataset, Record(1, batches=2))
+    with pytest.raises(ResumeError, match=r"epoch was done \(epoch_done=True\) but its stream"):
+        load_stream_state(made, made.dataset, [state], True)
+    assert not made.dataset.resuming  # the refused position is not kept
+
+
+def test_a_stream_of_varying_rows_under_loader_batching_cannot_save_an_exact_state(
+    data: Path,
+) -> None:
+    tokens = data.parent / "tokens"
+    fd.synthetic.make_parquet(tokens, 40, files=1, max_tokens=20)
+    packed = fd.pack(fd.ParquetStream(tokens, columns=["tokens"]), seq_len=16, rows=2)
+    assert packed.varying
+    made = fd.DataLoader(packed, batch_size=2)
+    with pytest.raises(ResumeError, match=r"batches them \(batch_size=2\); batch in the stream"):
+        stream_state(made, packed, Record(1, batches=1))
