@@ -139,3 +139,29 @@ def test_tokens(benchmark: Any, corpus: tuple[Path, dict[str, Any]], group: str)
     unit = "tokens" if column == "tokens" else "text_bytes"
     info[f"fastdata_{unit}_per_s"] = round(elements / info["median_s"])
     info[f"pyarrow_{unit}_per_s"] = round(elements / info["paired"]["baseline:pyarrow"])
+
+
+def test_tokens_threads(benchmark: Any, corpus: tuple[Path, dict[str, Any]]) -> None:
+    """``parquet-tokens-threads``: the token column through two *thread* workers
+    (``worker_method="thread"``: batches handed over in the process, no pickling) against
+    raw pyarrow in one process and against the same loader with two worker processes, a new
+    loader per epoch on every side."""
+    root, facts = corpus
+    benchmark.group = "parquet-tokens-threads"
+
+    def threads() -> tuple[int, int]:
+        return fastdata_scan(make_loader(root, "tokens", 2, worker_method="thread"), "tokens")
+
+    def processes() -> tuple[int, int]:
+        return fastdata_scan(make_loader(root, "tokens", 2), "tokens")
+
+    results = measure_interleaved(
+        benchmark,
+        threads,
+        {"pyarrow": lambda: pyarrow_scan(root, "tokens"), "process-workers": processes},
+        items=ROWS,
+        rounds=ROUNDS,
+        unit="rows",
+    )
+    assert results["fastdata"] == results["pyarrow"] == results["process-workers"]
+    benchmark.extra_info.update(facts)

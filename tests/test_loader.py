@@ -45,7 +45,14 @@ def test_signature_is_torchs_plus_keyword_only_extras() -> None:
         assert ours[name].kind == param.kind
         assert ours[name].default == param.default
     extras = [p for p in ours if p not in theirs]
-    assert extras == ["device", "normalize", "config", "stats", "snapshot_every_n_steps"]
+    assert extras == [
+        "device",
+        "normalize",
+        "config",
+        "stats",
+        "snapshot_every_n_steps",
+        "worker_method",
+    ]
     assert all(ours[p].kind is inspect.Parameter.KEYWORD_ONLY for p in extras)
     assert issubclass(DataLoader, tud.DataLoader)
 

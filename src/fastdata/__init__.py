@@ -46,7 +46,7 @@ if TYPE_CHECKING:
         SchemaError,
         SourceError,
     )
-    from fastdata.loader import DataLoader, gather_state, install_dataloader
+    from fastdata.loader import DataLoader, gather_state, install_dataloader, worker_generator
     from fastdata.ragged import Ragged
     from fastdata.sources.images import ImageStream
     from fastdata.sources.mix import MixedStream, mix
@@ -60,6 +60,7 @@ _EXPORTS: dict[str, str] = {
     "DataLoader": "fastdata.loader",
     "gather_state": "fastdata.loader",
     "install_dataloader": "fastdata.loader",
+    "worker_generator": "fastdata.loader",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",

@@ -11,19 +11,28 @@ Checked against torch 2.5 - 2.14 (the supported range; CI runs the newest).
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.utils.data._utils.worker as _worker_module
 import torch.utils.data.dataloader as _dataloader
 
 __all__ = [
     "CHECKED_TORCH",
     "TORCH_DATALOADER",
     "WORKER_RERAISE",
+    "hidden_worker_info",
+    "in_worker_process",
+    "install_thread_worker_info",
     "pin_memory",
+    "set_thread_worker_info",
     "shared_fd_storage",
     "shared_storage",
+    "thread_worker_info",
     "upsample_bilinear_aa",
 ]
 
@@ -84,3 +93,57 @@ def pin_memory(batch: Any, device: Any = None) -> Any:
     from torch.utils.data._utils.pin_memory import pin_memory as pin
 
     return pin(batch, device)
+
+
+# --------------------------------------------------------------------------- thread workers
+_thread = threading.local()
+
+
+def thread_worker_info() -> Any:
+    """The calling thread's WorkerInfo when it is a thread worker (and not inside a step that
+    must not see it), else None."""
+    return None if getattr(_thread, "hidden", False) else getattr(_thread, "info", None)
+
+
+def _get_worker_info() -> Any:  # the body torch's get_worker_info runs once installed
+    info = _fastdata_thread_worker_info()  # type: ignore[name-defined]  # noqa: F821
+    return _worker_info if info is None else info  # type: ignore[name-defined]  # noqa: F821
+
+
+def install_thread_worker_info() -> None:
+    """Make ``torch.utils.data.get_worker_info()`` answer per thread: in a fastdata thread
+    worker, that worker's ``WorkerInfo``; elsewhere what it answered before (None in the main
+    process, the process's in a worker process).
+
+    torch keeps the info in a module global, one per process; every name for the function
+    (``torch.utils.data.get_worker_info``, ``...dataloader.get_worker_info``, a user's own
+    import) is the one function object, whose code is replaced here, once. Idempotent."""
+    module = _worker_module
+    function = module.get_worker_info
+    if function.__code__ is not _get_worker_info.__code__:
+        module._fastdata_thread_worker_info = thread_worker_info  # type: ignore[attr-defined]
+        function.__code__ = _get_worker_info.__code__
+
+
+def set_thread_worker_info(info: Any) -> None:
+    """The calling thread's WorkerInfo (None: not a worker)."""
+    _thread.info = info
+
+
+@contextlib.contextmanager
+def hidden_worker_info() -> Iterator[None]:
+    """Inside the block, a thread worker's ``get_worker_info()`` is None: torch's
+    ``default_collate`` would build each batch in a fresh shared-memory segment for a worker
+    *process*; a thread hands its batch over in the same process."""
+    before = getattr(_thread, "hidden", False)
+    _thread.hidden = True
+    try:
+        yield
+    finally:
+        _thread.hidden = before
+
+
+def in_worker_process() -> bool:
+    """Whether this code runs in a DataLoader worker *process* (whose batches cross to the
+    main process through shared memory), as opposed to the main process or a thread worker."""
+    return _worker_module._worker_info is not None

@@ -65,7 +65,7 @@ import numpy as np
 import torch
 import torch.multiprocessing
 
-from fastdata._torch_compat import shared_fd_storage, shared_storage
+from fastdata._torch_compat import in_worker_process, shared_fd_storage, shared_storage
 
 try:
     import fcntl
@@ -170,9 +170,7 @@ def batch_buffer(
     receiving the batches, ``receiver``, shares by ``file_system``), so handing it over moves
     no bytes, as with the batches torch's ``default_collate`` builds there.
     """
-    from torch.utils.data import get_worker_info
-
-    if get_worker_info() is None:
+    if not in_worker_process():  # the main process or a thread worker: plain memory
         batch = torch.empty(shape, dtype=torch.uint8)
         return batch, batch.numpy()
     return shared_batch(shape, reuse=receiver in (None, "file_descriptor"))

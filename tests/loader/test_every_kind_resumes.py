@@ -26,8 +26,15 @@ N = 24
 
 
 def draws() -> list[float]:
-    """One draw of each global generator: what a random augmentation takes."""
+    """One draw of each global generator: what a random augmentation takes; in a thread
+    worker, whose global generators are every thread's, from the worker's own generator."""
+    if torch.utils.data.get_worker_info() is not None and THREADS:
+        own = fd.worker_generator()
+        return [float(torch.rand(1, generator=own)) for _ in range(3)]
     return [random.random(), float(np.random.rand()), float(torch.rand(1))]
+
+
+THREADS = False  # set while a test runs thread workers (their threads see it)
 
 
 class MapAugmented(tud.Dataset):
@@ -112,6 +119,8 @@ KINDS = ["map-batched", "map-unbatched", "iterable", "stateful", "hugging-face",
 
 def make(kind: str, workers: int, persistent: bool, parquet: Path) -> fd.DataLoader:
     common: dict[str, Any] = {"num_workers": workers, "persistent_workers": persistent}
+    if THREADS:
+        common["worker_method"] = "thread"
     if kind == "map-batched":
         return fd.DataLoader(MapAugmented(), batch_size=4, shuffle=True, **common)
     if kind == "map-unbatched":
@@ -152,11 +161,21 @@ SAVES = ["first", "middle", "last", "after-end"]
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
-    ("workers", "persistent"), [(0, False), (1, False), (1, True), (3, False), (3, True)]
+    ("workers", "persistent", "method"),
+    [
+        (0, False, "multiprocessing"),
+        *[(w, p, m) for w in (1, 3) for p in (False, True) for m in ("multiprocessing", "thread")],
+    ],
 )
 def test_every_kind_resumes_exactly(
-    kind: str, workers: int, persistent: bool, parquet: Path
+    kind: str,
+    workers: int,
+    persistent: bool,
+    method: str,
+    parquet: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setitem(globals(), "THREADS", method == "thread")
     seed_everything(7)
     reference = make(kind, workers, persistent, parquet)
     first, second = epoch(reference, 0), epoch(reference, 1)

@@ -264,7 +264,7 @@ def test_a_snapshot_restores_the_workers_generators() -> None:
     snap = made[0].report["snapshot"]
     random.seed(99)
     torch.manual_seed(99)
-    resumed = fetch(side(Noisy(6), plans={0: WorkerPlan(snap, batches=1, items=2)}))
+    resumed = fetch(side(Noisy(6), plans={0: WorkerPlan(snap, batches=1, items=2)}, rng=True))
     assert values(resumed) == values(made)[1:]
 
 
@@ -300,6 +300,7 @@ def test_in_process_a_stateful_dataset_is_snapshotted_when_asked() -> None:
         "iterator": None,
         "own": False,
         "rng": None,
+        "own_rng": None,  # no fastdata.worker_generator() was asked for
     }
     assert side({}, kind="map", in_process=True).state_now() is None
 
@@ -320,7 +321,7 @@ def test_a_map_style_worker_starts_from_its_plan() -> None:
     expected = torch.rand(2)
     dataset = MapState()
     snap = {"dataset": encode({"w": torch.ones(2)}), "rng": rng}
-    worker = side(dataset, kind="map", plans={0: WorkerPlan(snap, batches=4, items=8)})
+    worker = side(dataset, kind="map", plans={0: WorkerPlan(snap, batches=4, items=8)}, rng=True)
     torch.manual_seed(0)
     worker.start_map()
     assert torch.equal(dataset.state["w"], torch.ones(2))

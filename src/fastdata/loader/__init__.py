@@ -11,5 +11,6 @@ and the consumer's wait), ``_install`` (fastdata's loader in torch's names).
 
 from fastdata.loader._install import Installed, install_dataloader
 from fastdata.loader._loader import DataLoader, gather_state
+from fastdata.loader._rng import worker_generator
 
-__all__ = ["DataLoader", "Installed", "gather_state", "install_dataloader"]
+__all__ = ["DataLoader", "Installed", "gather_state", "install_dataloader", "worker_generator"]

@@ -42,6 +42,7 @@ EXTRAS: tuple[tuple[str, Any], ...] = (
     ("config", None),
     ("stats", False),
     ("snapshot_every_n_steps", 1),
+    ("worker_method", "multiprocessing"),
 )
 """The loader's keyword-only extras and their defaults, after torch's arguments."""
 

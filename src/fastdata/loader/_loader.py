@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 import torch.utils.data as tud
 
 from fastdata._stats import StageTimes, TimedCollate, cache_stats
-from fastdata._validate import check_bool, check_device, check_int
+from fastdata._validate import check_bool, check_choice, check_device, check_int
 from fastdata.errors import ResumeError
 from fastdata.loader import _resume, _rng
 from fastdata.loader._arguments import (
@@ -55,7 +55,7 @@ from fastdata.loader._indices import (
 )
 from fastdata.loader._record import Record
 from fastdata.loader._streams import load_stream_state, stream_state
-from fastdata.loader._torch_iterators import Setup, WorkerStart, make_iterator
+from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
 from fastdata.sources import PlannedStream
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
@@ -77,6 +77,9 @@ class DataLoader(TorchDataLoader[_T_co]):
         config: a ``LoaderConfig``, a ``TuneResult`` or a path to one's JSON; its settings
             (num_workers, prefetch_factor, pin_memory, ...) apply where not passed explicitly.
         stats: record per-stage times for :meth:`stats`.
+        worker_method: ``"multiprocessing"`` (torch's worker processes, the default) or
+            ``"thread"``: ``num_workers`` threads in this process, batches handed over without
+            pickling or shared memory (see the loader guide for when each wins).
         snapshot_every_n_steps: as torchdata's ``StatefulDataLoader``: an iterable dataset
             with ``state_dict()`` in a worker snapshots its state every that many of its
             batches (0: only when its iterator ends; a resume restores the last snapshot and
@@ -92,6 +95,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         config: Any = None,
         stats: bool = False,
         snapshot_every_n_steps: int = 1,
+        worker_method: str = "multiprocessing",
         **kwargs: Any,
     ) -> None:
         check_keywords(kwargs)
@@ -102,6 +106,10 @@ class DataLoader(TorchDataLoader[_T_co]):
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
         stats = check_bool("stats", stats)
         every = check_int("snapshot_every_n_steps", snapshot_every_n_steps, minimum=0)
+        # (set before torch's __init__, whose worker-count check reads it)
+        self.worker_method = check_choice(
+            "worker_method", worker_method, ("multiprocessing", "thread")
+        )
         given = torch_arguments(args, kwargs)
         check_stream_batching(given)
         super().__init__(*args, **kwargs)
@@ -180,15 +188,27 @@ class DataLoader(TorchDataLoader[_T_co]):
         )
 
     def _get_iterator(self) -> Any:
-        """torch's ``_get_iterator``, made with fastdata's :class:`Setup`."""
+        """torch's ``_get_iterator``, made with fastdata's :class:`Setup` (thread workers'
+        iterator with ``worker_method="thread"``)."""
         record = self._fd_next if self._fd_next is not None else Record(max(self.num_workers, 1))
-        return make_iterator(self, self._setup(record, self._fd_plan))
+        setup = self._setup(record, self._fd_plan)
+        if self.num_workers and self.worker_method == "thread":
+            from fastdata.loader._threads import ThreadIterator
+
+            return ThreadIterator(LoaderView(self, setup), setup)
+        return make_iterator(self, setup)
+
+    def check_worker_number_rationality(self) -> None:
+        """torch's warning when there are more worker processes than CPUs; thread workers
+        waiting on I/O or on GIL-free code can usefully outnumber them."""
+        if getattr(self, "worker_method", "multiprocessing") != "thread":
+            super().check_worker_number_rationality()
 
     def _setup(self, record: Record, plan: _resume.Plan | None) -> Setup:
         """What the next iterator is made with (see :mod:`fastdata.loader._torch_iterators`)."""
-        init = WorkerInit(
-            self.worker_init_fn, limit_opencv=start_method(self.multiprocessing_context) != "fork"
-        )
+        threads = self.worker_method == "thread"
+        fresh = start_method(self.multiprocessing_context) != "fork"
+        init = WorkerInit(self.worker_init_fn, limit_opencv=fresh and not threads)
         kind = self._fd_kind
         seed = plan.base_seed if plan is not None else None
         if kind == "stream":
@@ -219,10 +239,11 @@ class DataLoader(TorchDataLoader[_T_co]):
             IterableSide(side) if kind == "iterable" else self.dataset,
             ReportingCollate(self.collate_fn, side),
             indices if indices is not None else self._index_sampler,
-            init if in_process else WorkerStart(side, init),
+            init if in_process or threads else WorkerStart(side, init),
             base_seed=seed,
             first_worker=plan.first_worker if plan is not None else 0,
             indices=indices,
+            side=side,
         )
 
     # ----------------------------------------------------------------- stats

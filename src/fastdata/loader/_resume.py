@@ -472,6 +472,8 @@ def _checked_snapshot(value: Any, worker: int) -> dict[str, Any]:
     for name in ("rng", "replay_rng"):
         if snapshot.get(name) is not None:
             _rng.check(snapshot[name])
+    if snapshot.get("own_rng") is not None:
+        check_generators([snapshot["own_rng"]], f"{where} own_rng")
     for name in ("dataset", "iterator"):
         _decodable(snapshot.get(name), f"{where} {name}")
     return snapshot

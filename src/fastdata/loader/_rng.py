@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import random
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 
 from fastdata.errors import ResumeError
 
-__all__ = ["capture", "check", "restore", "using"]
+__all__ = ["capture", "capture_own", "check", "restore", "restore_own", "using", "worker_generator"]
 
 
 def _b64(data: bytes) -> str:
@@ -112,3 +113,43 @@ def using(state: Any) -> Iterator[None]:
         yield
     finally:
         restore(before)
+
+
+_local = threading.local()
+
+
+def worker_generator() -> torch.Generator:
+    """A torch generator of the calling DataLoader worker's own, seeded from its seed
+    (``get_worker_info().seed``, base seed + worker id), for random draws that must not
+    interleave with other workers': the global generators are shared by every thread of a
+    process. fastdata saves and restores its state with the worker's (thread or process),
+    so draws from it resume exactly. Outside a worker, torch's default generator."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    if info is None:
+        return torch.default_generator
+    owned = getattr(_local, "generator", None)
+    if owned is None or owned[0] != (info.id, info.seed):
+        _local.generator = ((info.id, info.seed), torch.Generator().manual_seed(info.seed))
+    return _local.generator[1]
+
+
+def capture_own() -> str | None:
+    """The state of the calling worker's :func:`worker_generator`, if it made one."""
+    owned = getattr(_local, "generator", None)
+    return None if owned is None else _b64(owned[1].get_state().numpy().tobytes())
+
+
+def restore_own(state: Any) -> None:
+    """Put the calling worker's :func:`worker_generator` back to ``state``."""
+    if state is None:
+        return
+    try:
+        raw = bytearray(base64.b64decode(state, validate=True))
+        worker_generator().set_state(torch.frombuffer(raw, dtype=torch.uint8))
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ResumeError(
+            f"cannot resume: the state's worker generator is malformed ({exc}); is the state "
+            "corrupt?"
+        ) from None

@@ -53,6 +53,7 @@ class Setup:
     base_seed: int | None = None  # a loaded seed for the workers (None: torch draws one)
     first_worker: int = 0  # the worker whose batch comes first (a loaded turn)
     indices: Indices | None = field(default=None)
+    side: WorkerSide | None = None  # a user dataset's (thread workers make one each)
 
     def position(self) -> Position | None:
         """The sampler's position once the last batch's indices were drawn (map-style)."""

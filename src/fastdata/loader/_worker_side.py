@@ -26,6 +26,7 @@ real items (or none: a report-only :class:`Carried` the loader does not hand out
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any, Literal
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from fastdata._torch_compat import hidden_worker_info
 from fastdata.loader import _rng
 from fastdata.loader._jsonable import decode, encode
 
@@ -151,8 +153,9 @@ class WorkerSide:
         snapshot = plan.snapshot or {}
         if snapshot.get("dataset") is not None and self.has_state:
             self.dataset.load_state_dict(decode(snapshot["dataset"]))
-        if snapshot.get("rng") is not None:
+        if snapshot.get("rng") is not None and self.rng:
             _rng.restore(snapshot["rng"])
+        _rng.restore_own(snapshot.get("own_rng"))
 
     def iterate(self) -> Iterator[Any]:
         """The user's dataset as an iterable worker iterates it (see the module docstring).
@@ -172,8 +175,9 @@ class WorkerSide:
             self.iterator = iterator
             if snapshot.get("iterator") is not None:
                 iterator.load_state_dict(decode(snapshot["iterator"]))
-            if snapshot.get("rng") is not None:
+            if snapshot.get("rng") is not None and self.rng:
                 _rng.restore(snapshot["rng"])
+            _rng.restore_own(snapshot.get("own_rng"))
             items = _nexts(iterator)  # next() only: iter() again may reset a dataset
             skip = 0 if plan is None or plan.ended else self.items - snapshot.get("items", 0)
             skipped = sum(1 for _ in itertools.islice(items, skip))
@@ -210,7 +214,7 @@ class WorkerSide:
 
     def _snapshot_due(self, end: bool) -> bool:
         if self.kind == "map":
-            return self.has_state or self.rng
+            return self.has_state or self.rng or _rng.capture_own() is not None
         if end:  # where a worker that lives on (persistent) starts the next epoch
             return True
         if not (self.has_state or stateful(self.iterator)):
@@ -233,9 +237,19 @@ class WorkerSide:
                 "iterator": None if iterator is None else encode(iterator.state_dict()),
                 "own": own,  # the dataset is its own iterator: its state lives on
                 "rng": _rng.capture() if self.rng else None,
+                "own_rng": _rng.capture_own(),  # the worker's fastdata.worker_generator()
             }
         except Exception as exc:  # the user's state_dict() failed, or holds what JSON cannot
             return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def for_thread(self, dataset: Any) -> WorkerSide:
+        """This side for one thread worker reading ``dataset``: counters and plans of its
+        own, and no global generators (they are the process's, not the thread's)."""
+        own = copy.copy(self)
+        own.dataset, own.plans, own.rng = dataset, dict(self.plans), False
+        own.has_state = stateful(dataset)
+        own.iterator = None
+        return own
 
     def state_now(self) -> dict[str, Any] | None:
         """A snapshot taken now, in this process (``num_workers=0``): the dataset's state,
@@ -273,23 +287,32 @@ class ReportingCollate:
     docstring); a batch left without items, or short under ``drop_last``, carries the
     report alone."""
 
-    def __init__(self, collate: Callable[[Any], Any], side: WorkerSide) -> None:
+    def __init__(
+        self, collate: Callable[[Any], Any], side: WorkerSide, *, hide_worker: bool = False
+    ) -> None:
         self.collate = collate
         self.side = side
+        self.hide_worker = hide_worker  # a thread worker: torch's collate must not see it
 
     def __call__(self, data: Any) -> Carried:
         side = self.side
         if side.kind == "map":
-            return Carried(self.collate(data), side.report(_count(data, side)))
+            return Carried(self._collate(data), side.report(_count(data, side)))
         if side.batch_size is None:
             if data is END:
                 return Carried(NOTHING, side.report(0, end=True, batch=False))
-            return Carried(self.collate(data), side.report(1))
+            return Carried(self._collate(data), side.report(1))
         real = [item for item in data if item is not END]
         end = len(real) < len(data)
         if not real or (end and side.drop_last and len(real) < side.batch_size):
             return Carried(NOTHING, side.report(len(real), end=end, batch=False))
-        return Carried(self.collate(real), side.report(len(real), end=end))
+        return Carried(self._collate(real), side.report(len(real), end=end))
+
+    def _collate(self, items: Any) -> Any:
+        if not self.hide_worker:
+            return self.collate(items)
+        with hidden_worker_info():  # default_collate would build it in shared memory
+            return self.collate(items)
 
 
 def _count(data: Any, side: WorkerSide) -> int:

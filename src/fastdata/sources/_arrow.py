@@ -46,8 +46,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
 import torch
-from torch.utils.data import get_worker_info
 
+from fastdata._torch_compat import in_worker_process
 from fastdata.errors import SchemaError, SourceError
 from fastdata.ragged import Ragged, RaggedKind
 from fastdata.workers import shared_batch
@@ -384,7 +384,7 @@ def to_batch(
         name: _converted(name, converters[name], _array(table.column(name)), locate)
         for name in table.column_names
     }
-    if get_worker_info() is None:
+    if not in_worker_process():  # the main process or a thread worker: no hand-over copy
         return batch
     return {k: _shared(v, reuse) if isinstance(v, Ragged) else v for k, v in batch.items()}
 

@@ -1,0 +1,300 @@
+"""Thread workers (``worker_method="thread"``): the pipeline inside the training process.
+
+``num_workers`` threads fetch and collate batches as worker processes do, and hand them over
+through a queue — no pickling, no shared-memory segment, no second copy of the batch. What is
+heavy in fastdata's pipelines releases the GIL (pyarrow's reading and decoding, OpenCV and the
+libjpeg extension, the resize extension, collate over buffers), so threads run it in parallel.
+
+:class:`ThreadIterator` is torch's iterator protocol (``_BaseDataLoaderIter``: the sampler,
+the base seed, ``__next__``, ``__len__``) with torch's multi-process iterator's behaviour:
+``prefetch_factor`` batches in flight per worker, batches in order (or as they come, with
+``in_order=False``), an iterable dataset's worker that ends is skipped, an error is re-raised
+in the consumer with its type and where it happened, ``timeout=`` bounds each wait,
+``persistent_workers`` keeps the threads (and their dataset copies) for the next epoch.
+
+What a thread worker sees: ``torch.utils.data.get_worker_info()`` answers per thread (id,
+``num_workers``, ``seed`` = base seed + id, its dataset); the ``worker_init_fn`` runs in the
+thread. A map-style dataset is shared by the threads (its ``__getitem__`` must be safe to call
+from several at once, as it must be for torch's own thread workers); an iterable dataset (and a
+fastdata stream) gets a copy per thread, made as a worker process gets one — pickled — except
+that shared-memory tensors stay shared (a stream's epoch, its counters). The global random
+generators are the process's: threads do not seed them, and their draws interleave (see the
+loader guide); :func:`fastdata.worker_generator` is a generator of the thread's own.
+
+No state is shared between threads without a lock: each thread owns its inbox, its dataset
+copy and its fetcher; results meet in one thread-safe queue; the iterator's own bookkeeping is
+touched by the consumer thread only. Nothing assumes the GIL serialises anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import itertools
+import pickle
+import queue
+import threading
+import time
+import warnings
+from typing import Any
+
+import torch
+import torch.utils.data.dataloader as _dataloader
+from torch.utils.data._utils import ExceptionWrapper
+from torch.utils.data._utils.worker import WorkerInfo
+
+from fastdata._torch_compat import install_thread_worker_info, pin_memory, set_thread_worker_info
+from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerStart, _Hooks
+from fastdata.loader._worker_side import IterableSide, ReportingCollate
+
+__all__ = ["ThreadIterator", "thread_copy"]
+
+_POLL_S = 0.1  # how often a waiting thread looks whether the iterator went away
+
+
+class _Exhausted:
+    """What an iterable dataset's thread sends once its iterator ended."""
+
+    __slots__ = ()
+
+
+_EXHAUSTED = _Exhausted()
+
+
+def thread_copy(dataset: Any) -> Any:
+    """A copy of ``dataset`` for one thread worker: pickled as for a worker process (its
+    ``__getstate__`` applies), shared-memory tensors passed by reference (they are the
+    workers' channel to the main process). A dataset that does not pickle is copied shallowly
+    (with a warning: its mutable state is then shared)."""
+    buffer = io.BytesIO()
+    shared: list[Any] = []
+
+    class _Pickler(pickle.Pickler):
+        def persistent_id(self, obj: Any) -> Any:
+            if isinstance(obj, torch.Tensor) and obj.is_shared():
+                shared.append(obj)
+                return len(shared) - 1
+            return None
+
+    class _Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid: Any) -> Any:
+            return shared[pid]
+
+    try:
+        _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(dataset)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        warnings.warn(
+            f"{type(dataset).__name__} cannot be pickled ({exc}): each thread worker gets a "
+            "shallow copy, which shares the dataset's mutable attributes between threads",
+            stacklevel=3,
+        )
+        return copy.copy(dataset)
+    buffer.seek(0)
+    return _Unpickler(buffer).load()
+
+
+class _Worker:
+    """One thread worker: its inbox, its dataset and the loop that serves it."""
+
+    def __init__(self, worker_id: int, iterator: ThreadIterator, results: queue.Queue) -> None:
+        self.id = worker_id
+        self.inbox: queue.Queue = queue.Queue()
+        self.results = results
+        self.done = iterator._fd_done
+        dataset, collate, self.init_fn = _worker_parts(iterator._fd, iterator._dataset)
+        self.info = WorkerInfo(
+            id=worker_id,
+            num_workers=iterator._num_workers,
+            seed=iterator._base_seed + worker_id,
+            dataset=dataset,
+        )
+        # What the loop needs of the iterator, taken now: the thread must not hold the
+        # iterator (an abandoned one must go, and stop its threads).
+        self.fetcher_args = (
+            iterator._dataset_kind,
+            dataset,
+            iterator._auto_collation,
+            collate,
+            iterator._drop_last,
+        )
+        self.thread = threading.Thread(
+            target=self.run, name=f"fastdata-worker-{worker_id}", daemon=True
+        )
+
+    def run(self) -> None:
+        set_thread_worker_info(self.info)
+        failed: ExceptionWrapper | None = None
+        try:
+            if self.init_fn is not None:
+                self.init_fn(self.id)
+        except Exception:
+            failed = ExceptionWrapper(where=f"in DataLoader worker thread {self.id}")
+        fetcher, epoch = None, -1
+        while not self.done.is_set():
+            try:
+                task = self.inbox.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if task is None:
+                break
+            index_id, task_epoch, index = task
+            data: Any
+            if failed is not None:
+                data = failed
+            else:
+                try:
+                    if task_epoch != epoch:  # a new epoch: a new iterator over the dataset
+                        fetcher = _dataloader._DatasetKind.create_fetcher(*self.fetcher_args)
+                        epoch = task_epoch
+                    data = fetcher.fetch(index)  # type: ignore[union-attr]
+                except StopIteration:
+                    data = _EXHAUSTED
+                except Exception:
+                    data = ExceptionWrapper(where=f"in DataLoader worker thread {self.id}")
+            self.results.put((index_id, task_epoch, self.id, data))
+        set_thread_worker_info(None)
+
+
+def _worker_parts(setup: Setup, dataset: Any) -> tuple[Any, Any, Any]:
+    """One thread's dataset, collate function and start: a map-style dataset shared, any
+    other copied (:func:`thread_copy`); the resume-and-report duties its own
+    (:class:`~fastdata.loader._worker_side.WorkerSide`), without the global generators,
+    which are the process's."""
+    side = setup.side
+    if side is None:  # a fastdata stream: its copy resumes and reports itself
+        return thread_copy(dataset), setup.collate_fn, setup.worker_init_fn
+    own = side.for_thread(side.dataset if side.kind == "map" else thread_copy(side.dataset))
+    ours = IterableSide(own) if side.kind == "iterable" else own.dataset
+    collate = ReportingCollate(setup.collate_fn.collate, own, hide_worker=True)
+    return ours, collate, WorkerStart(own, setup.worker_init_fn)
+
+
+class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[misc]
+    """torch's iterator protocol over thread workers (see the module docstring)."""
+
+    def __init__(self, view: LoaderView, setup: Setup) -> None:
+        self._fd = setup
+        install_thread_worker_info()
+        super().__init__(view)  # type: ignore[arg-type]
+        self._prefetch = view.prefetch_factor * self._num_workers
+        self._in_order = view.in_order
+        self._fd_done = threading.Event()
+        self._fd_epoch = 0
+        self._results: queue.Queue = queue.Queue()
+        self._fd_workers = [_Worker(i, self, self._results) for i in range(self._num_workers)]
+        for worker in self._fd_workers:
+            worker.thread.start()
+        self._reset(view, first_iter=True)
+
+    def _reset(self, loader: Any, first_iter: bool = False) -> None:
+        super()._reset(loader, first_iter)
+        if not first_iter:
+            self._fd_epoch += 1
+        self._send_idx = 0  # the next task sent
+        self._rcvd_idx = 0  # the next task handed out (in order)
+        self._task_info: dict[int, tuple[Any, ...]] = {}  # task -> (worker,) or (worker, data)
+        self._tasks_outstanding = 0
+        self._workers_status = [True] * self._num_workers
+        first, self._fd.first_worker = self._fd.first_worker, 0
+        self._fd_cycle = itertools.islice(itertools.cycle(range(self._num_workers)), first, None)
+        for _ in range(self._prefetch):
+            self._try_put_index()
+
+    def _try_put_index(self) -> None:
+        if self._tasks_outstanding >= self._prefetch:
+            return
+        try:
+            index = self._next_index()
+        except StopIteration:
+            return
+        for _ in range(self._num_workers):  # the next active worker
+            worker = next(self._fd_cycle)
+            if self._workers_status[worker]:
+                break
+        else:
+            return
+        self._fd_workers[worker].inbox.put((self._send_idx, self._fd_epoch, index))
+        self._task_info[self._send_idx] = (worker,)
+        if self._fd.indices is not None:
+            self._fd.record.sent(worker, self._fd.position())  # type: ignore[arg-type]
+        self._tasks_outstanding += 1
+        self._send_idx += 1
+
+    def _get_data(self) -> tuple[int, int, Any]:
+        """The next result of this epoch from any worker, waiting at most ``timeout``."""
+        deadline = None if self._timeout <= 0 else time.monotonic() + self._timeout
+        while True:
+            wait = _POLL_S if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                index_id, epoch, worker, data = self._results.get(timeout=min(wait, _POLL_S))
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise RuntimeError(
+                        f"DataLoader timed out after {self._timeout} seconds (a thread worker "
+                        "did not hand over its batch: stuck, or in code that holds the GIL)"
+                    ) from None
+                continue
+            if epoch == self._fd_epoch:  # an earlier epoch's late result is dropped
+                return index_id, worker, data
+
+    def _next_data(self) -> Any:
+        while True:
+            data = self._next_result()
+            if data is not _SKIP:
+                return data
+
+    def _next_result(self) -> Any:
+        while self._rcvd_idx < self._send_idx:  # skip the tasks of workers that ended
+            info = self._task_info.get(self._rcvd_idx)
+            if info is not None and (len(info) == 2 or self._workers_status[info[0]]):
+                break
+            self._task_info.pop(self._rcvd_idx, None)
+            self._rcvd_idx += 1
+        else:
+            self._fd.record.arrive("end")
+            if not self._persistent_workers:
+                self._shutdown_workers()
+            raise StopIteration
+        if len(self._task_info[self._rcvd_idx]) == 2:
+            worker, data = self._task_info.pop(self._rcvd_idx)
+            self._rcvd_idx += 1
+            return self._process(data, worker)
+        index_id, worker, data = self._get_data()
+        self._tasks_outstanding -= 1
+        if data is _EXHAUSTED:
+            self._workers_status[worker] = False
+            self._task_info.pop(index_id, None)
+            self._try_put_index()
+            return _SKIP
+        if index_id != self._rcvd_idx and self._in_order:
+            self._task_info[index_id] += (data,)
+            return _SKIP
+        self._task_info.pop(index_id, None)
+        if index_id == self._rcvd_idx:
+            self._rcvd_idx += 1
+        return self._process(data, worker)
+
+    def _process(self, data: Any, worker: int) -> Any:
+        position = self._fd.record.take_sent(worker) if self._fd.indices else None
+        self._try_put_index()
+        if isinstance(data, ExceptionWrapper):
+            data.reraise()
+        if self._pin_memory:
+            data = pin_memory(data, self._pin_memory_device)
+        upcoming = self._task_info.get(self._rcvd_idx)
+        turn = upcoming[0] if upcoming else (worker + 1) % self._num_workers
+        return self._handed(data, worker, position, turn)
+
+    def _shutdown_workers(self) -> None:
+        done = getattr(self, "_fd_done", None)
+        if done is None or done.is_set():
+            return
+        done.set()
+        for worker in self._fd_workers:
+            worker.inbox.put(None)
+        for worker in self._fd_workers:
+            if worker.thread is not threading.current_thread():
+                worker.thread.join(timeout=_POLL_S * 10)
+
+    def __del__(self) -> None:
+        self._shutdown_workers()

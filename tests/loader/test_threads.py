@@ -1,0 +1,217 @@
+"""Thread workers (``worker_method="thread"``): the behaviour users know from worker
+processes — the same batches, ``get_worker_info()`` per worker, ``worker_init_fn``, seeds,
+``prefetch_factor``, ``persistent_workers``, ``timeout``, ``in_order``, errors with their type
+and place — and no thread left behind, however an iteration ends."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.utils.data as tud
+
+import fastdata as fd
+
+from loader_scenarios import SCENARIOS, FailsAt, as_plain
+
+# Scenarios whose items do not depend on which worker draws from the global generators
+# (thread workers share them): every other one of torch's drop-in comparisons.
+SAME_AS_PROCESSES = sorted(
+    n for n in SCENARIOS if n not in ("worker_init_fn", "worker-seeding", "workers-spawn")
+)
+
+
+def threads_alive() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("fastdata-worker")]
+
+
+def settle() -> None:
+    """Let dropped iterators go: an exception raised from a worker holds a reference cycle
+    (torch's re-raise keeps it in a local of its own frame), which the cycle collector ends."""
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while threads_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("name", SAME_AS_PROCESSES)
+def test_thread_workers_give_the_batches_process_workers_give(name: str) -> None:
+    def run(method: str) -> list:
+        kwargs = SCENARIOS[name]()
+        if kwargs.get("num_workers", 0) == 0:
+            kwargs["num_workers"] = 2
+        loader = fd.DataLoader(**kwargs, worker_method=method)
+        return [[as_plain(b) for b in loader] for _ in range(2)]
+
+    assert run("thread") == run("multiprocessing")
+    settle()
+    assert threads_alive() == []
+
+
+class Whoami(tud.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> list[Any]:
+        info = tud.get_worker_info()
+        return [i, info.id, info.num_workers, info.seed, info.dataset is self]
+
+
+def test_each_thread_sees_its_own_worker_info_and_runs_the_init() -> None:
+    started: list[int] = []
+
+    def init(worker_id: int) -> None:
+        assert tud.get_worker_info().id == worker_id
+        started.append(worker_id)
+
+    loader = fd.DataLoader(
+        Whoami(), batch_size=None, num_workers=3, worker_method="thread", worker_init_fn=init
+    )
+    items = list(loader)
+    assert sorted(started) == [0, 1, 2]
+    assert [item[1] for item in items] == [i % 3 for i in range(8)]  # round robin, as torch
+    seeds = {item[1]: item[3] for item in items}
+    assert len(set(seeds.values())) == 3 and {s - w for w, s in seeds.items()} == {seeds[0]}
+    assert all(item[2] == 3 and item[4] for item in items)
+    assert tud.get_worker_info() is None  # the main thread is no worker
+
+
+def test_worker_generators_are_per_thread_and_deterministic() -> None:
+    class Draws(tud.Dataset):
+        def __len__(self) -> int:
+            return 12
+
+        def __getitem__(self, i: int) -> float:
+            return float(torch.rand(1, generator=fd.worker_generator()))
+
+    def run() -> list[float]:
+        loader = fd.DataLoader(
+            Draws(),
+            batch_size=None,
+            num_workers=3,
+            worker_method="thread",
+            generator=torch.Generator().manual_seed(2),
+        )
+        return [float(x) for x in loader]
+
+    first = run()
+    assert first == run() and len(set(first)) == 12
+    assert fd.worker_generator() is torch.default_generator  # outside a worker
+
+
+def test_an_error_is_raised_with_its_type_and_thread() -> None:
+    loader = fd.DataLoader(FailsAt(5), batch_size=2, num_workers=2, worker_method="thread")
+    with pytest.raises(ValueError, match="item 5 is corrupt") as caught:
+        list(loader)
+    assert "in DataLoader worker thread" in str(caught.value)
+    del caught  # its traceback holds the iterator, as any exception's would until handled
+    settle()
+    assert threads_alive() == []
+
+
+def test_a_worker_init_error_is_raised() -> None:
+    def init(worker_id: int) -> None:
+        raise KeyError(f"no config for worker {worker_id}")
+
+    loader = fd.DataLoader(Whoami(), num_workers=2, worker_method="thread", worker_init_fn=init)
+    with pytest.raises(KeyError, match="no config for worker"):
+        next(iter(loader))
+
+
+class Stuck(tud.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(3 if i == 1 else 0)
+        return i
+
+
+def test_timeout_reports_a_stuck_thread() -> None:
+    loader = fd.DataLoader(
+        Stuck(), batch_size=None, num_workers=2, worker_method="thread", timeout=0.5
+    )
+    iterator = iter(loader)
+    assert next(iterator) == 0
+    with pytest.raises(RuntimeError, match=r"timed out after 0.5 seconds"):
+        next(iterator)
+
+
+@pytest.mark.parametrize("how", ["break", "exception", "del", "exhausted", "persistent-del"])
+def test_no_thread_is_left_however_the_iteration_ends(how: str) -> None:
+    loader = fd.DataLoader(
+        Whoami() if how != "exception" else FailsAt(3),
+        batch_size=2,
+        num_workers=3,
+        worker_method="thread",
+        persistent_workers=how.startswith("persistent"),
+    )
+    iterator = iter(loader)
+    if how == "exhausted":
+        list(iterator)
+    elif how == "exception":
+        with pytest.raises(ValueError, match="corrupt"):
+            list(iterator)
+    else:
+        next(iterator)
+    del iterator
+    if how.startswith("persistent"):
+        del loader
+    settle()
+    assert threads_alive() == []
+
+
+def test_out_of_order_hands_every_batch_once() -> None:
+    loader = fd.DataLoader(
+        Stuck(), batch_size=None, num_workers=2, worker_method="thread", in_order=False
+    )
+    assert sorted(loader) == [0, 1, 2, 3]
+
+
+def test_persistent_threads_serve_the_next_epoch(tmp_path: Path) -> None:
+    fd.synthetic.make_parquet(tmp_path, 200, files=2, row_group_size=20)
+    stream = fd.ParquetStream(tmp_path, columns=["id"], batch_size=16, shuffle=True)
+    threads = fd.DataLoader(
+        stream, batch_size=None, num_workers=2, worker_method="thread", persistent_workers=True
+    )
+    processes = fd.DataLoader(stream, batch_size=None, num_workers=2)
+    for epoch in range(2):
+        stream.set_epoch(epoch)  # reaches the persistent threads' copies (shared memory)
+        assert [b["id"].tolist() for b in threads] == [b["id"].tolist() for b in processes]
+
+
+@pytest.mark.parametrize(
+    ("saved", "loaded"), [("multiprocessing", "thread"), ("thread", "multiprocessing")]
+)
+def test_a_state_resumes_under_the_other_worker_method(tmp_path: Path, saved, loaded) -> None:
+    fd.synthetic.make_parquet(tmp_path, 300, files=3, row_group_size=25)
+
+    def make(method: str) -> fd.DataLoader:
+        stream = fd.ParquetStream(tmp_path, columns=["id"], batch_size=10, shuffle=True)
+        return fd.DataLoader(stream, batch_size=None, num_workers=2, worker_method=method)
+
+    full = [b["id"].tolist() for b in make(saved)]
+    first = make(saved)
+    iterator = iter(first)
+    head = [next(iterator)["id"].tolist() for _ in range(7)]
+    state = json.loads(json.dumps(first.state_dict()))
+    del iterator
+    resumed = make(loaded)
+    resumed.load_state_dict(state)
+    assert head + [b["id"].tolist() for b in resumed] == full
+
+
+def test_the_worker_count_warning_is_for_processes_only() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(fd.DataLoader(list(range(8)), num_workers=16, worker_method="thread"))
+    with pytest.raises(ValueError, match="worker_method"):
+        fd.DataLoader(list(range(8)), num_workers=2, worker_method="threads")
