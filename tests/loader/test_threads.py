@@ -215,3 +215,24 @@ def test_the_worker_count_warning_is_for_processes_only() -> None:
         list(fd.DataLoader(list(range(8)), num_workers=16, worker_method="thread"))
     with pytest.raises(ValueError, match="worker_method"):
         fd.DataLoader(list(range(8)), num_workers=2, worker_method="threads")
+
+
+def test_stats_count_each_threads_work_in_its_own_row(tmp_path: Path) -> None:
+    fd.synthetic.make_parquet(tmp_path, 400, files=4, row_group_size=25)
+
+    def counted(method: str) -> tuple[dict[str, Any], torch.Tensor]:
+        stream = fd.ParquetStream(tmp_path, columns=["id"], batch_size=20)
+        loader = fd.DataLoader(
+            stream, batch_size=None, num_workers=2, worker_method=method, stats=True
+        )
+        assert sum(len(b["id"]) for b in loader) == 400
+        rows = loader._fd_times._table[:, :, 1].sum(dim=1)  # items counted per row
+        return loader.stats()["stages"], rows
+
+    threads, rows = counted("thread")
+    processes, _ = counted("multiprocessing")
+    assert threads["read"]["count"] == processes["read"]["count"] == 400
+    assert threads.keys() == processes.keys()
+    assert rows[1] > 0 and rows[2] > 0  # worker 0 and worker 1 each in its own row
+    settle()
+    assert threads_alive() == []
