@@ -184,15 +184,15 @@ def first_batch_after_resume(root: Path, fraction: float, *, elastic: bool = Fal
     stream = ParquetStream(root, columns=COLUMNS, batch_size=4096, shuffle=True, **saver)
     readers = 2 if elastic else 1
     consumed = int(sum(stream.reader_items(readers)) * fraction)
-    # The state a run interrupted after `consumed` batches would have saved.
+    # The state a run interrupted after `consumed` batches would have saved: a loader's
+    # state before its first batch, with the stream's position moved there.
     dataset = stream.state_at(consumed, num_readers=readers)
-    state = {
-        "version": 3,
-        "kind": "stream",
+    fresh = DataLoader(ParquetStream(root, columns=COLUMNS, batch_size=4096), batch_size=None)
+    state = fresh.state_dict() | {
         "batches": dataset["batches"][0],
-        "batch_size": None,
-        "drop_last": False,
         "dataset": dataset,
+        "num_workers": dataset["num_workers"],
+        "base_seed": 0,  # the seed workers resumed mid-epoch go on with
     }
     start = time.perf_counter()
     resumed = DataLoader(
