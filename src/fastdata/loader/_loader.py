@@ -75,7 +75,8 @@ class DataLoader(TorchDataLoader[_T_co]):
         device: move each batch there (pinned memory and a side stream on CUDA).
         normalize: with ``device``, normalize uint8 images there, e.g. ``fastdata.IMAGENET``.
         config: a ``LoaderConfig``, a ``TuneResult`` or a path to one's JSON; its settings
-            (num_workers, prefetch_factor, pin_memory, ...) apply where not passed explicitly.
+            (num_workers, prefetch_factor, pin_memory, ...) apply where not passed explicitly;
+            a config's ``worker_method="thread"`` replaces the default ``"multiprocessing"``.
         stats: record per-stage times for :meth:`stats`.
         worker_method: ``"multiprocessing"`` (torch's worker processes, the default) or
             ``"thread"``: ``num_workers`` threads in this process, batches handed over without
@@ -101,6 +102,9 @@ class DataLoader(TorchDataLoader[_T_co]):
         check_keywords(kwargs)
         if config is not None:
             kwargs = merge_config(config, args, kwargs)
+            if worker_method == "multiprocessing":  # the default: the config's, if it has one
+                worker_method = kwargs.pop("worker_method", worker_method)
+            kwargs.pop("worker_method", None)
         device = check_device("device", device)
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")

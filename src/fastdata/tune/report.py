@@ -102,6 +102,7 @@ class TuneResult:
         columns = [
             ("", "<"),
             ("workers", ">"),
+            ("method", ">"),
             ("prefetch", ">"),
             ("pin", ">"),
             ("batches/s", ">"),
@@ -120,6 +121,7 @@ class TuneResult:
             row = [
                 ">" if i == self.chosen else " ",
                 str(p["num_workers"]),
+                _method(p),
                 "-" if p.get("prefetch_factor") is None else str(p["prefetch_factor"]),
                 "yes" if p.get("pin_memory") else "no",
             ]
@@ -161,7 +163,9 @@ class TuneResult:
         lines = [
             "apply it:",
             f"  fastdata.DataLoader(dataset, ..., {kwargs})",
-            "  (torch.utils.data.DataLoader takes the same keyword arguments)",
+            "  (torch.utils.data.DataLoader takes the same keyword arguments)"
+            if self.config.worker_method != "thread"
+            else "  (fastdata's thread workers: torch's DataLoader has no worker_method)",
         ]
         if path is not None:
             lines.append(f"  fastdata.DataLoader(dataset, ..., config={os.fspath(path)!r})")
@@ -247,6 +251,13 @@ def _noise_words(noise: Mapping[str, Any], cores: int) -> str:
     return "; ".join(parts)
 
 
+def _method(params: Mapping[str, Any]) -> str:
+    """The worker method in the table: ``thread`` / ``process``, ``-`` without workers."""
+    if not params["num_workers"]:
+        return "-"
+    return "thread" if params.get("worker_method") == "thread" else "process"
+
+
 def _rate(value: float) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
 
@@ -258,8 +269,12 @@ def percent(share: float, /) -> str:
 
 
 def describe(params: Mapping[str, Any]) -> str:
-    """``num_workers=2, prefetch_factor=2, pin_memory=False`` for a dict of settings."""
-    return ", ".join(f"{k}={v}" for k, v in params.items())
+    """``num_workers=2, worker_method=thread, prefetch_factor=2, pin_memory=False`` for a
+    dict of settings. The worker method is named only for thread workers: processes are
+    torch's default (as in :meth:`LoaderConfig.to_dict`), and without workers it means
+    nothing."""
+    threads = params.get("worker_method") == "thread" and params.get("num_workers")
+    return ", ".join(f"{k}={v}" for k, v in params.items() if k != "worker_method" or threads)
 
 
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
