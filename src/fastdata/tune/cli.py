@@ -294,7 +294,7 @@ def _parse_memory(option: str, text: str) -> int | str:
     """``--max-memory``: bytes for a size, the text itself for a share (``"50%"``, turned into
     bytes when the tuning starts)."""
     from fastdata.tune.machine import share
-    from fastdata.tune.report import parse_size
+    from fastdata.tune.words import parse_size
 
     try:
         if text.strip().endswith("%"):

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastdata.config import LoaderConfig, load_config
 from fastdata.tune.measure import Trial, measure, t95
-from fastdata.tune.report import describe
+from fastdata.tune.words import describe
 
 __all__ = ["Comparison", "compare", "rebuild"]
 

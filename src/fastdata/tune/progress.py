@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from fastdata.tune.measure import Trial
-from fastdata.tune.report import describe, percent
+from fastdata.tune.words import describe, percent
 
 __all__ = ["Progress"]
 

@@ -51,8 +51,8 @@ from fastdata.tune.decide import (
     pairs_of,
 )
 from fastdata.tune.measure import Trial
-from fastdata.tune.report import describe, format_size
 from fastdata.tune.space import PARAMS, SETTINGS, SearchSpace
+from fastdata.tune.words import describe, format_size
 
 __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 
