@@ -352,8 +352,7 @@ class PlannedStream(IterableDataset):
         delivered ``delivered[w]`` items since the iteration began, ``next_reader``'s turn
         next: exact for this rank; the other ranks' positions are not known here."""
         assert self._cursors is not None  # varying streams only
-        in_process = len(delivered) == 1 and get_worker_info() is None
-        own = self._cursors.positions(delivered, next_reader, in_process=in_process)
+        own = self._cursors.positions(delivered, next_reader)
         readers = len(delivered)
         return state_of(
             self, batches, num_readers=readers, items_per_batch=1, drop_last=False, own=own
