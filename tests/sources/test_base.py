@@ -223,3 +223,12 @@ def test_source_counts_that_is_not_a_method_fails_loudly_in_stats(data: Path) ->
     typo = fd.DataLoader(Typo(Rows(), batch_size=5), batch_size=None, stats=True)
     list(typo)
     assert "sources" not in typo.stats()
+
+
+def test_a_readers_own_items_or_vary_is_not_taken_for_a_decoders_capability() -> None:
+    class Listed(Rows):
+        items = [1, 2]  # noqa: RUF012 (a reader's own data, not VaryingDecoder.items)
+        vary = True
+
+    stream = fd.PlannedStream(Listed(), batch_size=4)
+    assert not stream.varying and len(list(stream)) == 3

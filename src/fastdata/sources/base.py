@@ -189,14 +189,11 @@ class SourceCounting(Protocol):
         ...
 
 
-_CAPABILITIES = (
-    PerEpochReader,
-    VaryingDecoder,
-    FileBacked,
-    SkipCounting,
-    SchemaReader,
-    SourceCounting,
-)
+# The capabilities a stream's reader and decoder may declare (SourceCounting is a stream's).
+_PART_CAPABILITIES = {
+    "reader": (PerEpochReader, FileBacked, SkipCounting, SchemaReader),
+    "decoder": (VaryingDecoder, FileBacked, SkipCounting),
+}
 _TYPO_CHECKED = (PerEpochReader, VaryingDecoder)  # a typo there changes which rows come when
 
 
@@ -264,7 +261,8 @@ def varies(decoder: object) -> bool:
 
 def check_parts(reader: object, decoder: object | None) -> None:
     """Check a stream's parts when it is built: a :class:`Reader`, a :class:`Decoder` (or
-    None), and every optional capability either declared in full or not at all.
+    None), and every optional capability of its part (a reader's ``items`` list is not a
+    decoder's method) either declared in full or not at all.
 
     Raises:
         TypeError: naming the part and what it lacks.
@@ -274,7 +272,7 @@ def check_parts(reader: object, decoder: object | None) -> None:
             continue
         if not isinstance(obj, kind):
             raise TypeError(f"{name}={obj!r}: expected a fastdata.sources.{kind.__name__}")
-        for capability in _CAPABILITIES:
+        for capability in _PART_CAPABILITIES[name]:
             declares(obj, capability)
 
 
