@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch.utils.data as tud
 
@@ -57,7 +57,8 @@ from fastdata.loader._record import Record
 from fastdata.loader._streams import load_stream_state, stream_state
 from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
-from fastdata.sources import PlannedStream
+from fastdata.sources import PlannedStream, SourceCounting
+from fastdata.sources.base import declares
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 
 __all__ = ["DataLoader", "gather_state"]
@@ -263,7 +264,8 @@ class DataLoader(TorchDataLoader[_T_co]):
             raise RuntimeError("stats are off: create the loader with stats=True")
         progress = self._fd_progress
         wall = progress.wall
-        counts = getattr(self.dataset, "source_counts", None)
+        counting = declares(self.dataset, SourceCounting)  # fastdata.mix
+        counts = cast(SourceCounting, self.dataset).source_counts() if counting else None
         return {
             "batches": progress.batches,
             "wall_s": wall,
@@ -271,7 +273,7 @@ class DataLoader(TorchDataLoader[_T_co]):
             "data_wait_s": progress.wait,
             "wait_fraction": progress.wait / wall if wall else 0.0,
             "stages": self._fd_times.totals(),
-            **({"sources": counts()} if callable(counts) else {}),  # fastdata.mix
+            **({"sources": counts} if counts is not None else {}),
             **cache_stats(self.dataset),  # {"cache": ...} for a stream reading through a cache
         }
 

@@ -44,7 +44,7 @@ import os
 import threading
 import time
 import zlib
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -63,6 +63,7 @@ from fastdata.sources._cache_disk import (
     write_atomically,
 )
 from fastdata.sources._files import as_filesystem
+from fastdata.sources.base import FileBacked, declares
 
 __all__ = ["CachingHandler", "handlers", "start_fetching", "with_cache"]
 
@@ -382,8 +383,8 @@ def handlers(stream: Any) -> list[CachingHandler]:
     """The caches a stream reads through (its reader's and its decoder's filesystems)."""
     found: list[CachingHandler] = []
     for part in (getattr(stream, "reader", None), getattr(stream, "decoder", None)):
-        fs = getattr(part, "fs", None)
-        handler = getattr(fs, "handler", None) if isinstance(fs, pafs.PyFileSystem) else None
+        fs = cast(FileBacked, part).fs if declares(part, FileBacked) else None
+        handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
         if isinstance(handler, CachingHandler) and handler not in found:
             found.append(handler)
     return found
