@@ -80,8 +80,8 @@ class DuplicatesOnWorker1(Rows):
 
 
 def test_a_reader_duplicating_a_row_on_one_worker_breaks_exactly_once() -> None:
-    # read_ahead=0: reads run in the worker's own thread, where get_worker_info() answers
-    error = failure(DuplicatesOnWorker1(), read_ahead=0)
+    # reads run ahead on a pool's threads, which answer get_worker_info() as their worker
+    error = failure(DuplicatesOnWorker1())
     assert error.check == "exactly-once"
     assert error.where is not None and error.where[1] == 1, error
     assert "delivered 2 time(s)" in str(error)
@@ -98,7 +98,7 @@ class ReversedUnderWorkers(Rows):
 
 
 def test_a_reader_whose_order_depends_on_the_worker_count_breaks_order() -> None:
-    error = failure(ReversedUnderWorkers(), read_ahead=0)
+    error = failure(ReversedUnderWorkers())
     assert error.check == "order"
     assert "num_workers=3" in str(error) and "must not depend on the layout" in str(error)
 
