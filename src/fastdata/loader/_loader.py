@@ -31,7 +31,7 @@ from typing import Any, TypeVar, cast
 
 import torch.utils.data as tud
 
-from fastdata._stats import StageTimes, TimedCollate, cache_stats
+from fastdata._stats import StageTimes, TimedCollate
 from fastdata._validate import check_bool, check_choice, check_device, check_int
 from fastdata.errors import ResumeError
 from fastdata.loader import _resume, _rng
@@ -58,6 +58,7 @@ from fastdata.loader._streams import load_stream_state, stream_state
 from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
 from fastdata.sources import PlannedStream, SourceCounting
+from fastdata.sources._cache import cache_stats
 from fastdata.sources.base import declares
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 

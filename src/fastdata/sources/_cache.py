@@ -49,7 +49,7 @@ from typing import Any, NamedTuple, cast
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fastdata._stats import CacheCounts
+from fastdata._stats import CACHE_COUNTS, CacheCounts
 from fastdata._validate import check_bytes
 from fastdata.errors import SourceError
 from fastdata.sources._cache_disk import (
@@ -388,6 +388,18 @@ def handlers(stream: Any) -> list[CachingHandler]:
         if isinstance(handler, CachingHandler) and handler not in found:
             found.append(handler)
     return found
+
+
+def cache_stats(stream: Any) -> dict[str, Any]:
+    """``{"cache": counts}`` summed over the shard caches ``stream`` reads through, with
+    ``hit_rate`` = hits / (hits + misses); ``{}`` for a stream without a cache."""
+    totals = [cache.counts.totals() for cache in handlers(stream)]
+    if not totals:
+        return {}
+    summed: dict[str, float] = {name: sum(t[name] for t in totals) for name in CACHE_COUNTS}
+    opened = summed["hits"] + summed["misses"]
+    summed["hit_rate"] = summed["hits"] / opened if opened else 0.0
+    return {"cache": summed}
 
 
 def start_fetching(stream: Any) -> None:
