@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import fastdata as fd
 from contract_kinds import MAP_KINDS, STREAM_KINDS, build, epoch_keys, keys, make_data, next_epoch
-from fastdata.sources import check_reader
+from fastdata import check_reader
 
 HERE = Path(__file__).parent
 
@@ -252,7 +252,7 @@ def test_other_image_sources_resume_from_any_batch(root: Path, tmp_path: Path, k
 
 @pytest.mark.parametrize("kind", STREAM_KINDS)
 def test_every_stream_kind_keeps_the_reader_contract(root: Path, kind: str) -> None:
-    """fastdata.sources.check_reader over each kind's reader and decoder: exactly once over a
+    """fastdata.check_reader over each kind's reader and decoder: exactly once over a
     grid of ranks x (thread) workers, resume after any batch, elastic resume; in this process
     (the tests above resume in new ones, with worker processes)."""
     stream = build(kind, root).dataset

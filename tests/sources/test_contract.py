@@ -1,4 +1,4 @@
-"""fastdata.sources.check_reader: a good reader passes; each kind of broken reader fails with
+"""fastdata.check_reader: a good reader passes; each kind of broken reader fails with
 a ContractError naming the property it breaks (and where)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from torch.utils.data import get_worker_info
 
 import fastdata as fd
-from fastdata.sources import ContractError, check_reader
+from fastdata import ContractError, check_reader
 
 
 class Rows:

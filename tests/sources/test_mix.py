@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import fastdata as fd
-from fastdata.sources import check_reader
+from fastdata import check_reader
 
 A_ROWS, B_ROWS = 500, 300
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastdata as fd
-from fastdata.sources import check_reader
+from fastdata import check_reader
 
 HERE = Path(__file__).parent
 

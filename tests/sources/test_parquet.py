@@ -21,8 +21,15 @@ from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
 import fastdata.sources.stream as stream_module
-from fastdata import DataLoader, ParquetStream, Ragged, ResumeError, SchemaError, SourceError
-from fastdata.sources import check_reader
+from fastdata import (
+    DataLoader,
+    ParquetStream,
+    Ragged,
+    ResumeError,
+    SchemaError,
+    SourceError,
+    check_reader,
+)
 from fastdata.sources._arrow import converter, to_batch
 from fastdata.synthetic import make_parquet
 

@@ -4,8 +4,8 @@ The public pieces for writing a source of your own: :class:`Reader` (count and r
 :class:`Decoder` and :class:`Context` (turn rows into items; :class:`ArrowDecoder` is the
 default), :class:`PlannedStream` to put them together, and the optional capabilities a part
 may declare (:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacked`,
-:class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`); :func:`check_reader`
-checks a reader against the contract the streams keep.
+:class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`).
+:func:`fastdata.check_reader` checks a reader against the contract the streams keep.
 """
 
 from fastdata.sources._state import STATE_VERSION
@@ -22,7 +22,6 @@ from fastdata.sources.base import (
     SourceCounting,
     VaryingDecoder,
 )
-from fastdata.sources.contract import ContractError, check_reader
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
@@ -31,7 +30,6 @@ __all__ = [
     "STATE_VERSION",
     "ArrowDecoder",
     "Context",
-    "ContractError",
     "Decoder",
     "FileBacked",
     "PerEpochReader",
@@ -42,5 +40,4 @@ __all__ = [
     "SourceCounting",
     "StreamOptions",
     "VaryingDecoder",
-    "check_reader",
 ]

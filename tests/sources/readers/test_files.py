@@ -1,5 +1,5 @@
 """ImageFiles, the reader of ``ImageStream.from_folder`` and ``from_files``: the reader
-contract (fastdata.sources.check_reader), also with the image decoder skipping a bad file."""
+contract (fastdata.check_reader), also with the image decoder skipping a bad file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import fastdata as fd
-from fastdata.sources import check_reader
+from fastdata import check_reader
 
 SMALL = {"min_short": 16, "max_short": 24}
 

@@ -1,5 +1,5 @@
 """ParquetRowGroups as the reader of ``ImageStream.from_parquet`` (encoded images in a binary
-column): the reader contract (fastdata.sources.check_reader). Parquet rows: see
+column): the reader contract (fastdata.check_reader). Parquet rows: see
 tests/sources/test_parquet.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import fastdata as fd
-from fastdata.sources import check_reader
+from fastdata import check_reader
 
 SMALL = {"min_short": 16, "max_short": 24}
 

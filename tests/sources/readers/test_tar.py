@@ -1,5 +1,5 @@
 """TarShards, the reader of ``ImageStream.from_tar``: the reader contract
-(fastdata.sources.check_reader)."""
+(fastdata.check_reader)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import fastdata as fd
-from fastdata.sources import check_reader
+from fastdata import check_reader
 
 SMALL = {"min_short": 16, "max_short": 24}
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from fastdata._contract_items import Probe, fingerprint, fingerprints, tagged
 from fastdata.errors import ResumeError
-from fastdata.sources._contract_items import Probe, fingerprint, fingerprints, tagged
 from fastdata.sources.base import Decoder, Reader, varies
 from fastdata.sources.stream import PlannedStream
 

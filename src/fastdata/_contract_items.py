@@ -1,4 +1,4 @@
-"""The decoders :func:`fastdata.sources.check_reader` reads through: each item tagged with the
+"""The decoders :func:`fastdata.check_reader` reads through: each item tagged with the
 worker that made it, and keys that tell rows (or items) apart."""
 
 from __future__ import annotations
