@@ -325,3 +325,22 @@ def test_processes_are_kept_where_a_step_holding_the_gil_slows_thread_workers() 
     threads = [t for t in outcome.trials if t.params["worker_method"] == "thread"]
     assert threads and all(t.params["num_workers"] > 0 for t in threads)
     assert "worker_method=thread" in outcome.reason  # the cheaper method, ruled out in words
+
+
+def test_thread_workers_that_keep_up_with_fewer_workers_are_found() -> None:
+    """Threads at 20 batches/s per worker (no hand-over to pay) reach the 45/s plateau with 3
+    workers where processes need 5: the method's line over the worker counts finds 3."""
+
+    def cheaper_threads(params: dict[str, Any]) -> float:
+        w = params["num_workers"]
+        if params["worker_method"] == "thread" and w:
+            return min(20.0 * w, 45.0)
+        return saturating(params)
+
+    surface = Surface(cheaper_threads)
+    outcome = surface.search(space(8, 2, methods=("thread", "multiprocessing")))
+    chosen = outcome.trials[outcome.chosen].params
+    assert (chosen["num_workers"], chosen["worker_method"]) == (3, "thread"), outcome.reason
+    threads = sorted({t.params["num_workers"] for t in outcome.trials
+                      if t.params["worker_method"] == "thread"})  # fmt: skip
+    assert threads[0] == 1 and threads[-1] <= 5  # the line stops at the processes' count
