@@ -343,4 +343,21 @@ def test_thread_workers_that_keep_up_with_fewer_workers_are_found() -> None:
     assert (chosen["num_workers"], chosen["worker_method"]) == (3, "thread"), outcome.reason
     threads = sorted({t.params["num_workers"] for t in outcome.trials
                       if t.params["worker_method"] == "thread"})  # fmt: skip
-    assert threads[0] == 1 and threads[-1] <= 5  # the line stops at the processes' count
+    assert threads[0] == 1  # coarse to fine from one thread worker
+
+
+def test_thread_workers_are_tried_where_process_workers_do_not_help() -> None:
+    """Handing a batch over from a process costs more than making it (a token corpus):
+    processes run below no workers at all, and screening stops at one. Threads pay no
+    hand-over, so the method's line still tries them, and one thread worker wins."""
+
+    def handover_bound(params: dict[str, Any]) -> float:
+        w = params["num_workers"]
+        if w == 0:
+            return 40.0
+        return 45.0 if params["worker_method"] == "thread" else 30.0
+
+    surface = Surface(handover_bound)
+    outcome = surface.search(space(4, 2, methods=("thread", "multiprocessing")))
+    chosen = outcome.trials[outcome.chosen].params
+    assert (chosen["num_workers"], chosen["worker_method"]) == (1, "thread"), outcome.reason

@@ -16,10 +16,11 @@ then ``worker_method``, then ``prefetch_factor``, then ``pin_memory``), each in 
    the cheaper values between it and the last that did not are bisected for the cheapest
    that still does, and the line ends; the later settings then try only values cheaper than
    the answer's (costlier ones cannot feed the consumer more). ``worker_method``'s line is
-   over the worker counts up to the answer's, with thread workers (the first line measured
-   process workers, torch's default): threads may keep up with fewer. ``prefetch_factor`` and
-   ``worker_method`` are skipped without workers, ``pin_memory`` unless batches go to a
-   device.
+   over the worker counts with thread workers (the first line measured process workers,
+   torch's default), up to the answer's count if it reached the target, else up to the
+   largest count measured: threads may keep up with fewer workers, or help where processes
+   do not. ``prefetch_factor`` is skipped without workers, ``pin_memory`` unless batches go
+   to a device.
 2. **Comparisons**: :func:`~fastdata.tune.decide.decide` names the cheaper setting to compare
    with the fastest measured, and the two are measured in pairs of back-to-back rounds in
    alternating order until the rule's verdict is in (see :mod:`.decide`), then the next,
@@ -300,12 +301,14 @@ def _stages(run: _Run, space: SearchSpace) -> str:
             params_for: Callable[[Any], dict[str, Any]] = space.base
         else:
             start = run.trials[run.decision().chosen].params
-            if setting.needs_workers and start["num_workers"] == 0:
-                continue
             if setting.name == "worker_method":
                 if start["worker_method"] == "thread" or "thread" not in space.worker_method:
                     continue  # screened with threads already, or not searched
-                values, params_for = _thread_workers(space, start)
+                values, params_for = _thread_workers(run, space, start, reached)
+                if not values:
+                    continue  # no worker count to try threads at
+            elif setting.needs_workers and start["num_workers"] == 0:
+                continue
             else:
                 values = space.values(setting.name)
                 if reached:  # costlier values cannot feed the consumer more
@@ -325,15 +328,21 @@ def _stages(run: _Run, space: SearchSpace) -> str:
 
 
 def _thread_workers(
-    space: SearchSpace, start: dict[str, Any]
+    run: _Run, space: SearchSpace, start: dict[str, Any], reached: bool
 ) -> tuple[list[int], Callable[[int], dict[str, Any]]]:
-    """The worker method's line: thread workers at each worker count of the space up to the
-    answer's, its other settings kept. Threads may feed the consumer with fewer workers than
-    processes (no pickling, no second interpreter), or not at all at the same count (work that
-    holds the GIL): the line finds the cheapest count that keeps up, as the first stage did
-    for processes."""
-    counts = [w for w in space.num_workers if 0 < w <= start["num_workers"]]
-    return counts, lambda w: {**start, "num_workers": w, "worker_method": "thread"}
+    """The worker method's line: thread workers at the space's worker counts, torch's defaults
+    for the rest. Threads may feed the consumer with fewer workers than processes (no
+    pickling, no second interpreter), or where processes do not help at all (a hand-over
+    that costs more than the work), or not at the same count (work that holds the GIL): the
+    line finds the cheapest count that keeps up, as the first stage did for processes. Up to
+    the answer's count once it reached the target (more cannot feed the consumer more), else
+    up to the largest count the processes' line measured."""
+    top = start["num_workers"]
+    if not reached:
+        screened = [t.params["num_workers"] for t in run.trials if t.pair is None and run.fits(t)]
+        top = max([top, *screened])
+    counts = [w for w in space.num_workers if 0 < w <= top]
+    return counts, lambda w: {**space.base(w), "worker_method": "thread"}
 
 
 def _varying(start: dict[str, Any], name: str) -> Callable[[Any], dict[str, Any]]:
