@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 import pytest
 
 import fastdata as fd
-from fastdata._stats import cache_stats
+from fastdata.sources._cache import cache_stats
 
 from conftest import measure_interleaved, scaled
 

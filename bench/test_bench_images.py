@@ -39,6 +39,16 @@ of percent within minutes, which two separate blocks of rounds would read as a d
   fastdata's own overhead from the machine's (cores that share caches, memory bandwidth or
   a physical core do not add up to ``cores x`` one core).
 
+- ``images-train-threads``: the images-train epoch with ``worker_method="thread"`` against
+  the same loader with worker processes (fork), same workers and decode threads, alternating
+  rounds. ``images-train-threads-memory``: what the loader adds to the whole process tree's
+  memory over an epoch (PSS: a page shared by forked workers counts once; RSS sums, which
+  count it once per process, in ``extra_info``), each kind of workers in fresh interpreters,
+  alternating; process workers started by fork and by a fork server (Python 3.14's default
+  on Linux, which re-imports torch in every worker). ``images-train-threads-first-batch``:
+  from a new loader's ``iter()`` to its first batch, the same three kinds. Both record the
+  measure as a rate (1/GB, first batches/s), so the ratio is processes' over threads'.
+
 Reduced-resolution decoding on vs off is ``test_bench_decode.py``'s ``decode-reduced`` group.
 """
 
@@ -46,11 +56,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
+import psutil
 import pytest
 import torch
 import torchvision
@@ -63,7 +79,7 @@ from fastdata.decode import ImageTransform, limit_opencv_threads, sample_rng
 from fastdata.sources.images import ImageStream
 from fastdata.synthetic import make_images
 
-from conftest import describe_images, measure_interleaved, scaled
+from conftest import MODE, describe_images, measure_interleaved, scaled
 
 # 16 batches per epoch in short mode: starting and stopping the workers (~0.15 s) is under a
 # tenth of an epoch. The module took 2-2.5 minutes on 2 cores shared with other jobs.
@@ -100,6 +116,15 @@ TRAIN = ImageTransform(size=SIZE, crop="random-resized", flip=True, interpolatio
 AREA = ImageTransform(size=SIZE, crop="random-resized", flip=True, interpolation="auto")
 
 
+# The kinds of workers compared by the thread-worker scenarios, as DataLoader keywords:
+# forked processes (the default on Linux up to Python 3.13), processes started by a fork
+# server (the default on Linux from Python 3.14, and what spawn-like starts cost) and threads.
+WORKER_KINDS: dict[str, dict[str, Any]] = {
+    "fork": {},
+    "forkserver": {"multiprocessing_context": "forkserver"},
+    "thread": {"worker_method": "thread"},
+}
+
 # fastdata's augmentations of torchvision's ImageNet recipe (TrivialAugment + RandomErasing)
 AUGMENT = [
     TrivialAugmentWide(interpolation="bilinear"),
@@ -114,12 +139,9 @@ TORCHVISION_AUGMENT = v2.Compose(
 )
 
 
-def fastdata_epoch(
-    root: Path, transform: ImageTransform = TRAIN, *, augment: Any = None, float32: bool = False
-) -> int:
-    """Images delivered by one epoch of the fastdata training pipeline: uint8 batches, or
-    with ``float32`` normalized on the CPU (``DataLoader(device="cpu", normalize=...)``)."""
-    stream = ImageStream.from_folder(
+def train_stream(root: Path, transform: ImageTransform = TRAIN, augment: Any = None) -> Any:
+    """The training stream every fastdata side reads: shuffled batches of 64 uint8 crops."""
+    return ImageStream.from_folder(
         root,
         transform=transform,
         augment=augment,
@@ -128,10 +150,27 @@ def fastdata_epoch(
         shuffle=True,
         seed=SEED,
     )
+
+
+def fastdata_epoch(
+    root: Path,
+    transform: ImageTransform = TRAIN,
+    *,
+    augment: Any = None,
+    float32: bool = False,
+    workers: str = "fork",
+) -> int:
+    """Images delivered by one epoch of the fastdata training pipeline: uint8 batches, or
+    with ``float32`` normalized on the CPU (``DataLoader(device="cpu", normalize=...)``);
+    ``workers`` names the kind of workers (:data:`WORKER_KINDS`)."""
+    stream = train_stream(root, transform, augment)
     on_cpu = {"device": "cpu", "normalize": IMAGENET} if float32 else {}
     dtype = torch.float32 if float32 else torch.uint8
     n = 0
-    for images, labels in DataLoader(stream, batch_size=None, num_workers=WORKERS, **on_cpu):
+    loader = DataLoader(
+        stream, batch_size=None, num_workers=WORKERS, **WORKER_KINDS[workers], **on_cpu
+    )
+    for images, labels in loader:
         assert images.dtype == dtype and images.shape[1:] == (3, SIZE, SIZE)
         n += len(labels)
     return n
@@ -307,3 +346,159 @@ def test_ceiling(benchmark: Any, folder: Path, paths: list[Path]) -> None:
     )
     assert set(got.values()) == {IMAGES}
     benchmark.extra_info["data"] = describe_images(path.read_bytes() for path in paths)
+
+
+# --- thread workers against process workers (issue 31) ---------------------------------
+
+EPOCH_SCRIPT = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_bench_images as bench
+print("ready", flush=True)
+sys.stdin.readline()
+print(bench.fastdata_epoch(Path(sys.argv[2]), workers=sys.argv[3]), flush=True)
+"""
+MEMORY_ROUNDS = scaled(3, 5)
+FIRST_BATCH_ROUNDS = scaled(9, 15)
+
+
+def tree_memory(pid: int) -> tuple[int, int]:
+    """RSS and PSS in bytes of a process and all its descendants, summed. RSS counts a page
+    shared by forked workers once per process; PSS splits it between them, so its sum is
+    the memory the tree really holds."""
+    rss = pss = 0
+    try:
+        tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    for process in tree:
+        try:
+            rollup = Path(f"/proc/{process.pid}/smaps_rollup").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        for line in rollup.splitlines():
+            field, _, value = line.partition(":")
+            if field in ("Rss", "Pss"):
+                kb = int(value.split()[0]) * 1024
+                rss, pss = (rss + kb, pss) if field == "Rss" else (rss, pss + kb)
+    return rss, pss
+
+
+def epoch_memory(root: Path, workers: str) -> dict[str, float]:
+    """One training epoch in a fresh interpreter, its process tree sampled every 5 ms: the
+    peak RSS and PSS (MB) and their rise over the tree before the loader starts (imports
+    and the stream built), i.e. what the loader itself adds."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", EPOCH_SCRIPT, str(Path(__file__).parent), str(root), workers],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    before = tree_memory(child.pid)
+    peak = before
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    while child.poll() is None:
+        now = tree_memory(child.pid)
+        peak = (max(peak[0], now[0]), max(peak[1], now[1]))
+        time.sleep(0.005)
+    assert child.returncode == 0 and int(child.stdout.read()) == IMAGES
+    mb = 2**20
+    return {
+        "peak_rss_mb": peak[0] / mb,
+        "peak_pss_mb": peak[1] / mb,
+        "rss_rise_mb": (peak[0] - before[0]) / mb,
+        "pss_rise_mb": (peak[1] - before[1]) / mb,
+    }
+
+
+def first_batch_s(root: Path, workers: str) -> float:
+    """Seconds from a new loader's ``iter()`` to its first training batch (worker start-up,
+    the first files read and decoded); the loader is shut down outside the timing."""
+    loader = DataLoader(
+        train_stream(root), batch_size=None, num_workers=WORKERS, **WORKER_KINDS[workers]
+    )
+    start = time.perf_counter()
+    batches = iter(loader)
+    images, _ = next(batches)
+    elapsed = time.perf_counter() - start
+    assert images.shape == (BATCH, 3, SIZE, SIZE)
+    del batches
+    return elapsed
+
+
+def record_paired(benchmark: Any, medians: dict[str, float], unit: str) -> None:
+    """Record a measure where less is better (seconds, gigabytes), thread workers against
+    each kind of process workers, as a rate of one item: ``compare.py``'s ratio is then the
+    process workers' figure over the thread workers'."""
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    benchmark.extra_info.update(
+        {
+            "role": "fastdata",
+            "items": 1,
+            "unit": unit,
+            "mode": MODE,
+            "median_s": medians["thread"],
+            "paired": {
+                "baseline:process-workers": medians["fork"],
+                "baseline:forkserver-workers": medians["forkserver"],
+            },
+        }
+    )
+
+
+def alternate(rounds: int, measure: Callable[[str], Any]) -> dict[str, list[Any]]:
+    """``measure`` of every kind of workers, round by round, the order rotating."""
+    got: dict[str, list[Any]] = {kind: [] for kind in WORKER_KINDS}
+    kinds = list(WORKER_KINDS)
+    for turn in range(rounds):
+        for kind in kinds[turn % 3 :] + kinds[: turn % 3]:
+            got[kind].append(measure(kind))
+    return got
+
+
+@pytest.mark.benchmark(group="images-train-threads")
+def test_train_threads(benchmark: Any, folder: Path, paths: list[Path]) -> None:
+    """The training epoch with ``worker_method="thread"`` against the same loader with
+    process workers: the same worker count and decode threads, alternating rounds."""
+    got = measure_interleaved(
+        benchmark,
+        lambda: fastdata_epoch(folder, workers="thread"),
+        {"process-workers": lambda: fastdata_epoch(folder)},
+        items=IMAGES,
+        rounds=ROUNDS,
+    )
+    assert set(got.values()) == {IMAGES}
+    benchmark.extra_info["data"] = describe_images(path.read_bytes() for path in paths)
+
+
+@pytest.mark.benchmark(group="images-train-threads-memory")
+def test_train_threads_memory(benchmark: Any, folder: Path) -> None:
+    """What the loader adds to the process tree's memory over an epoch, by PSS (a page
+    shared by forked workers counts once), thread workers against forked and fork-server
+    process workers, each the median of alternating fresh interpreters. Recorded as 1/GB:
+    the ratio is the process workers' memory over the thread workers'. The RSS sums (which
+    count a shared page once per process, as adding up ``ps`` does) are in ``extra_info``."""
+    runs = alternate(MEMORY_ROUNDS, lambda kind: epoch_memory(folder, kind))
+    summary = {
+        kind: {key: statistics.median(run[key] for run in got) for key in got[0]}
+        for kind, got in runs.items()
+    }
+    record_paired(benchmark, {k: v["pss_rise_mb"] / 1024 for k, v in summary.items()}, "1/GB")
+    benchmark.extra_info["memory_mb"] = summary
+    print(f"\nmemory over one epoch (MB, medians of {MEMORY_ROUNDS}): {summary}")
+
+
+@pytest.mark.benchmark(group="images-train-threads-first-batch")
+def test_train_threads_first_batch(benchmark: Any, folder: Path) -> None:
+    """Time to the first batch of a new loader, thread workers against forked and
+    fork-server process workers, alternating rounds after one warm-up each; recorded as
+    first batches per second."""
+    for kind in WORKER_KINDS:
+        first_batch_s(folder, kind)  # warm-up: page cache, lazy imports, the fork server
+    times = alternate(FIRST_BATCH_ROUNDS, lambda kind: first_batch_s(folder, kind))
+    record_paired(benchmark, {k: statistics.median(v) for k, v in times.items()}, "first batches")
+    benchmark.extra_info["first_batch_s"] = times

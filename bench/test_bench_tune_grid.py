@@ -14,12 +14,16 @@ sleep: the CPU stays free for the workers, as during a GPU step):
   pay here: the tuner has to find that out.
 
 For each, the grid measures every setting of the search space (``num_workers`` 0 .. 2 x the
-cores, at most 8, or 4 in short mode; ``prefetch_factor`` 2 .. 8) three times, in three
+cores, at most 8, or 4 in short mode; ``worker_method`` threads and processes;
+``prefetch_factor`` 2 .. 8) three times, in three
 sweeps (ascending, descending, ascending), each measurement a trial as the tuner measures one
 (:func:`fastdata.tune.measure.measure`: steady state, up to ``TRIAL_S`` seconds, ended early
 once its interval is within 3%); the grid's best is the setting with the highest mean. The
 tuner (:func:`fastdata.tune.tune`, its default rules, a ``BUDGET_S`` budget) runs first, on
 the same loaders. Two groups per data set:
+
+Both search thread and process workers (``worker_method``), so the grid has twice the
+settings with workers it had before thread workers existed.
 
 - ``tune-vs-grid-<data>``: the tuner's pick (``fastdata``) against the grid's best
   (``baseline:grid-best``), each measured as a trial, in ``ROUNDS`` alternating rounds; the
@@ -63,13 +67,15 @@ DATA = list(STEP_MS)
 
 
 def search_space() -> SearchSpace:
-    """The tuner's default space on this machine (on 2 cores: 0 .. 4 workers, prefetch 2 .. 8),
-    workers capped at 8 (4 in short mode) so that the grid stays affordable."""
+    """The tuner's default space on this machine (on 2 cores: 0 .. 4 workers, threads and
+    processes, prefetch 2 .. 8), workers capped at 8 (4 in short mode) so that the grid stays
+    affordable."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     default = SearchSpace.build(None, cores=cores or 1, device_used=False)
     top = 4 if MODE == "short" else 8
     return SearchSpace.build(
         {"num_workers": [w for w in default.num_workers if w <= top],
+         "worker_method": default.worker_method,
          "prefetch_factor": default.prefetch_factor},
         cores=1, device_used=False,
     )  # fmt: skip
@@ -113,6 +119,7 @@ def contest(factory: Callable[..., Iterable[Any]], step_ms: float, data: dict[st
     start = time.perf_counter()
     result = tune(factory, step_ms=step_ms, budget_s=BUDGET_S, data=data["description"],
                   search_space={"num_workers": space.num_workers,
+                                "worker_method": space.worker_method,
                                 "prefetch_factor": space.prefetch_factor})  # fmt: skip
     tune_s = time.perf_counter() - start
     settings = space.grid()

@@ -37,6 +37,11 @@ from fastdata.tune import Trial, TuneResult
         ({"pin_memory": "yes"}, TypeError, r"pin_memory='yes': expected True or False"),
         ({"persistent_workers": 1}, TypeError, r"persistent_workers=1: expected True or False"),
         ({"persistent_workers": True}, ValueError, r"persistent_workers=True with num_workers=0"),
+        (
+            {"worker_method": "process"},
+            ValueError,
+            r"worker_method='process': expected one of 'multiprocessing', 'thread'",
+        ),
     ],
 )
 def test_config_rejects_invalid_values_listing_valid_ones(
@@ -92,8 +97,28 @@ configs = st.integers(0, 64).flatmap(
         prefetch_factor=st.none() if w == 0 else st.none() | st.integers(1, 16),
         pin_memory=st.booleans(),
         persistent_workers=st.just(False) if w == 0 else st.booleans(),
+        worker_method=st.sampled_from(["multiprocessing", "thread"]),
     )
 )
+
+
+def test_thread_workers_from_a_config_reach_fastdatas_loader_and_stay_out_of_torchs() -> None:
+    """torch's DataLoader has no worker_method: a config with process workers gives it the
+    four keywords it knows; one with thread workers sets fastdata.DataLoader's method,
+    which an explicit ``worker_method="thread"`` keeps too."""
+    import fastdata
+
+    assert "worker_method" not in LoaderConfig(num_workers=2).to_dict()
+    threads = LoaderConfig(num_workers=2, worker_method="thread")
+    assert threads.to_dict()["worker_method"] == "thread"
+    loader = fastdata.DataLoader(range(8), batch_size=4, config=threads)
+    assert (loader.worker_method, loader.num_workers) == ("thread", 2)
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    processes = fastdata.DataLoader(range(8), config=LoaderConfig(num_workers=1))
+    assert processes.worker_method == "multiprocessing"
+    explicit = fastdata.DataLoader(range(8), config=LoaderConfig(num_workers=1),
+                                   worker_method="thread")  # fmt: skip
+    assert explicit.worker_method == "thread"
 
 
 @given(configs)

@@ -15,6 +15,7 @@ import builtins
 import io
 import re
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,12 @@ def test_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
             kwargs["file"] = printed.setdefault(where, io.StringIO())
         builtins.print(*args, **kwargs)  # type: ignore[call-overload]
 
-    namespace: dict[str, object] = {"__name__": "__docs__", "print": recording_print}
+    # The page's namespace is a module that pickle can import: classes a page defines pickle
+    # (DataLoader workers under spawn, check_reader) as they do in a user's own module.
+    module = types.ModuleType("__docs__")
+    monkeypatch.setitem(sys.modules, "__docs__", module)
+    namespace: dict[str, object] = module.__dict__
+    namespace["print"] = recording_print
     wrong = []
     for i, block in enumerate(blocks):
         name = f"{page.name}[block {i}]"

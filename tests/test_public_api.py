@@ -60,3 +60,17 @@ def test_no_module_imports_another_modules_private_names() -> None:
 def test_sources_modules_stay_small() -> None:
     sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / "sources").rglob("*.py")}
     assert max(sizes.values()) <= 420, sizes
+
+
+def test_sources_offers_the_pieces_of_a_source_and_its_capabilities() -> None:
+    import fastdata.sources
+
+    names = (
+        "INDEX STATE_VERSION ArrowDecoder Context Decoder FileBacked "
+        "PerEpochReader PlannedStream Reader SchemaReader SkipCounting SourceCounting "
+        "StreamOptions VaryingDecoder"
+    )
+    pinned = set(names.split())
+    assert pinned <= set(fastdata.sources.__all__)
+    for name in fastdata.sources.__all__:
+        assert getattr(fastdata.sources, name) is not None, name

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 import fastdata as fd
 from contract_kinds import MAP_KINDS, STREAM_KINDS, build, epoch_keys, keys, make_data, next_epoch
+from fastdata import check_reader
 
 HERE = Path(__file__).parent
 
@@ -247,6 +248,20 @@ def test_map_style_resumes_from_any_batch_in_a_new_process(
 @pytest.mark.parametrize("kind", ["image-parquet", "tar"])
 def test_other_image_sources_resume_from_any_batch(root: Path, tmp_path: Path, kind: str) -> None:
     check_all_save_points(root, kind, {"num_workers": 2, "batch_size": 5}, tmp_path)
+
+
+@pytest.mark.parametrize("kind", STREAM_KINDS)
+def test_every_stream_kind_keeps_the_reader_contract(root: Path, kind: str) -> None:
+    """fastdata.check_reader over each kind's reader and decoder: exactly once over a
+    grid of ranks x (thread) workers, resume after any batch, elastic resume; in this process
+    (the tests above resume in new ones, with worker processes)."""
+    stream = build(kind, root).dataset
+    rows = kind == "parquet-rows"
+    key = (lambda row: [int(row["id"])]) if rows else keys
+    batch_size = None if rows else 7
+    check_reader(
+        stream.reader, decoder=stream.decoder, key=key, batch_size=batch_size, shuffle=True
+    )
 
 
 # --------------------------------------------------------------------------- 3. corrupt states

@@ -120,3 +120,34 @@ def test_an_iterator_alive_at_interpreter_exit_goes_quietly(workers: int) -> Non
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
     )
     assert result.returncode == 0 and result.stderr == ""
+
+
+def test_a_worker_pools_tasks_see_the_submitting_thread_workers_info() -> None:
+    """A thread worker's read-ahead and decode pools run its tasks with its WorkerInfo:
+    in a worker process every thread sees the process's, and readers rely on it."""
+    import threading
+
+    from torch.utils.data import get_worker_info
+
+    from fastdata._torch_compat import (
+        WorkerPool,
+        install_thread_worker_info,
+        set_thread_worker_info,
+    )
+
+    install_thread_worker_info()
+    seen: dict[str, object] = {}
+    with WorkerPool(1) as pool:
+
+        def worker() -> None:
+            set_thread_worker_info("info of worker 3")
+            try:
+                seen["task"] = pool.submit(get_worker_info).result()
+            finally:
+                set_thread_worker_info(None)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        seen["later"] = pool.submit(get_worker_info).result()  # from the main thread
+    assert seen == {"task": "info of worker 3", "later": None}

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         pad_collate,
         padding_stats,
     )
+    from fastdata.contract import ContractError, check_reader
     from fastdata.decode import (
         ImageTransform,
         decode_image,
@@ -93,6 +94,8 @@ _EXPORTS: dict[str, str] = {
     "limit_opencv_threads": "fastdata.decode",
     "sample_rng": "fastdata.decode",
     "write_shards": "fastdata.writer",
+    "check_reader": "fastdata.contract",
+    "ContractError": "fastdata.contract",
 }
 _SUBMODULES = {"augment", "decode", "synthetic", "writer"}
 

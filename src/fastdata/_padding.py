@@ -187,6 +187,19 @@ def _round_up(n: int, multiple: int | None) -> int:
     return n if multiple is None else -(-n // multiple) * multiple
 
 
+def pad_spec(
+    pad_value: float,
+    padding_side: str,
+    pad_to_multiple_of: int | Sequence[int | None] | None,
+    return_mask: bool,
+) -> PadSpec:
+    """The :class:`PadSpec` of :func:`fastdata.pad_collate`'s arguments, checked."""
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side={padding_side!r}: expected 'right' or 'left'")
+    return PadSpec(pad_value, check_multiples(pad_to_multiple_of), padding_side == "left",
+                   return_mask)  # fmt: skip
+
+
 def check_multiples(
     value: int | Sequence[int | None] | None,
 ) -> tuple[int | None, ...] | int | None:

@@ -86,20 +86,6 @@ class CacheCounts:
         return dict(zip(CACHE_COUNTS, self._table.sum(dim=0).tolist(), strict=True))
 
 
-def cache_stats(stream: Any) -> dict[str, Any]:
-    """``{"cache": counts}`` summed over the shard caches ``stream`` reads through, with
-    ``hit_rate`` = hits / (hits + misses); ``{}`` for a stream without a cache."""
-    from fastdata.sources._cache import handlers
-
-    totals = [cache.counts.totals() for cache in handlers(stream)]
-    if not totals:
-        return {}
-    summed: dict[str, float] = {name: sum(t[name] for t in totals) for name in CACHE_COUNTS}
-    opened = summed["hits"] + summed["misses"]
-    summed["hit_rate"] = summed["hits"] / opened if opened else 0.0
-    return {"cache": summed}
-
-
 def _flat(table: torch.Tensor, kind: Literal["d", "q"]) -> Any:
     """A flat memoryview of a shared table: an update costs a Python float addition, not a
     torch dispatch. Made per process, once the tensor has arrived there."""

@@ -14,17 +14,21 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import torch
 import torch.utils.data._utils.worker as _worker_module
 import torch.utils.data.dataloader as _dataloader
 
+T = TypeVar("T")
+
 __all__ = [
     "CHECKED_TORCH",
     "TORCH_DATALOADER",
     "WORKER_RERAISE",
+    "WorkerPool",
     "hidden_worker_info",
     "in_worker_process",
     "install_thread_worker_info",
@@ -128,6 +132,30 @@ def install_thread_worker_info() -> None:
 def set_thread_worker_info(info: Any) -> None:
     """The calling thread's WorkerInfo (None: not a worker)."""
     _thread.info = info
+
+
+class WorkerPool(ThreadPoolExecutor):
+    """A thread pool whose tasks see the ``get_worker_info()`` of the thread that submitted
+    them. In a worker process every thread sees the process's info; a thread worker's info is
+    its thread's own, so without this a task it hands to a pool (reading ahead, decoding)
+    would see None, and a reader that shards or seeds by worker would behave as in the main
+    process."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        info = thread_worker_info()
+        if info is None:
+            return super().submit(fn, *args, **kwargs)
+        return super().submit(_as_worker, info, fn, *args, **kwargs)
+
+
+def _as_worker(info: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` with this thread answering ``get_worker_info()`` as ``info``."""
+    previous = thread_worker_info()
+    set_thread_worker_info(info)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        set_thread_worker_info(previous)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,7 @@ import torch
 
 from fastdata._bucket import PaddingStats, bucket_by_length, padding_stats
 from fastdata._collate_walk import Walk, collate_batch, key_paths, nest, nest_ragged
-from fastdata._padding import Padded, PadSpec, check_multiples, pad_ragged, pad_tensors
+from fastdata._padding import Padded, pad_ragged, pad_spec, pad_tensors
 from fastdata.ragged import Ragged
 
 __all__ = [
@@ -124,11 +124,7 @@ def pad_collate(
         tensor([[5, 6, 7],
                 [8, 0, 0]])
     """
-    if padding_side not in ("right", "left"):
-        raise ValueError(f"padding_side={padding_side!r}: expected 'right' or 'left'")
-    spec = PadSpec(
-        pad_value, check_multiples(pad_to_multiple_of), padding_side == "left", return_mask
-    )
+    spec = pad_spec(pad_value, padding_side, pad_to_multiple_of, return_mask)
 
     def leaf(tensors: list[torch.Tensor], shapes: list[torch.Size], where: str) -> Padded:
         return Padded(*pad_tensors(tensors, shapes, where, spec))

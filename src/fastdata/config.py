@@ -36,6 +36,9 @@ class LoaderConfig:
             (torch rejects any other value there) and means torch's default (2) otherwise.
         pin_memory: copy batches to page-locked memory (worth it for CUDA transfers only).
         persistent_workers: keep the workers alive between epochs (needs workers).
+        worker_method: ``"multiprocessing"`` (torch's worker processes) or ``"thread"``
+            (fastdata's thread workers inside the training process; torch 2.14's DataLoader
+            has no such argument, so :meth:`to_dict` leaves it out unless it is ``"thread"``).
 
     Raises:
         TypeError: a value of the wrong kind (``num_workers=2.0``, ``pin_memory="yes"``).
@@ -47,9 +50,14 @@ class LoaderConfig:
     prefetch_factor: int | None = None
     pin_memory: bool = False
     persistent_workers: bool = False
+    worker_method: str = "multiprocessing"
 
     def __post_init__(self) -> None:
-        from fastdata._validate import check_bool, check_int  # numpy: only when a config is made
+        from fastdata._validate import (  # numpy: only when a config is made
+            check_bool,
+            check_choice,
+            check_int,
+        )
 
         canonical = {
             "num_workers": check_int("num_workers", self.num_workers, minimum=0),
@@ -58,6 +66,9 @@ class LoaderConfig:
             ),
             "pin_memory": check_bool("pin_memory", self.pin_memory),
             "persistent_workers": check_bool("persistent_workers", self.persistent_workers),
+            "worker_method": check_choice(
+                "worker_method", self.worker_method, ("multiprocessing", "thread")
+            ),
         }
         for name, value in canonical.items():  # plain int / bool, e.g. for a numpy integer
             object.__setattr__(self, name, value)
@@ -91,10 +102,15 @@ class LoaderConfig:
         """The settings as a plain JSON-able dict: the keyword arguments of
         ``torch.utils.data.DataLoader`` this config sets (:meth:`from_dict` reads it back).
 
-        All four are always present, so the config fully decides them unless the caller
+        torch's four are always present, so the config fully decides them unless the caller
         passes one explicitly: ``DataLoader(ds, batch_size=None, **config.to_dict())``.
+        ``worker_method`` is present only when it is ``"thread"``, so that the dict of a
+        config with process workers stays valid for torch's own DataLoader.
         """
-        return asdict(self)
+        settings = asdict(self)
+        if settings["worker_method"] == "multiprocessing":
+            del settings["worker_method"]
+        return settings
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], /) -> LoaderConfig:

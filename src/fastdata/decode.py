@@ -30,7 +30,6 @@ re-exported from here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cv2
@@ -45,6 +44,7 @@ from fastdata._headers import (
     oriented_hw,
     tiff_kind,
 )
+from fastdata._torch_compat import WorkerPool
 from fastdata._transforms import (
     INTERPOLATIONS,
     Geometry,
@@ -498,7 +498,7 @@ def decode_many(
 
     if threads == 1 or n <= 1:
         return [one(i) for i in range(n)]
-    with ThreadPoolExecutor(min(threads, n), thread_name_prefix="fastdata-decode") as pool:
+    with WorkerPool(min(threads, n), thread_name_prefix="fastdata-decode") as pool:
         return list(pool.map(one, range(n)))
 
 

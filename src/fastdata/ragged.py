@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
+from fastdata._padding import Padded, pad_ragged, pad_spec
 from fastdata._validate import check_choice, constructor_keywords_checked
-
-if TYPE_CHECKING:
-    from fastdata.collate import Padded
 
 __all__ = ["Ragged", "RaggedKind"]
 
@@ -349,15 +347,8 @@ class Ragged:
         as empty ones), computed by one scatter of ``values`` into the padded tensor, on
         ``values``' device. The arguments are :func:`fastdata.pad_collate`'s.
         """
-        from fastdata.collate import pad_collate  # collate imports this module
-
-        return pad_collate(
-            self,
-            pad_value=pad_value,
-            padding_side=padding_side,
-            pad_to_multiple_of=pad_to_multiple_of,
-            return_mask=return_mask,
-        )
+        spec = pad_spec(pad_value, padding_side, pad_to_multiple_of, return_mask)
+        return Padded(*pad_ragged(self.values, self.offsets, "", spec))
 
     # ----------------------------------------------------------------- pickling, repr
     def __reduce__(self) -> tuple[Any, ...]:

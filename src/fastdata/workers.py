@@ -58,14 +58,18 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import torch
 import torch.multiprocessing
 
-from fastdata._torch_compat import in_worker_process, shared_fd_storage, shared_storage
+from fastdata._torch_compat import (
+    WorkerPool,
+    in_worker_process,
+    shared_fd_storage,
+    shared_storage,
+)
 
 try:
     import fcntl
@@ -141,13 +145,13 @@ class ThreadPools:
     own on first use. Pickles as empty."""
 
     def __init__(self) -> None:
-        self._pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+        self._pools: dict[str, tuple[int, WorkerPool]] = {}
 
-    def get(self, name: str, threads: int) -> ThreadPoolExecutor:
+    def get(self, name: str, threads: int) -> WorkerPool:
         """This process's pool ``name`` (``threads`` threads when it is started here)."""
         owner, pool = self._pools.get(name, (None, None))
         if pool is None or owner != os.getpid():
-            pool = ThreadPoolExecutor(threads, f"fastdata-{name}")
+            pool = WorkerPool(threads, f"fastdata-{name}")
             self._pools[name] = (os.getpid(), pool)
         return pool
 

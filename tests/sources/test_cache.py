@@ -19,8 +19,7 @@ import pyarrow.fs as pafs
 import pytest
 
 import fastdata as fd
-from fastdata._stats import cache_stats
-from fastdata.sources._cache import CachingHandler
+from fastdata.sources._cache import CachingHandler, cache_stats
 
 ROWS = 6_000
 

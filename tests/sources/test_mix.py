@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import fastdata as fd
+from fastdata import check_reader
 
 A_ROWS, B_ROWS = 500, 300
 
@@ -103,3 +104,14 @@ def test_bad_mixes_are_refused(sources, tmp_path: Path) -> None:
         fd.mix({"web": web, "img": images})
     with pytest.raises(TypeError, match="expected a fastdata stream"):
         fd.mix({"web": [1, 2]})
+
+
+def test_the_mixed_reader_keeps_the_reader_contract(sources) -> None:
+    a, b = sources
+    streams = {
+        "web": fd.ParquetStream(a, columns=["id"]),
+        "code": fd.ParquetStream(b, columns=["id"]),
+    }
+    reader = fd.mix(streams, weights={"web": 0.7, "code": 0.3}, epoch_rows=300).reader
+    other = fd.mix(streams, weights={"web": 0.5, "code": 0.5}, epoch_rows=300).reader
+    check_reader(reader, changed=other, batch_size=16, shuffle=True)

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fastdata as fd
+from fastdata import check_reader
 
 HERE = Path(__file__).parent
 
@@ -131,6 +132,23 @@ def test_workers_and_ranks_pack_every_token_once(tmp_path: Path) -> None:
             for piece in check_batch(batch, 32):
                 got.update(piece)
     assert got == Counter(d * 100_000 + p for d, n in enumerate(lengths) for p in range(n))
+
+
+def real_tokens(batch: dict) -> list[int]:
+    """The tokens of a packed batch, padding left out: every token is unique in the corpus."""
+    tokens, ids = batch["tokens"].reshape(-1), batch["document_ids"].reshape(-1)
+    return tokens[ids >= 0].tolist()
+
+
+def test_packing_keeps_the_reader_contract(tmp_path: Path) -> None:
+    """Over ranks and workers, resumed (also under another layout): each token once. One
+    worker (1, 1) once lost the position of a varying stream: read from this process's
+    reader, which had not read."""
+    lengths = np.random.default_rng(1).integers(0, 40, 120).tolist()
+    write_corpus(tmp_path, lengths, files=2, row_group_size=10)
+    stream = packed(tmp_path, seq_len=24, rows=2)
+    layouts = [(1, 0), (1, 1), (2, 1), (2, 2)]
+    check_reader(stream.reader, decoder=stream.decoder, key=real_tokens, layouts=layouts)
 
 
 def test_overlong_policies_and_packing_stats(tmp_path: Path) -> None:

@@ -21,7 +21,15 @@ from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
 import fastdata.sources.stream as stream_module
-from fastdata import DataLoader, ParquetStream, Ragged, ResumeError, SchemaError, SourceError
+from fastdata import (
+    DataLoader,
+    ParquetStream,
+    Ragged,
+    ResumeError,
+    SchemaError,
+    SourceError,
+    check_reader,
+)
 from fastdata.sources._arrow import converter, to_batch
 from fastdata.synthetic import make_parquet
 
@@ -53,6 +61,22 @@ def read_as_workers(stream: ParquetStream, num_workers: int, monkeypatch) -> lis
 
 
 # --------------------------------------------------------------------------- reading
+@pytest.mark.parametrize(
+    "options",
+    [{"batch_size": 32, "shuffle": True}, {"batch_size": None, "shuffle_buffer": 64}],
+    ids=["batches", "rows"],
+)
+def test_the_reader_keeps_the_reader_contract(dataset: Path, tmp_path: Path, options) -> None:
+    make_parquet(tmp_path, rows_per_file=[300, 0, 157, 64], row_group_size=50, seed=4)
+    reader = ParquetStream(dataset).reader
+    check_reader(reader, changed=ParquetStream(tmp_path).reader, **options)
+
+
+def test_a_filtered_reader_keeps_the_reader_contract(dataset: Path) -> None:
+    ends = (pc.field("id") < 120) | (pc.field("id") > 330)
+    check_reader(ParquetStream(dataset, columns=["id"], filter=ends).reader, batch_size=16)
+
+
 def test_batches_hold_tensors_strings_and_ragged_lists(dataset: Path) -> None:
     stream = ParquetStream(dataset, batch_size=64)
     batch = next(iter(stream))

@@ -40,10 +40,13 @@ class Passes:
         return paced(self.clock, self.costs.__getitem__, len(self.costs))
 
 
-def settings(workers: int, prefetch: int | None = 2, pin: bool = False) -> dict[str, Any]:
+def settings(
+    workers: int, prefetch: int | None = 2, pin: bool = False, method: str = "multiprocessing"
+) -> dict[str, Any]:
     """The searched settings, with torch's rule: no prefetch_factor without workers."""
     return {
         "num_workers": workers,
+        "worker_method": method,
         "prefetch_factor": None if workers == 0 else prefetch,
         "pin_memory": pin,
     }

@@ -1,4 +1,4 @@
-"""Tests of fastdata.tune.report: the result's JSON round trip, its table, sizes."""
+"""Tests of fastdata.tune.report: the result's JSON round trip and its table."""
 
 from __future__ import annotations
 
@@ -9,23 +9,8 @@ import pytest
 
 from fastdata.config import LoaderConfig
 from fastdata.tune import Trial, TuneResult
-from fastdata.tune.report import format_size, parse_size
 
 from fakes import GiB, settings
-
-
-def test_sizes_parse_and_format() -> None:
-    assert parse_size("8GiB") == 8 * GiB
-    assert parse_size("512 MB") == 512 * 10**6
-    assert parse_size("2g") == 2 * 10**9
-    assert parse_size("1e9") == 10**9
-    assert parse_size(123) == 123
-    for bad in ("lots", "-1GB", "0", "5iB"):
-        with pytest.raises(ValueError, match=r"expected a size|positive|needs a unit"):
-            parse_size(bad)
-    assert format_size(3 * GiB) == "3 GiB"
-    assert format_size(612 * 2**20) == "612 MiB"
-    assert format_size(1.5 * GiB) == "1.5 GiB"
 
 
 def test_tune_result_json_round_trip_and_report(tmp_path: Path) -> None:

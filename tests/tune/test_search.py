@@ -55,9 +55,20 @@ class Surface:
         return search(self, space, clock=self.clock, **options)
 
 
-def space(workers: int = 16, prefetch: int = 8, pin: bool = False) -> SearchSpace:
+def space(
+    workers: int = 16,
+    prefetch: int = 8,
+    pin: bool = False,
+    methods: tuple[str, ...] = ("multiprocessing",),
+) -> SearchSpace:
+    """A space over the surfaces' settings: process workers only unless ``methods`` says
+    (most surfaces do not depend on the method, and at equal rates threads would win)."""
     return SearchSpace.build(
-        {"num_workers": range(workers + 1), "prefetch_factor": range(1, prefetch + 1)},
+        {
+            "num_workers": range(workers + 1),
+            "prefetch_factor": range(1, prefetch + 1),
+            "worker_method": methods,
+        },
         cores=1,
         device_used=pin,
     )
@@ -201,6 +212,7 @@ def test_search_space_validation_and_defaults() -> None:
     assert default.num_workers == (0, 1, 2, 3, 4)
     assert default.prefetch_factor == tuple(range(2, 9))  # torch's default and up
     assert default.pin_memory == (False,)
+    assert default.worker_method == ("thread", "multiprocessing")  # cheapest first
     assert SearchSpace.build(None, cores=2, device_used=True).pin_memory == (False, True)
     given_space = SearchSpace.build({"num_workers": [8, 2, 2]}, cores=2, device_used=False)
     assert given_space.num_workers == (2, 8)
@@ -211,6 +223,8 @@ def test_search_space_validation_and_defaults() -> None:
         SearchSpace.build({"num_workers": [-1]}, cores=2, device_used=False)
     with pytest.raises(ValueError, match=r"non-empty list of integers >= 1"):
         SearchSpace.build({"prefetch_factor": []}, cores=2, device_used=False)
+    with pytest.raises(ValueError, match=r"'thread' / 'multiprocessing'"):
+        SearchSpace.build({"worker_method": ["process"]}, cores=2, device_used=False)
 
 
 def test_the_grid_is_every_setting_of_the_space_cheapest_first() -> None:
@@ -219,8 +233,9 @@ def test_the_grid_is_every_setting_of_the_space_cheapest_first() -> None:
     small = SearchSpace.build({"num_workers": [0, 1, 2], "prefetch_factor": [1, 2, 4]},
                               cores=2, device_used=True)  # fmt: skip
     grid = small.grid()
-    assert len(grid) == 2 + 2 * 3 * 2  # no workers: pinning only; with workers: 3 x 2 more
-    assert grid[:3] == [settings(0), settings(0, pin=True), settings(1, 1)]
+    # no workers: pinning only; with workers: 2 methods x 3 prefetch x 2 pinning more
+    assert len(grid) == 2 + 2 * 2 * 3 * 2
+    assert grid[:3] == [settings(0), settings(0, pin=True), settings(1, 1, method="thread")]
     assert grid == sorted(grid, key=cost) and len({tuple(g.values()) for g in grid}) == len(grid)
     assert small.base(2) == settings(2) and small.base(0) == settings(0)
     odd = SearchSpace.build({"prefetch_factor": [3, 5]}, cores=1, device_used=False)
@@ -281,3 +296,51 @@ def test_memory_is_predicted_from_the_growth_per_worker() -> None:
                    Trial(params=settings(2), peak_rss=int(2.5 * GiB))]  # fmt: skip
     assert run.predicted_rss(settings(4)) == pytest.approx(4.5 * GiB)  # 2.5 + 2 x 1 GiB
     assert run.predicted_rss(settings(1)) == 2 * GiB  # measured
+
+
+def test_thread_workers_are_chosen_where_they_feed_the_consumer_as_well_as_processes() -> None:
+    """Equal rates: threads are the cheaper method (no second interpreter, no pickling), so
+    the search ends on them, at the same worker count, and says which method it compared."""
+    surface = Surface(saturating)
+    outcome = surface.search(space(8, 2, methods=("thread", "multiprocessing")))
+    chosen = outcome.trials[outcome.chosen].params
+    assert chosen == settings(5, 1, method="thread"), outcome.reason
+    assert "Chose num_workers=5, worker_method=thread" in outcome.reason
+    # the method was measured against processes at the worker count screening found
+    assert any(t.params == settings(5, 2, method="thread") for t in outcome.trials)
+
+
+def test_processes_are_kept_where_a_step_holding_the_gil_slows_thread_workers() -> None:
+    """Thread workers at 60% of the processes' rate (Python-heavy work, serialised by the
+    GIL): the pairs show them slower, so processes stay, and the reason says so."""
+
+    def gil_bound(params: dict[str, Any]) -> float:
+        rate = saturating(params)
+        return rate * 0.6 if params["worker_method"] == "thread" and params["num_workers"] else rate
+
+    surface = Surface(gil_bound)
+    outcome = surface.search(space(8, 2, methods=("thread", "multiprocessing")))
+    chosen = outcome.trials[outcome.chosen].params
+    assert chosen["worker_method"] == "multiprocessing" and chosen["num_workers"] == 5
+    threads = [t for t in outcome.trials if t.params["worker_method"] == "thread"]
+    assert threads and all(t.params["num_workers"] > 0 for t in threads)
+    assert "worker_method=thread" in outcome.reason  # the cheaper method, ruled out in words
+
+
+def test_thread_workers_that_keep_up_with_fewer_workers_are_found() -> None:
+    """Threads at 20 batches/s per worker (no hand-over to pay) reach the 45/s plateau with 3
+    workers where processes need 5: the method's line over the worker counts finds 3."""
+
+    def cheaper_threads(params: dict[str, Any]) -> float:
+        w = params["num_workers"]
+        if params["worker_method"] == "thread" and w:
+            return min(20.0 * w, 45.0)
+        return saturating(params)
+
+    surface = Surface(cheaper_threads)
+    outcome = surface.search(space(8, 2, methods=("thread", "multiprocessing")))
+    chosen = outcome.trials[outcome.chosen].params
+    assert (chosen["num_workers"], chosen["worker_method"]) == (3, "thread"), outcome.reason
+    threads = sorted({t.params["num_workers"] for t in outcome.trials
+                      if t.params["worker_method"] == "thread"})  # fmt: skip
+    assert threads[0] == 1 and threads[-1] <= 5  # the line stops at the processes' count

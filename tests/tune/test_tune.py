@@ -203,3 +203,67 @@ def test_on_cuda_the_target_is_checked_against_the_gpus_utilization() -> None:
             assert trial.gpu_util is not None and trial.utilization == trial.gpu_util
         else:
             assert trial.gpu_util is None and trial.utilization == trial.busy
+
+
+class Recording:
+    """Loader factories that record the keyword arguments each call got (lists as loaders)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def named(self, *, num_workers: int, prefetch_factor: Any, pin_memory: bool,
+              worker_method: str = "multiprocessing") -> list[int]:  # fmt: skip
+        self.calls.append({"num_workers": num_workers, "worker_method": worker_method})
+        return list(range(200))
+
+    def settings_only(self, *, num_workers: int, prefetch_factor: Any,
+                      pin_memory: bool) -> list[int]:  # fmt: skip
+        self.calls.append({"num_workers": num_workers})
+        return list(range(200))
+
+    def open_ended(self, **params: Any) -> list[int]:
+        self.calls.append(params)
+        return list(range(200))
+
+
+SMALL = {"num_workers": [1, 2], "prefetch_factor": [2]}  # always workers: the method matters
+
+
+def test_a_factory_naming_worker_method_is_searched_with_threads_and_processes() -> None:
+    record = Recording()
+    result = tune(record.named, budget_s=3, search_space=SMALL)
+    methods = {c["worker_method"] for c in record.calls if c["num_workers"]}
+    assert methods == {"thread", "multiprocessing"}, result.report()
+    header = next(line for line in result.report().splitlines() if "batches/s" in line)
+    assert header.split()[:3] == ["workers", "method", "prefetch"]  # the table's column
+    rows = [line.lstrip(" >").split() for line in result.report().splitlines()]
+    assert {"thread", "process"} <= {row[1] for row in rows if len(row) > 2 and row[0] in "12"}
+
+
+def test_a_factory_without_worker_method_is_never_passed_it() -> None:
+    record = Recording()
+    result = tune(record.settings_only, budget_s=2, search_space=SMALL)
+    assert record.calls and all("worker_method" not in c for c in record.calls)
+    assert result.config.worker_method == "multiprocessing"
+    with pytest.raises(ValueError, match=r"no worker_method parameter: add one"):
+        tune(record.settings_only, budget_s=2, search_space={**SMALL, "worker_method": ["thread"]})
+    # a **kwargs factory may hand its keywords to torch's DataLoader: only when asked
+    record = Recording()
+    tune(record.open_ended, budget_s=2, search_space=SMALL)
+    assert all("worker_method" not in c for c in record.calls)
+    tune(record.open_ended, budget_s=3, search_space={**SMALL, "worker_method": ["thread"]})
+    assert {c.get("worker_method") for c in record.calls if c["num_workers"]} >= {"thread"}
+
+
+def test_a_dataset_is_tuned_over_both_methods_and_the_answer_applies(tmp_path: Path) -> None:
+    dataset = SleepyBatches(400, 0.002)
+    result = tune(dataset, loader_kwargs={"batch_size": None}, budget_s=4, search_space=SMALL)
+    assert {t.params["worker_method"] for t in result.trials if t.params["num_workers"]} == {
+        "thread",
+        "multiprocessing",
+    }
+    loader = fastdata.DataLoader(dataset, batch_size=None, config=result.save(tmp_path / "t.json"))
+    assert loader.worker_method == result.config.worker_method
+    if result.config.worker_method == "thread":
+        assert "worker_method='thread'" in result.how_to_apply()
+        assert "torch's DataLoader has no worker_method" in result.how_to_apply()

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch.utils.data as tud
 
-from fastdata._stats import StageTimes, TimedCollate, cache_stats
+from fastdata._stats import StageTimes, TimedCollate
 from fastdata._validate import check_bool, check_choice, check_device, check_int
 from fastdata.errors import ResumeError
 from fastdata.loader import _resume, _rng
@@ -57,7 +57,9 @@ from fastdata.loader._record import Record
 from fastdata.loader._streams import load_stream_state, stream_state
 from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
-from fastdata.sources import PlannedStream
+from fastdata.sources import PlannedStream, SourceCounting
+from fastdata.sources._cache import cache_stats
+from fastdata.sources.base import declares
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 
 __all__ = ["DataLoader", "gather_state"]
@@ -75,7 +77,8 @@ class DataLoader(TorchDataLoader[_T_co]):
         device: move each batch there (pinned memory and a side stream on CUDA).
         normalize: with ``device``, normalize uint8 images there, e.g. ``fastdata.IMAGENET``.
         config: a ``LoaderConfig``, a ``TuneResult`` or a path to one's JSON; its settings
-            (num_workers, prefetch_factor, pin_memory, ...) apply where not passed explicitly.
+            (num_workers, prefetch_factor, pin_memory, ...) apply where not passed explicitly;
+            a config's ``worker_method="thread"`` replaces the default ``"multiprocessing"``.
         stats: record per-stage times for :meth:`stats`.
         worker_method: ``"multiprocessing"`` (torch's worker processes, the default) or
             ``"thread"``: ``num_workers`` threads in this process, batches handed over without
@@ -101,6 +104,9 @@ class DataLoader(TorchDataLoader[_T_co]):
         check_keywords(kwargs)
         if config is not None:
             kwargs = merge_config(config, args, kwargs)
+            if worker_method == "multiprocessing":  # the default: the config's, if it has one
+                worker_method = kwargs.pop("worker_method", worker_method)
+            kwargs.pop("worker_method", None)
         device = check_device("device", device)
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
@@ -259,7 +265,8 @@ class DataLoader(TorchDataLoader[_T_co]):
             raise RuntimeError("stats are off: create the loader with stats=True")
         progress = self._fd_progress
         wall = progress.wall
-        counts = getattr(self.dataset, "source_counts", None)
+        counting = declares(self.dataset, SourceCounting)  # fastdata.mix
+        counts = cast(SourceCounting, self.dataset).source_counts() if counting else None
         return {
             "batches": progress.batches,
             "wall_s": wall,
@@ -267,7 +274,7 @@ class DataLoader(TorchDataLoader[_T_co]):
             "data_wait_s": progress.wait,
             "wait_fraction": progress.wait / wall if wall else 0.0,
             "stages": self._fd_times.totals(),
-            **({"sources": counts()} if callable(counts) else {}),  # fastdata.mix
+            **({"sources": counts} if counts is not None else {}),
             **cache_stats(self.dataset),  # {"cache": ...} for a stream reading through a cache
         }
 

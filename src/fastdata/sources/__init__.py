@@ -2,11 +2,26 @@
 
 The public pieces for writing a source of your own: :class:`Reader` (count and read units),
 :class:`Decoder` and :class:`Context` (turn rows into items; :class:`ArrowDecoder` is the
-default), and :class:`PlannedStream` to put them together.
+default), :class:`PlannedStream` to put them together, and the optional capabilities a part
+may declare (:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacked`,
+:class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`).
+:func:`fastdata.check_reader` checks a reader against the contract the streams keep.
 """
 
 from fastdata.sources._state import STATE_VERSION
-from fastdata.sources.base import INDEX, ArrowDecoder, Context, Decoder, Reader
+from fastdata.sources.base import (
+    INDEX,
+    ArrowDecoder,
+    Context,
+    Decoder,
+    FileBacked,
+    PerEpochReader,
+    Reader,
+    SchemaReader,
+    SkipCounting,
+    SourceCounting,
+    VaryingDecoder,
+)
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
@@ -16,7 +31,13 @@ __all__ = [
     "ArrowDecoder",
     "Context",
     "Decoder",
+    "FileBacked",
+    "PerEpochReader",
     "PlannedStream",
     "Reader",
+    "SchemaReader",
+    "SkipCounting",
+    "SourceCounting",
     "StreamOptions",
+    "VaryingDecoder",
 ]

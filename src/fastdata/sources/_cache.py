@@ -44,12 +44,12 @@ import os
 import threading
 import time
 import zlib
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fastdata._stats import CacheCounts
+from fastdata._stats import CACHE_COUNTS, CacheCounts
 from fastdata._validate import check_bytes
 from fastdata.errors import SourceError
 from fastdata.sources._cache_disk import (
@@ -63,6 +63,7 @@ from fastdata.sources._cache_disk import (
     write_atomically,
 )
 from fastdata.sources._files import as_filesystem
+from fastdata.sources.base import FileBacked, declares
 
 __all__ = ["CachingHandler", "handlers", "start_fetching", "with_cache"]
 
@@ -382,11 +383,23 @@ def handlers(stream: Any) -> list[CachingHandler]:
     """The caches a stream reads through (its reader's and its decoder's filesystems)."""
     found: list[CachingHandler] = []
     for part in (getattr(stream, "reader", None), getattr(stream, "decoder", None)):
-        fs = getattr(part, "fs", None)
-        handler = getattr(fs, "handler", None) if isinstance(fs, pafs.PyFileSystem) else None
+        fs = cast(FileBacked, part).fs if declares(part, FileBacked) else None
+        handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
         if isinstance(handler, CachingHandler) and handler not in found:
             found.append(handler)
     return found
+
+
+def cache_stats(stream: Any) -> dict[str, Any]:
+    """``{"cache": counts}`` summed over the shard caches ``stream`` reads through, with
+    ``hit_rate`` = hits / (hits + misses); ``{}`` for a stream without a cache."""
+    totals = [cache.counts.totals() for cache in handlers(stream)]
+    if not totals:
+        return {}
+    summed: dict[str, float] = {name: sum(t[name] for t in totals) for name in CACHE_COUNTS}
+    opened = summed["hits"] + summed["misses"]
+    summed["hit_rate"] = summed["hits"] / opened if opened else 0.0
+    return {"cache": summed}
 
 
 def start_fetching(stream: Any) -> None:

@@ -53,19 +53,17 @@ class Cursors:
             ring[k % _RING] = self.own
             yield item
 
-    def positions(
-        self, delivered: list[int], next_reader: int, *, in_process: bool
-    ) -> tuple[int, list[Position]]:
+    def positions(self, delivered: list[int], next_reader: int) -> tuple[int, list[Position]]:
         """The next slot, and each slot's position once reader ``w`` (DataLoader worker, or
-        this process) delivered ``delivered[w]`` items since the iteration began."""
+        this process) delivered ``delivered[w]`` items since the iteration began (read from
+        the ring, which readers in this process write too: one DataLoader worker is not
+        this process, whatever ``len(delivered)``)."""
         rotation, starts = self.began
         readers = len(delivered)
         found = list(starts) if starts else [(0, 0)] * readers
         for worker, count in enumerate(delivered):
             slot = (worker + rotation) % readers
-            if count and in_process:
-                found[slot] = self.own
-            elif count:
+            if count:
                 rows, into = np.asarray(self.ring[slot % _MAX_SLOTS, (count - 1) % _RING])
                 found[slot] = (int(rows), int(into))
         return (next_reader + rotation) % readers, found

@@ -34,7 +34,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fastdata._state_checks import (
     check_matches,
@@ -46,11 +46,9 @@ from fastdata._state_checks import (
 )
 from fastdata._validate import is_int
 from fastdata.errors import ResumeError
+from fastdata.sources.base import Reader
 from fastdata.sources.elastic import Handover, remaining
-from fastdata.sources.plan import round_robin_consumed
-
-if TYPE_CHECKING:
-    from fastdata.sources.stream import PlannedStream
+from fastdata.sources.plan import Policy, round_robin_consumed
 
 STATE_VERSION = 4
 """The version of every resume state fastdata writes (a stream's and a loader's): a state of
@@ -61,6 +59,7 @@ __all__ = [
     "MAX_EPOCH",
     "STATE_VERSION",
     "Resume",
+    "StreamFacts",
     "check_state",
     "consumed_after",
     "handover_dict",
@@ -70,6 +69,43 @@ __all__ = [
     "state_of",
     "validate",
 ]
+
+
+class StreamFacts(Protocol):
+    """What a stream's state is made of and checked against: the members of a
+    :class:`~fastdata.PlannedStream` this module reads, and nothing else of it (so the
+    state's rules depend on these facts, not on the stream class)."""
+
+    reader: Reader
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def handovers(self) -> tuple[Handover, ...]: ...
+
+    @property
+    def settings(self) -> dict[str, Any]: ...
+
+    @property
+    def varying(self) -> bool: ...
+
+    def rank_and_world_size(self) -> tuple[int, int]: ...
+
+    def unit_rows(self, epoch: int | None = None) -> tuple[int, ...]: ...
+
+    def slot_rows(
+        self,
+        num_readers: int,
+        *,
+        epoch: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        handovers: tuple[Handover, ...] | None = None,
+    ) -> list[int]: ...
 
 
 def validate(state: Any, *, type_name: str) -> dict[str, Any]:
@@ -191,7 +227,7 @@ class Resume:
 
 
 def state_of(
-    stream: PlannedStream,
+    stream: StreamFacts,
     batches: int,
     *,
     num_readers: int,
@@ -242,7 +278,7 @@ def state_of(
     }
 
 
-def check_state(stream: PlannedStream, state: Any) -> dict[str, Any]:
+def check_state(stream: StreamFacts, state: Any) -> dict[str, Any]:
     """``state`` validated and checked against ``stream``, with ``"slot_rows"`` added: the
     rows each saved slot reads, per rank."""
     checked = validate(state, type_name=type(stream).__name__)
@@ -273,7 +309,7 @@ def check_state(stream: PlannedStream, state: Any) -> dict[str, Any]:
 
 
 def resume_point(
-    stream: PlannedStream, state: Any, num_workers: int, end_continues: bool = True
+    stream: StreamFacts, state: Any, num_workers: int, end_continues: bool = True
 ) -> tuple[int, tuple[Handover, ...], Resume | None]:
     """The epoch, its layout changes and this rank's position of ``state`` loaded on
     ``stream`` read by ``num_workers`` readers; None when the epoch is over and

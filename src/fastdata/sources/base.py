@@ -15,24 +15,49 @@ A stream (:class:`fastdata.PlannedStream`) is a reader and a decoder put togethe
   yields each item with the position it reached (see :mod:`fastdata.sources._cursors`).
 
 Both are sent to DataLoader workers by pickling, so they hold plain data (thread pools and
-open files are made again in each process). A reader whose units change from epoch to epoch
-(the mix of several sources, :mod:`fastdata.sources.mix`) also has ``for_epoch(epoch)``,
-returning the reader of that epoch.
+open files are made again in each process).
+
+Optional capabilities are declared, not guessed: each is a small protocol below
+(:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacked`, :class:`SkipCounting`,
+:class:`SchemaReader`, :class:`SourceCounting`), and :func:`declares` is the one way the
+package asks whether an object has one. It checks every member and its type, and refuses a
+capability declared by halves (``varying = True`` without ``items``, an ``fs`` that is a
+string, a ``for_epochs`` typo) with a TypeError, where probing an attribute would have turned
+the feature off without a word.
 """
 
 from __future__ import annotations
 
+import difflib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, get_type_hints, runtime_checkable
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from fastdata._stats import StageTimes
 from fastdata.sources._arrow import converter, iter_rows, to_batch
 from fastdata.workers import receiver_sharing
 
-__all__ = ["INDEX", "ORIGIN", "ArrowDecoder", "Context", "Decoder", "Reader"]
+__all__ = [
+    "INDEX",
+    "ORIGIN",
+    "ArrowDecoder",
+    "Context",
+    "Decoder",
+    "FileBacked",
+    "PerEpochReader",
+    "Reader",
+    "SchemaReader",
+    "SkipCounting",
+    "SourceCounting",
+    "VaryingDecoder",
+    "check_parts",
+    "declares",
+    "varies",
+]
 
 INDEX = "__index__"
 """The column a stream adds for a decoder that asks for it (:attr:`Decoder.needs_index`): each
@@ -99,6 +124,156 @@ class Decoder(Protocol):
     def rows(self, table: pa.Table, context: Context) -> Iterator[Any]:
         """One item per row of ``table``."""
         ...
+
+
+# ----------------------------------------------------------------- optional capabilities
+@runtime_checkable
+class PerEpochReader(Protocol):
+    """A reader whose units change from epoch to epoch (the mix of several sources,
+    :mod:`fastdata.sources.mix`): the stream plans each epoch over ``for_epoch(epoch)``."""
+
+    def for_epoch(self, epoch: int) -> Reader:
+        """The reader of ``epoch`` (its units, rows and locations)."""
+        ...
+
+
+@runtime_checkable
+class VaryingDecoder(Protocol):
+    """A decoder that may take a varying number of rows per item (packing; images under
+    ``on_error="skip"``). When ``varying`` is true the stream hands it all of a reader's
+    tables and it reports where the reader stands after each item, so resume stays exact
+    (see :mod:`fastdata.sources._cursors`)."""
+
+    varying: bool
+    """Whether items take a varying number of rows (it may depend on the options)."""
+
+    def items(
+        self, tables: Iterator[pa.Table], context: Context, offset: int
+    ) -> Iterator[tuple[Any, tuple[int, int]]]:
+        """``(item, (rows_taken, offset_into_next_row))`` per item, counted from where this
+        reader started (``offset`` into its first row)."""
+        ...
+
+
+@runtime_checkable
+class FileBacked(Protocol):
+    """A reader (or decoder) that opens files itself, through ``fs``: a cache wrapping that
+    filesystem is found there (``DataLoader.stats()["cache"]``)."""
+
+    fs: pafs.FileSystem | None
+
+
+@runtime_checkable
+class SkipCounting(Protocol):
+    """A reader or decoder that leaves out bad items under ``on_error="skip"`` and counts
+    them (over all workers), for ``ImageStream.skipped``."""
+
+    skipped: int
+
+
+@runtime_checkable
+class SchemaReader(Protocol):
+    """A reader that knows the Arrow schema of every table it reads, before reading: a
+    column's type is checked when the stream is built (``fastdata.pack``)."""
+
+    schema: pa.Schema
+
+
+@runtime_checkable
+class SourceCounting(Protocol):
+    """A stream of several sources that counts the rows each delivered (``fastdata.mix``):
+    ``DataLoader(stats=True).stats()["sources"]``."""
+
+    def source_counts(self) -> dict[str, int]:
+        """Rows each source has delivered so far, over all workers."""
+        ...
+
+
+# The capabilities a stream's reader and decoder may declare (SourceCounting is a stream's).
+_PART_CAPABILITIES = {
+    "reader": (PerEpochReader, FileBacked, SkipCounting, SchemaReader),
+    "decoder": (VaryingDecoder, FileBacked, SkipCounting),
+}
+_TYPO_CHECKED = (PerEpochReader, VaryingDecoder)  # a typo there changes which rows come when
+
+
+@functools.cache
+def _members(capability: type) -> dict[str, Any]:
+    """A capability's members: ``{name: type}`` of its data members, ``{name: None}`` of its
+    methods."""
+    members: dict[str, Any] = {
+        name: None
+        for name, value in vars(capability).items()
+        if callable(value) and not name.startswith("_")
+    }
+    members.update(get_type_hints(capability))
+    return members
+
+
+def declares(obj: object, capability: type) -> bool:
+    """Whether ``obj`` has ``capability`` (one of the protocols of this module): every member,
+    data members of their annotated type, methods callable.
+
+    Raises:
+        TypeError: ``obj`` has some members of the capability but not all, one of the wrong
+            type, or (for :class:`PerEpochReader` and :class:`VaryingDecoder`, whose absence
+            changes which rows come when) none but a public name one typo away from one.
+    """
+    members = _members(capability)
+    present = [name for name in members if hasattr(obj, name)]
+    name = capability.__name__
+    if not present:
+        if capability in _TYPO_CHECKED:
+            for member in members:
+                near = difflib.get_close_matches(member, _public(obj), n=1, cutoff=0.8)
+                if near:
+                    raise TypeError(
+                        f"{obj!r} has {near[0]!r}, not {member!r}: to declare "
+                        f"fastdata.sources.{name}, name it {member!r}"
+                    )
+        return False
+    if len(present) < len(members):
+        missing = [m for m in members if m not in present]
+        raise TypeError(
+            f"{obj!r} declares fastdata.sources.{name} by halves: it has {present} but not "
+            f"{missing}; give it all of {list(members)}, or none"
+        )
+    for member, kind in members.items():
+        value = getattr(obj, member)
+        ok = callable(value) if kind is None else isinstance(value, kind)
+        if not ok:
+            expected = "a method" if kind is None else f"of type {kind}"
+            raise TypeError(
+                f"{obj!r}.{member} is {value!r}: fastdata.sources.{name} needs it {expected}"
+            )
+    return isinstance(obj, capability)
+
+
+def _public(obj: object) -> list[str]:
+    return [name for name in dir(obj) if not name.startswith("_")]
+
+
+def varies(decoder: object) -> bool:
+    """Whether ``decoder`` takes a varying number of rows per item (a
+    :class:`VaryingDecoder` whose ``varying`` is true)."""
+    return declares(decoder, VaryingDecoder) and bool(cast(VaryingDecoder, decoder).varying)
+
+
+def check_parts(reader: object, decoder: object | None) -> None:
+    """Check a stream's parts when it is built: a :class:`Reader`, a :class:`Decoder` (or
+    None), and every optional capability of its part (a reader's ``items`` list is not a
+    decoder's method) either declared in full or not at all.
+
+    Raises:
+        TypeError: naming the part and what it lacks.
+    """
+    for name, obj, kind in (("reader", reader, Reader), ("decoder", decoder, Decoder)):
+        if obj is None:
+            continue
+        if not isinstance(obj, kind):
+            raise TypeError(f"{name}={obj!r}: expected a fastdata.sources.{kind.__name__}")
+        for capability in _PART_CAPABILITIES[name]:
+            declares(obj, capability)
 
 
 class ArrowDecoder:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -23,7 +23,7 @@ from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources._files import Listing, as_filesystem, class_folders, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder
 from fastdata.sources._image_options import DECODER_OPTIONS, ImageOptions, image_decoder
-from fastdata.sources.base import Reader
+from fastdata.sources.base import Reader, SkipCounting, declares
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
 from fastdata.sources.readers.parquet import ParquetRowGroups
 from fastdata.sources.readers.tar import (
@@ -145,7 +145,8 @@ class ImageStream(PlannedStream):
     def skipped(self) -> int:
         """Images left out by ``on_error="skip"`` so far, over all workers (a tar shard cut
         short counts once; see :class:`~fastdata.sources.readers.TarShards`)."""
-        return self.decoder.skipped + getattr(self.reader, "skipped", 0)
+        reader = cast(SkipCounting, self.reader)
+        return self.decoder.skipped + (reader.skipped if declares(reader, SkipCounting) else 0)
 
     # ----------------------------------------------------------------- constructors
     @classmethod

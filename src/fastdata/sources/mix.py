@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +28,7 @@ from torch.utils.data import get_worker_info
 
 from fastdata._env import worker_slot
 from fastdata._validate import check_int, check_number, keywords_checked
-from fastdata.sources.base import Context, Decoder, Reader
+from fastdata.sources.base import Context, Decoder, Reader, VaryingDecoder, varies
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
@@ -150,7 +150,7 @@ class _Counting:
     def __init__(self, inner: Decoder, sources: int) -> None:
         self.inner = inner
         self.needs_index = inner.needs_index
-        self.varying = getattr(inner, "varying", False)
+        self.varying = varies(inner)
         self.counts = torch.zeros(_MAX_READERS, sources, dtype=torch.int64).share_memory_()
         self._row: tuple[int, np.ndarray] | None = None  # (pid, its row of counts as numpy)
 
@@ -178,7 +178,8 @@ class _Counting:
         self, tables: Iterator[pa.Table], context: Context, offset: int
     ) -> Iterator[tuple[Any, tuple[int, int]]]:
         """A varying decoder's items, the rows of each table counted as it is taken."""
-        return self.inner.items(map(self._counted, tables), context, offset)  # type: ignore[attr-defined]
+        inner = cast(VaryingDecoder, self.inner)  # items() is asked for when varying only
+        return inner.items(map(self._counted, tables), context, offset)
 
     def _counted(self, table: pa.Table) -> pa.Table:
         self._count(table)

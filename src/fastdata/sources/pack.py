@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,7 @@ from torch.utils.data import get_worker_info
 from fastdata._env import worker_slot
 from fastdata._validate import check_bool, check_choice, check_int, keywords_checked
 from fastdata.errors import SchemaError
-from fastdata.sources.base import Context
+from fastdata.sources.base import Context, SchemaReader, declares
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
@@ -276,8 +276,8 @@ def pack(
         raise TypeError(f"source={source!r}: expected a fastdata stream, e.g. a ParquetStream")
     if "batch_size" in options:
         raise TypeError("pack() makes batches of rows x seq_len: pass rows=, not batch_size=")
-    schema = getattr(source.reader, "schema", None)
-    if schema is not None:
+    if declares(source.reader, SchemaReader):
+        schema = cast(SchemaReader, source.reader).schema
         kind = schema.field(column).type if column in schema.names else None
         if kind is None or not (
             (pat.is_list(kind) or pat.is_large_list(kind)) and pat.is_integer(kind.value_type)

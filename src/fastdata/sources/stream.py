@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +27,17 @@ from fastdata.errors import ResumeError
 from fastdata.sources._cursors import Cursors
 from fastdata.sources._reading import cut, read_segments
 from fastdata.sources._state import MAX_EPOCH, Resume, check_state, resume_point, state_of
-from fastdata.sources.base import ArrowDecoder, Context, Decoder, Reader
+from fastdata.sources.base import (
+    ArrowDecoder,
+    Context,
+    Decoder,
+    PerEpochReader,
+    Reader,
+    VaryingDecoder,
+    check_parts,
+    declares,
+    varies,
+)
 from fastdata.sources.elastic import Handover, Segment, after, slot_segments
 from fastdata.sources.options import StreamOptions, checked_options
 from fastdata.sources.plan import (
@@ -65,9 +75,7 @@ class PlannedStream(IterableDataset):
         decoder: Decoder | None = None,
         **options: Unpack[StreamOptions],
     ) -> None:
-        for name, obj, kind in (("reader", reader, Reader), ("decoder", decoder, Decoder)):
-            if obj is not None and not isinstance(obj, kind):
-                raise TypeError(f"{name}={obj!r}: expected a fastdata.sources.{kind.__name__}")
+        check_parts(reader, decoder)
         self._policy, self._rank_args, self.read_ahead = checked_options(**options)
         self.reader = reader
         self.decoder: Decoder = decoder if decoder is not None else ArrowDecoder()
@@ -83,16 +91,17 @@ class PlannedStream(IterableDataset):
         self._consumed = 0
         self._pools = ThreadPools()
         # A decoder taking a varying number of rows per item reports its position.
-        self._cursors = Cursors() if getattr(self.decoder, "varying", False) else None
+        self._cursors = Cursors() if varies(self.decoder) else None
+        self._per_epoch = declares(reader, PerEpochReader)
 
     # ----------------------------------------------------------------- units
     def _view(self, epoch: int | None = None) -> tuple[Reader, tuple[int, ...], np.ndarray]:
-        """The reader of ``epoch`` (a reader whose units change by epoch has ``for_epoch``),
+        """The reader of ``epoch`` (a :class:`~fastdata.sources.base.PerEpochReader`'s changes),
         its unit rows (asked once; filters may make it costly) and each unit's first index."""
         epoch = self.epoch if epoch is None else epoch
-        key = epoch if hasattr(self.reader, "for_epoch") else None
+        key = epoch if self._per_epoch else None
         if key not in self._views:
-            by_epoch: Any = self.reader
+            by_epoch = cast(PerEpochReader, self.reader)
             reader = self.reader if key is None else by_epoch.for_epoch(epoch)
             rows = tuple(int(n) for n in reader.unit_rows())
             if any(n < 0 for n in rows):
@@ -343,8 +352,7 @@ class PlannedStream(IterableDataset):
         delivered ``delivered[w]`` items since the iteration began, ``next_reader``'s turn
         next: exact for this rank; the other ranks' positions are not known here."""
         assert self._cursors is not None  # varying streams only
-        in_process = len(delivered) == 1 and get_worker_info() is None
-        own = self._cursors.positions(delivered, next_reader, in_process=in_process)
+        own = self._cursors.positions(delivered, next_reader)
         readers = len(delivered)
         return state_of(
             self, batches, num_readers=readers, items_per_batch=1, drop_last=False, own=own
@@ -376,7 +384,7 @@ class PlannedStream(IterableDataset):
         segments = after(self._segments(slot, num_workers), skip)
         if self._cursors is not None:  # a decoder of a varying number of rows per item
             tables, context = self._tables(segments)
-            items = self.decoder.items(tables, context, offset)  # type: ignore[attr-defined]
+            items = cast(VaryingDecoder, self.decoder).items(tables, context, offset)
             return self._track(self._cursors.track(items, slot, (skip, offset)))
         return self._track(self._items(segments))
 

@@ -1,4 +1,5 @@
-"""fastdata.tune: pick num_workers, prefetch_factor and pin_memory by measuring the consumer.
+"""fastdata.tune: pick num_workers, the worker method, prefetch_factor and pin_memory by
+measuring the consumer.
 
 Guessing ``num_workers`` fails both ways: too few and the GPU waits for data, too many and
 workers fight over cores and memory (32 workers can be slower than 4). :func:`tune` builds
@@ -13,6 +14,7 @@ Importing this package is cheap (standard library only); torch and psutil load w
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import time
@@ -74,8 +76,12 @@ def tune(
         loader_factory: ``loader_factory(num_workers=..., prefetch_factor=...,
             pin_memory=...)`` returns an iterable of batches (typically a
             ``fastdata.DataLoader``); ``prefetch_factor`` is None when ``num_workers`` is 0.
-            Or a dataset: loaders are then ``fastdata.DataLoader(dataset, **loader_kwargs,
-            **settings)``.
+            A factory with a ``worker_method`` parameter is also passed
+            ``worker_method="thread"`` or ``"multiprocessing"`` and both are searched;
+            one without it is searched with process workers only (a ``**kwargs`` factory
+            gets ``worker_method`` when ``search_space`` names it). Or a dataset: loaders
+            are then ``fastdata.DataLoader(dataset, **loader_kwargs, **settings)``, threads
+            and processes searched.
         step: the consumer's work on one batch, e.g. a training step. On a CUDA ``device``
             the tuner synchronizes after it, so the GPU time counts as step time.
         step_ms: instead of ``step``, a :class:`SimulatedStep` of this many milliseconds.
@@ -92,8 +98,9 @@ def tune(
             leaves the machine under 5% of its memory available) is stopped, and either is
             reported as refused for memory.
         search_space: values to try per setting, e.g. ``{"num_workers": [0, 2, 4, 8]}``;
-            defaults: ``num_workers`` 0 .. 2 x cores, ``prefetch_factor`` 2 .. 8 (torch's
-            default and up; ask for 1 here),
+            defaults: ``num_workers`` 0 .. 2 x cores, ``worker_method`` ``"thread"`` and
+            ``"multiprocessing"`` (see ``loader_factory``), ``prefetch_factor`` 2 .. 8
+            (torch's default and up; ask for 1 here),
             ``pin_memory`` both when ``device`` is an accelerator, else False only.
         device: where the consumer moves each batch (e.g. ``"cuda"``); the transfer counts as
             data wait (the tuner waits for the copy). On CUDA with ``nvidia-ml-py``
@@ -108,7 +115,8 @@ def tune(
     Returns:
         Every trial, the chosen :class:`LoaderConfig`, the reason, and the machine, data and
         noise the answer was measured with. The choice is the cheapest setting (fewest
-        workers, then smallest prefetch_factor, then pin_memory off) that a paired
+        workers, then threads before processes, then smallest prefetch_factor, then
+        pin_memory off) that a paired
         comparison with the fastest setting measured cannot tell apart from it within
         ``tolerance`` (:mod:`.decide`). Ctrl-C during the search returns the best so far
         (``result.stopped == "interrupted"``).
@@ -133,9 +141,8 @@ def tune(
     factory = _as_factory(loader_factory, loader_kwargs, torch)
     dev = check_device("device", device)
     cores = _usable_cores()
-    space = SearchSpace.build(
-        search_space, cores=cores, device_used=dev is not None and dev.type != "cpu"
-    )
+    given, factory = _worker_methods(loader_factory, factory, search_space, torch)
+    space = SearchSpace.build(given, cores=cores, device_used=dev is not None and dev.type != "cpu")
     sync = _cuda_sync(dev) if dev is not None and dev.type == "cuda" else None
     transfer = None if dev is None else _Transfer(dev, sync)
     gpu = nvml_for_device(dev)
@@ -253,6 +260,48 @@ def _as_factory(
             "loader_kwargs= goes with a dataset; a loader factory sets its own arguments"
         )
     return obj
+
+
+def _worker_methods(
+    obj: Any,
+    factory: Callable[..., Iterable[Any]],
+    search_space: Mapping[str, Iterable[Any]] | None,
+    torch: Any,
+) -> tuple[dict[str, Iterable[Any]], Callable[..., Iterable[Any]]]:
+    """The search space with the worker methods ``obj`` can be measured with, and the factory
+    to call: thread workers are searched by default for a dataset (the tuner builds
+    fastdata's loaders) and for a factory that names a ``worker_method`` parameter; a
+    ``**kwargs`` factory gets ``worker_method`` only when ``search_space`` asks for it (it may
+    pass its keywords to torch's DataLoader, which has none). Otherwise only process workers
+    are measured, and the factory is never passed ``worker_method``.
+
+    Raises:
+        ValueError: ``search_space`` asks for thread workers from a factory that cannot take
+            ``worker_method``.
+    """
+    given = dict(search_space or {})
+    if isinstance(obj, torch.utils.data.Dataset):
+        return given, factory
+    try:
+        parameters = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: treat it as taking none
+        parameters = []
+    named = any(p.name == "worker_method" for p in parameters)
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    if named or (open_ended and "worker_method" in given):
+        return given, factory
+    if "worker_method" in given and set(given["worker_method"]) != {"multiprocessing"}:
+        raise ValueError(
+            f"search_space['worker_method']={list(given['worker_method'])!r}, but the loader "
+            "factory has no worker_method parameter: add one and pass it to fastdata.DataLoader"
+        )
+    given["worker_method"] = ("multiprocessing",)
+
+    def without_method(**params: Any) -> Iterable[Any]:
+        params.pop("worker_method", None)
+        return factory(**params)
+
+    return given, without_method
 
 
 def _usable_cores() -> int:

@@ -42,7 +42,8 @@ def _add_tune(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "tune",
         formatter_class=HelpFormatter,
-        help="measure loader settings and choose num_workers, prefetch_factor, pin_memory",
+        help="measure loader settings and choose num_workers, the worker method (threads or "
+        "processes), prefetch_factor, pin_memory",
         description="Measure candidate DataLoader settings against a (simulated) training step "
         "and choose the cheapest that the measurements cannot tell apart from the fastest. "
         "Without --data, --parquet or --factory it tunes the built-in image demo. Ctrl-C "
@@ -293,7 +294,7 @@ def _parse_memory(option: str, text: str) -> int | str:
     """``--max-memory``: bytes for a size, the text itself for a share (``"50%"``, turned into
     bytes when the tuning starts)."""
     from fastdata.tune.machine import share
-    from fastdata.tune.report import parse_size
+    from fastdata.tune.words import parse_size
 
     try:
         if text.strip().endswith("%"):
@@ -374,17 +375,20 @@ def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
         listed = f"{len(paths)} images in {len(classes)} classes x {repeat} per pass"
         described = f"{'demo images' if demo else repr(str(root))} ({listed}), {transform}"
 
-    def factory(**params: Any) -> Any:
+    def factory(*, worker_method: str = "multiprocessing", **params: Any) -> Any:
         # A worker that hangs then fails its trial instead of stalling the whole command.
         timeout = WORKER_TIMEOUT_S if params["num_workers"] > 0 else 0
-        return fastdata.DataLoader(stream, batch_size=None, timeout=timeout, **params)
+        return fastdata.DataLoader(
+            stream, batch_size=None, timeout=timeout, worker_method=worker_method, **params
+        )
 
     return factory, described
 
 
 def _settings_factory(function: Any) -> Any:
     """``function`` when it takes the tuner's settings; for one that takes no arguments (it
-    returns a DataLoader), a factory that rebuilds its loader with each setting."""
+    returns a DataLoader), a factory that rebuilds its loader as a fastdata.DataLoader with
+    each setting, thread workers included."""
     try:
         parameters = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: assume the settings
@@ -393,7 +397,10 @@ def _settings_factory(function: Any) -> Any:
         return function
     from fastdata.tune.compare import rebuild
 
-    return lambda **settings: rebuild(function(), **settings)
+    def rebuilt(*, worker_method: str = "multiprocessing", **settings: Any) -> Any:
+        return rebuild(function(), worker_method=worker_method, **settings)
+
+    return rebuilt
 
 
 def _image_files(root: Path) -> list[Path]:

@@ -20,11 +20,12 @@ from typing import Any
 
 from fastdata.config import LoaderConfig, load_config
 from fastdata.tune.measure import Trial, measure, t95
-from fastdata.tune.report import describe
+from fastdata.tune.words import describe
 
 __all__ = ["Comparison", "compare", "rebuild"]
 
-SETTINGS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
+SETTINGS = ("num_workers", "worker_method", "prefetch_factor", "pin_memory")
+"""The settings a round is labelled with (the tuner's, in its cost order)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def rebuild(loader: Any, /, **settings: Any) -> Any:
     """``loader`` (a ``torch.utils.data.DataLoader``) as a ``fastdata.DataLoader`` with the
     same dataset, batching, sampler, collate function, timeout, worker init, multiprocessing
     context and generator; ``settings`` (num_workers, prefetch_factor, pin_memory,
-    persistent_workers) replace its own.
+    persistent_workers, and fastdata's worker_method) replace its own.
 
     Raises:
         TypeError: ``loader`` is not a torch DataLoader.
@@ -173,7 +174,8 @@ def compare(
 
 def _time(loader: Any, step: Callable[[Any], Any] | None, time_limit: float) -> Trial:
     """One round: ``loader`` measured as a tuner trial, labelled with its settings."""
-    params = {name: getattr(loader, name, None) for name in SETTINGS[:3]}
+    params = {name: getattr(loader, name, None) for name in SETTINGS}
+    params["worker_method"] = params["worker_method"] or "multiprocessing"  # torch's loader
     per_round = max(params["num_workers"] or 0, 1)
     return measure(
         lambda **_: loader,

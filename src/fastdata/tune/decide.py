@@ -59,8 +59,8 @@ from statistics import fmean, median, stdev
 from typing import Any
 
 from fastdata.tune.measure import Trial, t95
-from fastdata.tune.report import describe, format_size, percent
 from fastdata.tune.space import cost, torch_defaults
+from fastdata.tune.words import describe, format_size, percent
 
 __all__ = [
     "MAX_PAIRS",

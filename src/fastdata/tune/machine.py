@@ -38,12 +38,12 @@ def ceiling(max_memory: int | str | None, /) -> tuple[int, str]:
     Args:
         max_memory: None for the default (:data:`DEFAULT_MEMORY_SHARE` of the available
             memory), a share such as ``"50%"`` (of the available memory), or a size in bytes
-            or as a string such as ``"8GiB"`` (:func:`~fastdata.tune.report.parse_size`).
+            or as a string such as ``"8GiB"`` (:func:`~fastdata.tune.words.parse_size`).
 
     Raises:
         ValueError: not a size or a share in (0%, 100%].
     """
-    from fastdata.tune.report import format_size, parse_size
+    from fastdata.tune.words import format_size, parse_size
 
     if max_memory is None or (isinstance(max_memory, str) and max_memory.strip().endswith("%")):
         fraction = DEFAULT_MEMORY_SHARE if max_memory is None else share(max_memory)

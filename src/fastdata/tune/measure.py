@@ -284,7 +284,7 @@ class MemoryGuard:
     def read(self) -> float | None:
         """The summed RSS; trips the guard (once) when a limit is passed, and kills the
         trial's workers when it must (see the class docstring)."""
-        from fastdata.tune.report import format_size
+        from fastdata.tune.words import format_size
 
         rss = self._read_rss()
         low = self.floor is not None and (available := self._read_available()) < self.floor

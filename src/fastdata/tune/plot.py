@@ -109,7 +109,8 @@ def _label(params: dict[str, object]) -> str:
     prefetch = params.get("prefetch_factor")
     return "\n".join(
         [
-            f"workers {params['num_workers']}",
+            f"workers {params['num_workers']}"
+            + (" (threads)" if params.get("worker_method") == "thread" else ""),
             f"prefetch {'-' if prefetch is None else prefetch}",
             f"pin {'on' if params.get('pin_memory') else 'off'}",
         ]

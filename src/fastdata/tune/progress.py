@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from fastdata.tune.measure import Trial
-from fastdata.tune.report import describe, percent
+from fastdata.tune.words import describe, percent
 
 __all__ = ["Progress"]
 
@@ -112,4 +112,6 @@ class Progress:
 def _short(params: dict[str, Any]) -> str:
     pin = ", pinned" if params.get("pin_memory") else ""
     prefetch = params.get("prefetch_factor")
-    return f"{params['num_workers']} workers" + (f", prefetch {prefetch}" if prefetch else "") + pin
+    threads = params.get("worker_method") == "thread" and params["num_workers"] > 0
+    workers = f"{params['num_workers']} {'thread workers' if threads else 'workers'}"
+    return workers + (f", prefetch {prefetch}" if prefetch else "") + pin

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,8 +21,9 @@ from typing import Any
 from fastdata._validate import constructor_keywords_checked
 from fastdata.config import LoaderConfig
 from fastdata.tune.measure import Trial
+from fastdata.tune.words import describe, format_size, percent
 
-__all__ = ["RESULT_FORMAT", "TuneResult", "describe", "format_size", "parse_size", "percent"]
+__all__ = ["RESULT_FORMAT", "TuneResult"]
 
 RESULT_FORMAT = "fastdata.TuneResult"
 """The ``format`` tag of a saved result file."""
@@ -102,6 +102,7 @@ class TuneResult:
         columns = [
             ("", "<"),
             ("workers", ">"),
+            ("method", ">"),
             ("prefetch", ">"),
             ("pin", ">"),
             ("batches/s", ">"),
@@ -120,6 +121,7 @@ class TuneResult:
             row = [
                 ">" if i == self.chosen else " ",
                 str(p["num_workers"]),
+                _method(p),
                 "-" if p.get("prefetch_factor") is None else str(p["prefetch_factor"]),
                 "yes" if p.get("pin_memory") else "no",
             ]
@@ -161,7 +163,9 @@ class TuneResult:
         lines = [
             "apply it:",
             f"  fastdata.DataLoader(dataset, ..., {kwargs})",
-            "  (torch.utils.data.DataLoader takes the same keyword arguments)",
+            "  (torch.utils.data.DataLoader takes the same keyword arguments)"
+            if self.config.worker_method != "thread"
+            else "  (fastdata's thread workers: torch's DataLoader has no worker_method)",
         ]
         if path is not None:
             lines.append(f"  fastdata.DataLoader(dataset, ..., config={os.fspath(path)!r})")
@@ -247,61 +251,12 @@ def _noise_words(noise: Mapping[str, Any], cores: int) -> str:
     return "; ".join(parts)
 
 
+def _method(params: Mapping[str, Any]) -> str:
+    """The worker method in the table: ``thread`` / ``process``, ``-`` without workers."""
+    if not params["num_workers"]:
+        return "-"
+    return "thread" if params.get("worker_method") == "thread" else "process"
+
+
 def _rate(value: float) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:,.0f}"
-
-
-def percent(share: float, /) -> str:
-    """A busy fraction or utilization as a whole percent, rounded *down*, so that a value
-    under the target never shows as the target (0.9496 is ``"94%"``, not ``"95%"``)."""
-    return f"{math.floor(share * 100 + 1e-9):d}%"
-
-
-def describe(params: Mapping[str, Any]) -> str:
-    """``num_workers=2, prefetch_factor=2, pin_memory=False`` for a dict of settings."""
-    return ", ".join(f"{k}={v}" for k, v in params.items())
-
-
-_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?\s*$", re.I)
-
-
-def parse_size(value: int | str, /) -> int:
-    """Bytes from an int or a string such as ``"8GiB"``, ``"512 MB"``, ``"2g"`` or ``"1e9"``.
-
-    ``k``/``M``/``G``/``T`` are powers of 1000, ``Ki``/``Mi``/``Gi``/``Ti`` powers of 1024.
-
-    Raises:
-        ValueError: not a positive size in one of these forms.
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    else:
-        match = _SIZE.match(str(value))
-        if match is None:
-            raise ValueError(f"{value!r}: expected a size in bytes such as 8GiB, 512MB, 2g or 1e9")
-        digits, prefix, binary = match.groups()
-        scale = _UNITS[prefix.lower()]
-        if binary:
-            if not prefix:
-                raise ValueError(f"{value!r}: 'i' needs a unit before it, as in 8GiB")
-            scale = 1024 ** "kmgt".index(prefix.lower()) * 1024
-        number = int(float(digits) * scale)
-    if number <= 0:
-        raise ValueError(f"{value!r}: a size must be positive")
-    return number
-
-
-def format_size(n: float, /) -> str:
-    """``n`` bytes in binary units: ``"512 MiB"``, ``"1.1 GiB"``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return (
-                f"{int(n)} B"
-                if unit == "B"
-                else f"{n:.0f} {unit}"
-                if n >= 100
-                else f"{n:.3g} {unit}"
-            )
-        n /= 1024
-    return f"{n:.3g} TiB" if n < 100 else f"{n:.0f} TiB"

@@ -2,7 +2,7 @@
 
 Measurements are expensive (seconds each) and noisy, so the search is not a grid. It takes
 one setting at a time, in the order of :data:`~fastdata.tune.space.SETTINGS` (``num_workers``,
-then ``prefetch_factor``, then ``pin_memory``), each in two steps:
+then ``worker_method``, then ``prefetch_factor``, then ``pin_memory``), each in two steps:
 
 1. **Screening**: a coarse-to-fine line search over the setting's values, the others fixed at
    the answer so far (torch's defaults to begin with). The values at positions 0, 1, 2, 4, 8,
@@ -15,8 +15,11 @@ then ``prefetch_factor``, then ``pin_memory``), each in two steps:
    for at least ``target`` of the time (its :attr:`~fastdata.tune.measure.Trial.utilization`),
    the cheaper values between it and the last that did not are bisected for the cheapest
    that still does, and the line ends; the later settings then try only values cheaper than
-   the answer's (costlier ones cannot feed the consumer more). ``prefetch_factor`` is skipped
-   without workers, ``pin_memory`` unless batches go to a device.
+   the answer's (costlier ones cannot feed the consumer more). ``worker_method``'s line is
+   over the worker counts up to the answer's, with thread workers (the first line measured
+   process workers, torch's default): threads may keep up with fewer. ``prefetch_factor`` and
+   ``worker_method`` are skipped without workers, ``pin_memory`` unless batches go to a
+   device.
 2. **Comparisons**: :func:`~fastdata.tune.decide.decide` names the cheaper setting to compare
    with the fastest measured, and the two are measured in pairs of back-to-back rounds in
    alternating order until the rule's verdict is in (see :mod:`.decide`), then the next,
@@ -51,8 +54,8 @@ from fastdata.tune.decide import (
     pairs_of,
 )
 from fastdata.tune.measure import Trial
-from fastdata.tune.report import describe, format_size
 from fastdata.tune.space import PARAMS, SETTINGS, SearchSpace
+from fastdata.tune.words import describe, format_size
 
 __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 
@@ -299,11 +302,16 @@ def _stages(run: _Run, space: SearchSpace) -> str:
             start = run.trials[run.decision().chosen].params
             if setting.needs_workers and start["num_workers"] == 0:
                 continue
-            values = space.values(setting.name)
-            if reached:  # costlier values cannot feed the consumer more
-                now = setting.rank(start[setting.name])
-                values = [v for v in values if setting.rank(v) <= now]
-            params_for = _varying(start, setting.name)
+            if setting.name == "worker_method":
+                if start["worker_method"] == "thread" or "thread" not in space.worker_method:
+                    continue  # screened with threads already, or not searched
+                values, params_for = _thread_workers(space, start)
+            else:
+                values = space.values(setting.name)
+                if reached:  # costlier values cannot feed the consumer more
+                    now = setting.rank(start[setting.name])
+                    values = [v for v in values if setting.rank(v) <= now]
+                params_for = _varying(start, setting.name)
         try:
             _line(run, values, params_for)
         except _StopSearch as stop:
@@ -314,6 +322,18 @@ def _stages(run: _Run, space: SearchSpace) -> str:
             raise TuneError(_nothing_fits(run))
         _compare(run)
     return "target" if reached else "complete"
+
+
+def _thread_workers(
+    space: SearchSpace, start: dict[str, Any]
+) -> tuple[list[int], Callable[[int], dict[str, Any]]]:
+    """The worker method's line: thread workers at each worker count of the space up to the
+    answer's, its other settings kept. Threads may feed the consumer with fewer workers than
+    processes (no pickling, no second interpreter), or not at all at the same count (work that
+    holds the GIL): the line finds the cheapest count that keeps up, as the first stage did
+    for processes."""
+    counts = [w for w in space.num_workers if 0 < w <= start["num_workers"]]
+    return counts, lambda w: {**start, "num_workers": w, "worker_method": "thread"}
 
 
 def _varying(start: dict[str, Any], name: str) -> Callable[[Any], dict[str, Any]]:
@@ -406,6 +426,8 @@ def _planned(space: SearchSpace) -> int:
     if space.num_workers[-1] > 0:
         for setting in SETTINGS[1:]:
             n = len(space.values(setting.name))
+            if setting.name == "worker_method" and n > 1:  # a line over the worker counts
+                n = len(space.num_workers)
             if n > 1:
                 planned += len(_coarse(n)) - 1 + 2 * (n > 2) + PLANNED_PAIRS
     return planned

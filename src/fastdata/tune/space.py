@@ -4,16 +4,11 @@ One table, :data:`SETTINGS`, drives everything that depends on which loader sett
 searched: the search space and its validation (:class:`SearchSpace`), the order of the
 search's stages (:mod:`.search`), the settings a trial starts from (:meth:`SearchSpace.base`)
 and the cost order of the decision rule (:func:`cost`). Its order *is* the cost order: fewer
-workers first, then a smaller ``prefetch_factor``, then ``pin_memory`` off.
+workers first, then thread workers before processes, then a smaller ``prefetch_factor``,
+then ``pin_memory`` off.
 
 Adding a setting is one entry here and one field of :class:`SearchSpace` (and of
-:class:`~fastdata.config.LoaderConfig`, which the chosen settings become). Thread workers, for
-instance, go right after ``num_workers``, so that at equal throughput threads come before
-processes::
-
-    Setting("worker_method", "'thread' / 'process'", lambda v: v in ("thread", "process"),
-            lambda cores, device: ("thread", "process"), base="process", off="process",
-            rank=("thread", "process").index, needs_workers=True)
+:class:`~fastdata.config.LoaderConfig`, which the chosen settings become).
 """
 
 from __future__ import annotations
@@ -24,7 +19,15 @@ from typing import Any
 
 from fastdata._validate import is_int
 
-__all__ = ["PARAMS", "SETTINGS", "SearchSpace", "Setting", "cost", "torch_defaults"]
+__all__ = [
+    "PARAMS",
+    "SETTINGS",
+    "WORKER_METHODS",
+    "SearchSpace",
+    "Setting",
+    "cost",
+    "torch_defaults",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class Setting:
     needs_workers: bool = False
 
 
+WORKER_METHODS = ("thread", "multiprocessing")
+"""fastdata.DataLoader's worker methods, cheapest first: at equal throughput, threads (no
+second interpreter, no pickling, no shared memory) before processes."""
+
+
 def _int_at_least(minimum: int) -> Callable[[Any], bool]:
     return lambda v: is_int(v) and v >= minimum
 
@@ -66,6 +74,16 @@ SETTINGS: tuple[Setting, ...] = (
         lambda cores, device: tuple(range(2 * cores + 1)),
         base=0,
         off=0,
+    ),
+    Setting(
+        "worker_method",
+        "'thread' / 'multiprocessing'",
+        lambda v: v in WORKER_METHODS,
+        lambda cores, device: WORKER_METHODS,
+        base="multiprocessing",
+        off="multiprocessing",
+        rank=lambda v: WORKER_METHODS.index(v),
+        needs_workers=True,
     ),
     Setting(
         "prefetch_factor",
@@ -93,8 +111,8 @@ PARAMS = tuple(s.name for s in SETTINGS)
 
 
 def cost(params: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a setting costs, for ordering: fewer workers, then a smaller prefetch_factor,
-    then pin_memory off (the order of :data:`SETTINGS`)."""
+    """What a setting costs, for ordering: fewer workers, then threads before processes,
+    then a smaller prefetch_factor, then pin_memory off (the order of :data:`SETTINGS`)."""
     return tuple(s.rank(params.get(s.name, s.off)) for s in SETTINGS)
 
 
@@ -112,6 +130,7 @@ class SearchSpace:
     """The values each searched setting may take, sorted and without duplicates."""
 
     num_workers: tuple[int, ...]
+    worker_method: tuple[str, ...]
     prefetch_factor: tuple[int, ...]
     pin_memory: tuple[bool, ...]
 
@@ -120,8 +139,9 @@ class SearchSpace:
         cls, given: Mapping[str, Iterable[Any]] | None, /, *, cores: int, device_used: bool
     ) -> SearchSpace:
         """The user's space (any subset of :data:`PARAMS`) completed with the defaults:
-        ``num_workers`` 0 .. 2 x ``cores``, ``prefetch_factor`` 2 .. 8, ``pin_memory``
-        False and True when batches go to a device, else False.
+        ``num_workers`` 0 .. 2 x ``cores``, ``worker_method`` threads and processes,
+        ``prefetch_factor`` 2 .. 8, ``pin_memory`` False and True when batches go to a
+        device, else False.
 
         Raises:
             ValueError: an unknown setting or a value it cannot take.

@@ -1,0 +1,75 @@
+"""The tuner's words for numbers and settings: percentages, sizes, settings in a sentence.
+
+Shared by the search, the decision rule, the measurements and the report, so it imports
+nothing of them (the report imports the measurements' Trial; the measurements word their
+memory refusals with :func:`format_size`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["describe", "format_size", "parse_size", "percent"]
+
+
+def percent(share: float, /) -> str:
+    """A busy fraction or utilization as a whole percent, rounded *down*, so that a value
+    under the target never shows as the target (0.9496 is ``"94%"``, not ``"95%"``)."""
+    return f"{math.floor(share * 100 + 1e-9):d}%"
+
+
+def describe(params: Mapping[str, Any]) -> str:
+    """``num_workers=2, worker_method=thread, prefetch_factor=2, pin_memory=False`` for a
+    dict of settings. The worker method is named only for thread workers: processes are
+    torch's default (as in :meth:`LoaderConfig.to_dict`), and without workers it means
+    nothing."""
+    threads = params.get("worker_method") == "thread" and params.get("num_workers")
+    return ", ".join(f"{k}={v}" for k, v in params.items() if k != "worker_method" or threads)
+
+
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmgt]?)(i?)b?\s*$", re.I)
+
+
+def parse_size(value: int | str, /) -> int:
+    """Bytes from an int or a string such as ``"8GiB"``, ``"512 MB"``, ``"2g"`` or ``"1e9"``.
+
+    ``k``/``M``/``G``/``T`` are powers of 1000, ``Ki``/``Mi``/``Gi``/``Ti`` powers of 1024.
+
+    Raises:
+        ValueError: not a positive size in one of these forms.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        match = _SIZE.match(str(value))
+        if match is None:
+            raise ValueError(f"{value!r}: expected a size in bytes such as 8GiB, 512MB, 2g or 1e9")
+        digits, prefix, binary = match.groups()
+        scale = _UNITS[prefix.lower()]
+        if binary:
+            if not prefix:
+                raise ValueError(f"{value!r}: 'i' needs a unit before it, as in 8GiB")
+            scale = 1024 ** "kmgt".index(prefix.lower()) * 1024
+        number = int(float(digits) * scale)
+    if number <= 0:
+        raise ValueError(f"{value!r}: a size must be positive")
+    return number
+
+
+def format_size(n: float, /) -> str:
+    """``n`` bytes in binary units: ``"512 MiB"``, ``"1.1 GiB"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return (
+                f"{int(n)} B"
+                if unit == "B"
+                else f"{n:.0f} {unit}"
+                if n >= 100
+                else f"{n:.3g} {unit}"
+            )
+        n /= 1024
+    return f"{n:.3g} TiB" if n < 100 else f"{n:.0f} TiB"
