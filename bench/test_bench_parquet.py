@@ -4,7 +4,10 @@ Groups (each: fastdata and its baselines on the same files, same run):
 
 - ``parquet-scan``: ``ParquetStream(batch_size=4096)`` over numeric columns vs
   ``pyarrow.dataset(...).to_batches()`` converted to torch (the raw limit), and vs itself
-  with ``read_ahead=0`` (what reading ahead on background threads adds).
+  with ``read_ahead=0`` (what reading ahead on background threads adds); the sides take
+  turns within each round (``measure_interleaved``).
+- ``parquet-scan-small``: the stream and pyarrow's scan in batches of 1,024 rows, where
+  per-batch work shows; sides take turns likewise.
 - ``parquet-rows``: rows/s into 256-row batches through a DataLoader (num_workers=0):
   ParquetStream batches vs a per-row ``pq.read_table(...).slice(i, 1)`` map-style dataset
   and vs an in-memory map-style table with ``default_collate``.
@@ -33,14 +36,14 @@ from torch.utils.data import Dataset
 from fastdata import DataLoader, ParquetStream
 from fastdata.synthetic import make_parquet
 
-from conftest import measure, scaled
+from conftest import measure, measure_interleaved, scaled
 
 COLUMNS = ["id", "label", "x"]
 # 1.6M rows in short mode: 28 row groups, so a scan is long enough (~50 ms) for the reads
 # ahead to fill their pipeline, as they do over the 64 row groups of full mode.
 ROWS = scaled(1_600_000, 4_000_000)
 PER_ROW_ITEMS = scaled(300, 3_000)
-# A short-mode scan takes ~20 ms: more rounds steady its median (0.3 s in all).
+# A short-mode scan takes ~20-50 ms: more rounds steady its medians (1-2 s per scenario).
 SCAN_ROUNDS = 15
 
 
@@ -51,52 +54,66 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def scan_fastdata(root: Path, read_ahead: int = 2) -> int:
+# What the data is, for the record next to every number of the scan scenarios.
+SCAN_DATA = {
+    "rows": ROWS,
+    "files": 4,
+    "row_group_rows": 65_536,
+    "columns": "id int64 (row index), label int32 (0-9), x float32 (standard normal)",
+    "nulls": 0,
+    "compression": "snappy",
+}
+SMALL_BATCH = 1024
+
+
+def scan_fastdata(root: Path, read_ahead: int = 2, batch_size: int = 4096) -> int:
     n = 0
-    for batch in ParquetStream(root, columns=COLUMNS, batch_size=4096, read_ahead=read_ahead):
+    stream = ParquetStream(root, columns=COLUMNS, batch_size=batch_size, read_ahead=read_ahead)
+    for batch in stream:
         n += len(batch["id"])
     return n
 
 
-def scan_pyarrow(root: Path) -> int:
+def scan_pyarrow(root: Path, batch_size: int = 4096) -> int:
     n = 0
-    for rb in ds.dataset(root, format="parquet").to_batches(columns=COLUMNS, batch_size=4096):
+    dataset = ds.dataset(root, format="parquet")
+    for rb in dataset.to_batches(columns=COLUMNS, batch_size=batch_size):
         batch = {c: torch.from_numpy(rb.column(c).to_numpy()) for c in COLUMNS}
         n += len(batch["id"])
     return n
 
 
 @pytest.mark.benchmark(group="parquet-scan")
-def test_scan_fastdata(benchmark, data: Path) -> None:
-    got = measure(
-        benchmark, lambda: scan_fastdata(data), role="fastdata", items=ROWS, rounds=SCAN_ROUNDS
-    )
-    assert got == ROWS
-
-
-@pytest.mark.benchmark(group="parquet-scan")
-def test_scan_pyarrow(benchmark, data: Path) -> None:
-    got = measure(
+def test_scan(benchmark, data: Path) -> None:
+    """Batches of 4,096 rows against pyarrow's scan, and against the stream without reading
+    ahead (what the background reads add); the sides take turns within each round."""
+    results = measure_interleaved(
         benchmark,
-        lambda: scan_pyarrow(data),
-        role="baseline:pyarrow",
+        lambda: scan_fastdata(data),
+        {
+            "pyarrow": lambda: scan_pyarrow(data),
+            "read-ahead-0": lambda: scan_fastdata(data, read_ahead=0),
+        },
         items=ROWS,
         rounds=SCAN_ROUNDS,
     )
-    assert got == ROWS
+    benchmark.extra_info["data"] = SCAN_DATA | {"batch_size": 4096}
+    assert set(results.values()) == {ROWS}
 
 
-@pytest.mark.benchmark(group="parquet-scan")
-def test_scan_fastdata_inline(benchmark, data: Path) -> None:
-    """fastdata without read-ahead: what the background reads add."""
-    got = measure(
+@pytest.mark.benchmark(group="parquet-scan-small")
+def test_scan_small_batches(benchmark, data: Path) -> None:
+    """Batches of 1,024 rows, where the stream's per-batch work (cutting, converting,
+    counting) shows, against pyarrow's scan at the same batch size; sides take turns."""
+    results = measure_interleaved(
         benchmark,
-        lambda: scan_fastdata(data, read_ahead=0),
-        role="baseline:read-ahead-0",
+        lambda: scan_fastdata(data, batch_size=SMALL_BATCH),
+        {"pyarrow": lambda: scan_pyarrow(data, batch_size=SMALL_BATCH)},
         items=ROWS,
         rounds=SCAN_ROUNDS,
     )
-    assert got == ROWS
+    benchmark.extra_info["data"] = SCAN_DATA | {"batch_size": SMALL_BATCH}
+    assert set(results.values()) == {ROWS}
 
 
 class PerRowParquet(Dataset):

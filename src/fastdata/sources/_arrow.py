@@ -234,6 +234,8 @@ def converter(field: pa.Field) -> tuple[Converter, bool]:
             column=field.name,
         )
     shape = _shape(t)
+    if shape == () and (pat.is_integer(t) or pat.is_floating(t)):  # _to_tensor, type decided
+        return (lambda a: _tensor(a.to_numpy(zero_copy_only=True, writable=False))), True
     if shape is not None:
         return (lambda a: _to_tensor(a, shape)), True
     kind = _ragged_kind(field.type)
@@ -345,9 +347,13 @@ def _nulls_below(array: pa.Array) -> bool:
             return True
 
 
-def _array(column: pa.ChunkedArray) -> pa.Array:
-    """One array for a column, copying only when it really has several chunks."""
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+def _arrays(table: pa.Table) -> list[pa.Array]:
+    """One array per column, copying only a column that really has several chunks; those of
+    the table's one record batch where there is one (a slice of a row group: cheaper)."""
+    batches = table.to_batches()
+    if len(batches) == 1:
+        return batches[0].columns
+    return [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
 
 
 def iter_rows(table: pa.Table, locate: Locate | None = None) -> Iterator[dict[str, Any]]:
@@ -355,8 +361,8 @@ def iter_rows(table: pa.Table, locate: Locate | None = None) -> Iterator[dict[st
     column, and with ``locate`` where its row is)."""
     names = table.column_names
     columns = [
-        _converted(field.name, functools.partial(row_values, field), _array(column), locate)
-        for field, column in zip(table.schema, table.columns, strict=True)
+        _converted(field.name, functools.partial(row_values, field), array, locate)
+        for field, array in zip(table.schema, _arrays(table), strict=True)
     ]
     for values in zip(*columns, strict=True):
         yield dict(zip(names, values, strict=True))
@@ -381,8 +387,8 @@ def to_batch(
     is).
     """
     batch = {
-        name: _converted(name, converters[name], _array(table.column(name)), locate)
-        for name in table.column_names
+        name: _converted(name, converters[name], array, locate)
+        for name, array in zip(table.column_names, _arrays(table), strict=True)
     }
     if not in_worker_process():  # the main process or a thread worker: no hand-over copy
         return batch

@@ -44,11 +44,15 @@ def read_segments(
     if pool is None or read_ahead == 0:
         yield from map(read, segments)
         return
+    # The first segment is read here while the pool starts on the next ones: waiting for
+    # it on the pool would add the threads' start-up to the first batch.
     ahead: deque[Future[pa.Table]] = deque()
-    for i in range(len(segments)):
-        while len(ahead) <= read_ahead and i + len(ahead) < len(segments):
-            ahead.append(pool.submit(read, segments[i + len(ahead)]))
-        yield ahead.popleft().result()
+    submitted = 1
+    for i, segment in enumerate(segments):
+        while submitted < len(segments) and submitted <= i + read_ahead:
+            ahead.append(pool.submit(read, segments[submitted]))
+            submitted += 1
+        yield read(segment) if i == 0 else ahead.popleft().result()
 
 
 def _read_segment(
@@ -88,22 +92,27 @@ class RowFeed:
     def __init__(self, tables: Iterator[pa.Table]) -> None:
         self._tables = tables
         self._head: pa.Table | None = None
+        self._at = 0  # rows of the head table taken
+        self._rows = 0  # rows of the head table
 
     def take(self, n: int) -> pa.Table | None:
         """The next ``n`` rows (fewer when the tables end; None when none are left), as
-        zero-copy slices of the tables."""
+        zero-copy slices of the tables: one slice where the head table holds them all."""
         pieces: list[pa.Table] = []
         need = n
         while need > 0:
-            if self._head is None or self._head.num_rows == 0:
+            if self._at >= self._rows:
                 self._head = next(self._tables, None)
                 if self._head is None:
+                    self._at = self._rows = 0
                     break
+                self._at, self._rows = 0, self._head.num_rows
                 continue
-            piece = self._head.slice(0, need)
-            self._head = self._head.slice(piece.num_rows)
-            pieces.append(piece)
-            need -= piece.num_rows
+            assert self._head is not None
+            got = min(need, self._rows - self._at)
+            pieces.append(self._head.slice(self._at, got))
+            self._at += got
+            need -= got
         if not pieces:
             return None
         return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
