@@ -334,6 +334,15 @@ def test_counts_edited_out_of_step_are_refused(root: Path, field: str) -> None:
         build("parquet", root, num_workers=2).load_state_dict(state)
 
 
+def test_a_map_style_worker_marked_ended_is_refused(root: Path) -> None:
+    """Found by the corrupt-state property: a map-style worker never ends (the sampler
+    does), so a state saying one did is corrupt, not a worker that yields nothing."""
+    state = saved_after(build("map", root, num_workers=2), 2)
+    state["workers"][0]["ended"] = True
+    with pytest.raises(fd.ResumeError, match=r"workers\[0\] ended=True.*never end"):
+        build("map", root, num_workers=2).load_state_dict(state)
+
+
 @pytest.mark.parametrize("where", ["now", "first draw"])
 def test_an_edited_generator_state_is_refused(root: Path, where: str) -> None:
     state = saved_after(build("map", root), 2)

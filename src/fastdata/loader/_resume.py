@@ -426,11 +426,18 @@ def _worker_plans(
         snapshot = entry.get("snapshot")
         if snapshot is not None:
             snapshot = _checked_snapshot(snapshot, worker)
+        ended = _flag(entry, "ended")
+        if ended and layout.kind == "map":
+            raise ResumeError(
+                f"cannot resume: the state's workers[{worker}] ended=True, but a map-style "
+                "dataset's workers fetch what the sampler hands them and never end; the state "
+                "is corrupt"
+            )
         plans[worker] = WorkerPlan(
             snapshot=snapshot,
             batches=require_int(entry, "batches"),
             items=require_int(entry, "items"),
-            ended=_flag(entry, "ended"),
+            ended=ended,
         )
         reports.append({**entry, "worker": worker})
     counted = sum(p.batches for p in plans.values())
