@@ -187,6 +187,43 @@ def test_exactly_once_over_ranks_and_workers(
         assert max(counts) - min(counts) <= 1
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    rows_per_file=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    row_group_size=st.sampled_from([1, 3, 7, 64]),
+    world_size=st.integers(1, 3),
+    num_workers=st.integers(1, 3),
+    shuffle=st.booleans(),
+    batch_size=st.sampled_from([None, 1, 4, 10]),
+)
+def test_exactly_once_over_ranks_and_real_workers(
+    worker_method, rows_per_file, row_group_size, world_size, num_workers, shuffle, batch_size
+) -> None:
+    """The property above through the loader's own workers (processes or threads), each
+    finding its share from ``get_worker_info()`` as it runs."""
+    with tempfile.TemporaryDirectory() as root:
+        make_parquet(root, rows_per_file=[*rows_per_file, 1], row_group_size=row_group_size)
+        seen: Counter[int] = Counter()
+        for rank in range(world_size):
+            stream = ParquetStream(
+                root,
+                columns=["id"],
+                batch_size=batch_size,
+                shuffle=shuffle,
+                seed=5,
+                shuffle_buffer=8,
+                rank=rank,
+                world_size=world_size,
+            )
+            loader = DataLoader(
+                stream, batch_size=None, num_workers=num_workers, worker_method=worker_method
+            )
+            items = [ids_of(item) for item in loader]
+            assert len(items) == len(stream)
+            seen.update(i for item in items for i in item)
+        assert seen == Counter(range(sum(rows_per_file) + 1))
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 def test_same_result_under_every_start_method(dataset: Path, context: str) -> None:
     def ids(ctx):
