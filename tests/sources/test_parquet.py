@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +51,12 @@ def read_as_workers(stream: ParquetStream, num_workers: int, monkeypatch) -> lis
             m.setattr(stream_module, "worker_slot", lambda w=worker: (w, num_workers))
             out.append([ids_of(item) for item in stream])
     return out
+
+
+def rank_streams(root: str, world_size: int, **options: Any) -> list[ParquetStream]:
+    """The ids of the data at ``root`` as each rank of ``world_size`` reads them."""
+    common = {"columns": ["id"], "seed": 5, "shuffle_buffer": 8, "world_size": world_size}
+    return [ParquetStream(root, rank=rank, **common, **options) for rank in range(world_size)]
 
 
 # --------------------------------------------------------------------------- reading
@@ -161,18 +168,8 @@ def test_exactly_once_over_ranks_and_workers(
         seen: Counter[int] = Counter()
         counts = []
         dropped = None
-        for rank in range(world_size):
-            stream = ParquetStream(
-                root,
-                columns=["id"],
-                batch_size=batch_size,
-                shuffle=shuffle,
-                seed=5,
-                shuffle_buffer=8,
-                drop_last=drop_last,
-                rank=rank,
-                world_size=world_size,
-            )
+        options = {"batch_size": batch_size, "shuffle": shuffle, "drop_last": drop_last}
+        for stream in rank_streams(root, world_size, **options):
             per_worker = read_as_workers(stream, max(num_workers, 1), monkeypatch)
             items = [b for worker in per_worker for b in worker]
             counts.append(len(items))
@@ -204,17 +201,7 @@ def test_exactly_once_over_ranks_and_real_workers(
     with tempfile.TemporaryDirectory() as root:
         make_parquet(root, rows_per_file=[*rows_per_file, 1], row_group_size=row_group_size)
         seen: Counter[int] = Counter()
-        for rank in range(world_size):
-            stream = ParquetStream(
-                root,
-                columns=["id"],
-                batch_size=batch_size,
-                shuffle=shuffle,
-                seed=5,
-                shuffle_buffer=8,
-                rank=rank,
-                world_size=world_size,
-            )
+        for stream in rank_streams(root, world_size, batch_size=batch_size, shuffle=shuffle):
             loader = DataLoader(
                 stream, batch_size=None, num_workers=num_workers, worker_method=worker_method
             )
