@@ -60,3 +60,14 @@ def s3fs_pyarrow(s3_endpoint: str):
         region="us-east-1",
         allow_bucket_creation=True,
     )
+
+
+WORKER_METHODS = ("multiprocessing", "thread")
+"""fastdata.DataLoader's ``worker_method`` values: every test that runs the loader with
+workers for a guarantee (exactly-once, resume, elastic resume, faults, drop-in) runs each."""
+
+
+@pytest.fixture(params=WORKER_METHODS)
+def worker_method(request: pytest.FixtureRequest) -> str:
+    """The loader's ``worker_method`` for a test that must hold under both."""
+    return request.param

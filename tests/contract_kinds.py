@@ -43,10 +43,14 @@ def make_data(root: Path) -> None:
 
 def build(kind: str, root: str | Path, **options: Any) -> fd.DataLoader:
     """A fresh loader of ``kind`` over the data below ``root``; ``options`` override the
-    defaults (stream settings, and ``num_workers`` / ``loader_batch_size`` / ``drop_last`` /
-    ``n`` / ``seed`` for the loader or the map-style dataset)."""
+    defaults (stream settings, and ``num_workers`` / ``worker_method`` /
+    ``loader_batch_size`` / ``drop_last`` / ``n`` / ``seed`` for the loader or the map-style
+    dataset)."""
     root = Path(root)
-    workers = options.pop("num_workers", 0)
+    workers = {
+        "num_workers": options.pop("num_workers", 0),
+        "worker_method": options.pop("worker_method", "multiprocessing"),
+    }
     if kind in MAP_KINDS:
         return _map_loader(kind, workers, **options)
     stream_options: dict[str, Any] = {"batch_size": 7, "shuffle": True, "seed": 3}
@@ -70,10 +74,10 @@ def build(kind: str, root: str | Path, **options: Any) -> fd.DataLoader:
             "tar": lambda: fd.ImageStream.from_tar(root / "tar", **image),
         }[kind]
         stream = make()
-    return fd.DataLoader(stream, num_workers=workers, **loader_options)
+    return fd.DataLoader(stream, **workers, **loader_options)
 
 
-def _map_loader(kind: str, workers: int, **options: Any) -> fd.DataLoader:
+def _map_loader(kind: str, workers: dict[str, Any], **options: Any) -> fd.DataLoader:
     n = options.pop("n", 40)
     seed = options.pop("seed", 11)
     batch_size = options.pop("loader_batch_size", 6)
@@ -100,7 +104,7 @@ def _map_loader(kind: str, workers: int, **options: Any) -> fd.DataLoader:
     if options:
         raise TypeError(f"unknown options {sorted(options)}")
     return fd.DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, num_workers=workers
+        dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **workers
     )
 
 

@@ -92,6 +92,18 @@ SCENARIOS = {
     "iterable-no-batch": lambda: {"dataset": Counting(), "batch_size": None},
 }
 
+THREAD_SCENARIOS = sorted(
+    n for n in SCENARIOS if n not in ("worker_init_fn", "worker-seeding", "workers-spawn")
+)
+"""The scenarios whose items do not depend on which worker draws from the global generators
+(thread workers share them, worker processes each have their own): under thread workers
+(two, where the scenario has none) they give what process workers give."""
+
+
+def with_workers(kwargs: dict) -> dict:
+    """A scenario's arguments with two workers where it has none."""
+    return kwargs if kwargs.get("num_workers", 0) else {**kwargs, "num_workers": 2}
+
 
 def as_plain(batch):
     if isinstance(batch, torch.Tensor):

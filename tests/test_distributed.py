@@ -1,4 +1,5 @@
-"""A real torch.distributed (gloo) group on localhost: exactly-once and equal batch counts."""
+"""A real torch.distributed (gloo) group on localhost: exactly-once and equal batch counts, with
+worker processes and with worker threads (each rank with 0, 1 or 2 workers)."""
 
 from __future__ import annotations
 
@@ -18,14 +19,16 @@ from conftest import free_port
 ROWS = [230, 0, 171, 129]  # 530 rows: 17 batches of 32, the last one partial
 
 
-def _rank_main(rank: int, world: int, port: int, root: str, even: str | None, out: str) -> None:
+def _rank_main(
+    rank: int, world: int, port: int, root: str, even: str | None, out: str, method: str
+) -> None:
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
         # No rank/world_size arguments: the stream reads them from torch.distributed.
         stream = ParquetStream(root, columns=["id"], batch_size=32, shuffle=True, even_batches=even)
-        loader = DataLoader(stream, batch_size=None, num_workers=rank % 3)
+        loader = DataLoader(stream, batch_size=None, num_workers=rank % 3, worker_method=method)
         ids, batches = [], 0
         for batch in loader:
             ids.extend(batch["id"].tolist())
@@ -42,13 +45,24 @@ def _rank_main(rank: int, world: int, port: int, root: str, even: str | None, ou
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("world", "even"), [(4, None), (3, "drop"), (3, "pad")])
-def test_gloo_group_reads_every_row_once(tmp_path: Path, world: int, even: str | None) -> None:
+@pytest.mark.parametrize(
+    ("world", "even", "method"),
+    [
+        (4, None, "multiprocessing"),
+        (3, "drop", "multiprocessing"),
+        (3, "pad", "multiprocessing"),
+        (4, None, "thread"),
+        (3, "drop", "thread"),
+    ],
+)
+def test_gloo_group_reads_every_row_once(
+    tmp_path: Path, world: int, even: str | None, method: str
+) -> None:
     make_parquet(tmp_path / "data", rows_per_file=ROWS, row_group_size=40)
     out = tmp_path / "result.json"
     mp.spawn(
         _rank_main,
-        args=(world, free_port(), str(tmp_path / "data"), even, str(out)),
+        args=(world, free_port(), str(tmp_path / "data"), even, str(out), method),
         nprocs=world,
         join=True,
     )

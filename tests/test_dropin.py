@@ -24,7 +24,16 @@ import torch.utils.data.dataloader as tdl
 import fastdata as fd
 from fastdata._torch_compat import TORCH_DATALOADER
 
-from loader_scenarios import ERRORS, SCENARIOS, Counting, Squares, as_plain, outcome
+from loader_scenarios import (
+    ERRORS,
+    SCENARIOS,
+    THREAD_SCENARIOS,
+    Counting,
+    Squares,
+    as_plain,
+    outcome,
+    with_workers,
+)
 
 TORCH = TORCH_DATALOADER  # torch's own class, whatever its names point to
 
@@ -52,9 +61,17 @@ def test_installed_loader_gives_torchs_batches(installed, name: str) -> None:
     assert ours == epochs(TORCH, **SCENARIOS[name]())
 
 
+@pytest.mark.parametrize("name", THREAD_SCENARIOS)
+def test_installed_loader_with_thread_workers_gives_torchs_batches(installed, name: str) -> None:
+    """The same as torch's worker processes give (see ``THREAD_SCENARIOS``)."""
+    kwargs = with_workers(SCENARIOS[name]())
+    ours = epochs(tud.DataLoader, **kwargs, worker_method="thread")
+    assert ours == epochs(TORCH, **with_workers(SCENARIOS[name]()))
+
+
 @pytest.mark.parametrize("name", sorted(ERRORS))
-def test_installed_loader_fails_as_torchs(installed, name: str) -> None:
-    ours = outcome(tud.DataLoader(**ERRORS[name]()))
+def test_installed_loader_fails_as_torchs(installed, name: str, worker_method: str) -> None:
+    ours = outcome(tud.DataLoader(**ERRORS[name](), worker_method=worker_method))
     assert ours[1] is not None and "item 5 is corrupt" in ours[1]
     assert ours == outcome(TORCH(**ERRORS[name]()))
 
@@ -67,8 +84,14 @@ def test_a_subclass_made_after_the_swap_works(installed) -> None:
             for batch in super().__iter__():
                 yield batch * 10
 
-    for workers in (0, 2):
-        loader = Mine(Squares(), batch_size=4, num_workers=workers, collate_fn=_first_items)
+    for workers, method in ((0, "multiprocessing"), (2, "multiprocessing"), (2, "thread")):
+        loader = Mine(
+            Squares(),
+            batch_size=4,
+            num_workers=workers,
+            collate_fn=_first_items,
+            worker_method=method,
+        )
         assert [b.tolist() for b in loader] == [
             [10 * i for i in range(j, min(j + 4, 23))] for j in range(0, 23, 4)
         ]
@@ -177,7 +200,7 @@ class Broken(tud.Dataset):
             raise ValueError("bad item")
         return i
 
-def main(per_kind):
+def main(per_kind, method):
     rng = random.Random(int(sys.argv[1]))
     parquet = fd.synthetic.make_parquet(sys.argv[2], 2_000, files=2)
     kinds = {
@@ -191,7 +214,7 @@ def main(per_kind):
     for name, make in kinds.items():
         for _ in range(per_kind):
             workers = rng.choice([0, 1, 2])
-            kw = {"num_workers": workers}
+            kw = {"num_workers": workers, "worker_method": method}
             if workers:
                 kw["persistent_workers"] = rng.random() < 0.5
                 kw["timeout"] = rng.choice([0, 30])
@@ -219,20 +242,20 @@ def main(per_kind):
     print("children", len(children), "threads", threads)
 
 if __name__ == "__main__":
-    main(int(sys.argv[3]))
+    main(int(sys.argv[3]), sys.argv[4])
 """
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_loaders_dropped_anywhere_print_nothing(tmp_path: Path) -> None:
+def test_loaders_dropped_anywhere_print_nothing(tmp_path: Path, worker_method: str) -> None:
     """50 loaders of each kind, made and dropped at random points (before the first batch,
     mid-epoch, after a worker error, with persistent workers, after a failed construction,
     left alive at interpreter exit): stderr stays empty and no worker or thread is left."""
     script = tmp_path / "stress.py"
     script.write_text(STRESS_SCRIPT)
     out = subprocess.run(
-        [sys.executable, str(script), "7", str(tmp_path / "data"), "50"],
+        [sys.executable, str(script), "7", str(tmp_path / "data"), "50", worker_method],
         capture_output=True,
         text=True,
         timeout=540,
@@ -252,14 +275,27 @@ class RefusingSampler(tud.Sampler):
         raise RuntimeError("this sampler refuses")
 
 
-@pytest.mark.parametrize("workers", [0, 1])
-def test_a_failed_construction_leaves_nothing_to_clean_up(capfd, workers: int) -> None:
+@pytest.mark.parametrize(
+    ("workers", "worker_method"), [(0, "multiprocessing"), (1, "multiprocessing"), (1, "thread")]
+)
+def test_a_failed_construction_leaves_nothing_to_clean_up(
+    capfd, workers: int, worker_method: str
+) -> None:
     import gc
 
+    before = set(threading.enumerate())
     with pytest.raises(RuntimeError, match="this sampler refuses"):
-        iter(fd.DataLoader(Squares(), batch_sampler=RefusingSampler(), num_workers=workers))
+        iter(
+            fd.DataLoader(
+                Squares(),
+                batch_sampler=RefusingSampler(),
+                num_workers=workers,
+                worker_method=worker_method,
+            )
+        )
     gc.collect()
     assert capfd.readouterr().err == ""
+    assert set(threading.enumerate()) <= before
 
 
 # --------------------------------------------------------------------------- misuse, said once
@@ -335,12 +371,19 @@ class Sleepy(tud.Dataset):
         return i
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_stats_wait_agrees_with_a_timed_loop(workers: int) -> None:
+@pytest.mark.parametrize(
+    ("workers", "method"), [(0, "multiprocessing"), (2, "multiprocessing"), (2, "thread")]
+)
+def test_stats_wait_agrees_with_a_timed_loop(workers: int, method: str) -> None:
     """What ``stats()`` calls the consumer's wait is what the loop itself measures around
     the loader (its ``iter()`` and every ``next()``), with a 30 ms step between."""
     loader = fd.DataLoader(
-        Sleepy(), batch_size=8, num_workers=workers, stats=True, persistent_workers=workers > 0
+        Sleepy(),
+        batch_size=8,
+        num_workers=workers,
+        stats=True,
+        persistent_workers=workers > 0,
+        worker_method=method,
     )
     measured = 0.0
     for _ in range(2):
@@ -354,9 +397,11 @@ def test_stats_wait_agrees_with_a_timed_loop(workers: int) -> None:
     assert reported == pytest.approx(measured, rel=0.1, abs=0.01)
 
 
-def test_no_thread_of_ours_outlives_its_iterator() -> None:
+def test_no_thread_of_ours_outlives_its_iterator(worker_method: str) -> None:
     before = set(threading.enumerate())
-    loader = fd.DataLoader(Counting(), batch_size=4, num_workers=2, timeout=30)
+    loader = fd.DataLoader(
+        Counting(), batch_size=4, num_workers=2, timeout=30, worker_method=worker_method
+    )
     iterator = iter(loader)
     next(iterator)
     del iterator

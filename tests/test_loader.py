@@ -158,7 +158,7 @@ def test_worker_failures_end_with_a_clear_error(how: str, error, message: str) -
 
 
 CTRL_C_SCRIPT = """
-import os, sys, time
+import os, sys, threading, time
 import torch.utils.data as tud
 from fastdata import DataLoader
 
@@ -169,25 +169,33 @@ class Slow(tud.Dataset):
 
     def __getitem__(self, i):
         time.sleep(0.05)
-        return os.getpid()
+        return os.getpid(), threading.current_thread().name
 
 
-for pid in DataLoader(Slow(), batch_size=None, num_workers=2, persistent_workers=True):
-    print(pid, flush=True)
+loader = DataLoader(
+    Slow(), batch_size=None, num_workers=2, persistent_workers=True, worker_method=sys.argv[1]
+)
+for pid, thread in loader:
+    print(pid, thread, flush=True)
 """
 
 
-def test_ctrl_c_stops_the_loop_and_its_workers(tmp_path: Path) -> None:
-    # Ctrl-C in a terminal sends SIGINT to the whole foreground process group.
+def test_ctrl_c_stops_the_loop_and_its_workers(tmp_path: Path, worker_method: str) -> None:
+    # Ctrl-C in a terminal sends SIGINT to the whole foreground process group; thread
+    # workers (daemons, blocked in nothing the interrupt waits for) must not hold up the exit.
     proc = subprocess.Popen(
-        [sys.executable, "-c", CTRL_C_SCRIPT],
+        [sys.executable, "-c", CTRL_C_SCRIPT, worker_method],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
-    workers = {int(proc.stdout.readline()) for _ in range(6)}
-    assert len(workers) == 2 and proc.pid not in workers
+    seen = {tuple(proc.stdout.readline().split()) for _ in range(6)}
+    workers = {int(pid) for pid, _ in seen}
+    if worker_method == "thread":  # the process's own threads
+        assert seen == {(str(proc.pid), f"fastdata-worker-{i}") for i in range(2)}
+    else:
+        assert len(workers) == 2 and proc.pid not in workers
     os.killpg(proc.pid, signal.SIGINT)
     try:
         _, stderr = proc.communicate(timeout=60)

@@ -21,12 +21,14 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import fastdata as fd
 from contract_kinds import MAP_KINDS, STREAM_KINDS, build, epoch_keys, keys, make_data, next_epoch
 from fastdata import check_reader
+
+from conftest import WORKER_METHODS
 
 HERE = Path(__file__).parent
 
@@ -139,6 +141,19 @@ def test_map_style_batch_size_and_workers_resume_exactly(root: Path, kind: str, 
         assert consumed + rest == full, f"{kind} after {k} batches with {change}"
 
 
+@pytest.mark.parametrize("kind", [*STREAM_KINDS, *MAP_KINDS])
+@pytest.mark.parametrize(("saved", "loaded"), [WORKER_METHODS, WORKER_METHODS[::-1]])
+def test_a_state_resumes_exactly_under_the_other_worker_method(
+    root: Path, kind: str, saved: str, loaded: str
+) -> None:
+    """Worker processes and worker threads keep the same state: either loads the other's."""
+    full = epoch_keys(build(kind, root, num_workers=2, worker_method=saved))
+    state = saved_after(build(kind, root, num_workers=2, worker_method=saved), 3)
+    resumed = build(kind, root, num_workers=2, worker_method=loaded)
+    resumed.load_state_dict(state)
+    assert full[:3] + epoch_keys(resumed) == full
+
+
 # --------------------------------------------------------------------------- 2. any k
 def check_all_save_points(root: Path, kind: str, options: dict[str, Any], tmp: Path) -> None:
     """Save after every k in 0..end and after the end was seen, resume each in one new
@@ -206,9 +221,16 @@ stream_options = st.fixed_dictionaries(
     drop_last=st.booleans(),
 )
 def test_streams_resume_from_any_batch_in_a_new_process(
-    root: Path, tmp_path_factory: pytest.TempPathFactory, kind, options, batch_size, drop_last
+    root: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    worker_method: str,
+    kind,
+    options,
+    batch_size,
+    drop_last,
 ) -> None:
-    options = dict(options)
+    assume(options["num_workers"] or worker_method == "multiprocessing")  # else the same run
+    options = dict(options, worker_method=worker_method)
     if kind == "parquet-rows":
         options.update(loader_batch_size=batch_size, drop_last=drop_last)
     elif kind == "parquet":
@@ -230,14 +252,17 @@ def test_streams_resume_from_any_batch_in_a_new_process(
 def test_map_style_resumes_from_any_batch_in_a_new_process(
     root: Path,
     tmp_path_factory: pytest.TempPathFactory,
+    worker_method: str,
     kind,
     num_workers,
     batch_size,
     drop_last,
     seed,
 ) -> None:
+    assume(num_workers or worker_method == "multiprocessing")  # else the same run
     options = {
         "num_workers": num_workers,
+        "worker_method": worker_method,
         "loader_batch_size": batch_size,
         "drop_last": drop_last,
         "seed": seed,
@@ -246,8 +271,11 @@ def test_map_style_resumes_from_any_batch_in_a_new_process(
 
 
 @pytest.mark.parametrize("kind", ["image-parquet", "tar"])
-def test_other_image_sources_resume_from_any_batch(root: Path, tmp_path: Path, kind: str) -> None:
-    check_all_save_points(root, kind, {"num_workers": 2, "batch_size": 5}, tmp_path)
+def test_other_image_sources_resume_from_any_batch(
+    root: Path, tmp_path: Path, kind: str, worker_method: str
+) -> None:
+    options = {"num_workers": 2, "worker_method": worker_method, "batch_size": 5}
+    check_all_save_points(root, kind, options, tmp_path)
 
 
 @pytest.mark.parametrize("kind", STREAM_KINDS)

@@ -188,13 +188,15 @@ def test_custom_samplers_resume(sampler, workers: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["map", "iterable"])
-def test_out_of_order_resumes_every_item_once(kind: str) -> None:
+def test_out_of_order_resumes_every_item_once(kind: str, worker_method: str) -> None:
     """in_order=False hands batches out as they come: what was consumed and what the
     resumed run gives are each item exactly once."""
 
     def make() -> fd.DataLoader:
         data = Drawing(40) if kind == "map" else Shards(40)
-        return fd.DataLoader(data, batch_size=3, num_workers=2, in_order=False)
+        return fd.DataLoader(
+            data, batch_size=3, num_workers=2, in_order=False, worker_method=worker_method
+        )
 
     loader = make()
     iterator = iter(loader)
@@ -207,8 +209,14 @@ def test_out_of_order_resumes_every_item_once(kind: str) -> None:
     assert sorted(seen) == list(range(40))
 
 
-def test_a_used_loader_with_persistent_workers_loads_a_state() -> None:
-    loader = fd.DataLoader(Shards(24), batch_size=4, num_workers=2, persistent_workers=True)
+def test_a_used_loader_with_persistent_workers_loads_a_state(worker_method: str) -> None:
+    loader = fd.DataLoader(
+        Shards(24),
+        batch_size=4,
+        num_workers=2,
+        persistent_workers=True,
+        worker_method=worker_method,
+    )
     full = [plain(b) for b in loader]
     iterator = iter(loader)
     head = [plain(next(iterator)) for _ in range(2)]

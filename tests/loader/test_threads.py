@@ -18,13 +18,7 @@ import torch.utils.data as tud
 
 import fastdata as fd
 
-from loader_scenarios import SCENARIOS, FailsAt, as_plain
-
-# Scenarios whose items do not depend on which worker draws from the global generators
-# (thread workers share them): every other one of torch's drop-in comparisons.
-SAME_AS_PROCESSES = sorted(
-    n for n in SCENARIOS if n not in ("worker_init_fn", "worker-seeding", "workers-spawn")
-)
+from loader_scenarios import SCENARIOS, THREAD_SCENARIOS, FailsAt, as_plain, with_workers
 
 
 def threads_alive() -> list[str]:
@@ -40,13 +34,10 @@ def settle() -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("name", SAME_AS_PROCESSES)
+@pytest.mark.parametrize("name", THREAD_SCENARIOS)
 def test_thread_workers_give_the_batches_process_workers_give(name: str) -> None:
     def run(method: str) -> list:
-        kwargs = SCENARIOS[name]()
-        if kwargs.get("num_workers", 0) == 0:
-            kwargs["num_workers"] = 2
-        loader = fd.DataLoader(**kwargs, worker_method=method)
+        loader = fd.DataLoader(**with_workers(SCENARIOS[name]()), worker_method=method)
         return [[as_plain(b) for b in loader] for _ in range(2)]
 
     assert run("thread") == run("multiprocessing")
@@ -143,24 +134,76 @@ def test_timeout_reports_a_stuck_thread() -> None:
         next(iterator)
 
 
-@pytest.mark.parametrize("how", ["break", "exception", "del", "exhausted", "persistent-del"])
+class FailingSampler(tud.Sampler):
+    """A sampler that fails after ``after`` indices, in the consumer's thread (as the next
+    index is drawn): as the iterator starts (prefetching) or mid-epoch."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def __len__(self) -> int:
+        return 24
+
+    def __iter__(self):
+        yield from (i % 8 for i in range(self.after))
+        raise RuntimeError("the sampler failed")
+
+
+def raise_in_init(worker_id: int) -> None:
+    raise KeyError(f"no config for worker {worker_id}")
+
+
+ENDINGS = {  # how an iteration ends -> the loader, and what the consumer sees
+    "break": (lambda: {"dataset": Whoami()}, None),
+    "exception": (lambda: {"dataset": FailsAt(3)}, (ValueError, "corrupt")),
+    "del": (lambda: {"dataset": Whoami()}, None),
+    "exhausted": (lambda: {"dataset": Whoami()}, None),
+    "persistent-del": (lambda: {"dataset": Whoami(), "persistent_workers": True}, None),
+    "persistent-exhausted": (lambda: {"dataset": Whoami(), "persistent_workers": True}, None),
+    "init-error": (
+        lambda: {"dataset": Whoami(), "worker_init_fn": raise_in_init},
+        (KeyError, "no config"),
+    ),
+    "sampler-error-at-start": (  # after the threads started, before iter() returned
+        lambda: {"dataset": Whoami(), "sampler": FailingSampler(3)},
+        (RuntimeError, "the sampler failed"),
+    ),
+    "sampler-error": (
+        lambda: {"dataset": Whoami(), "sampler": FailingSampler(20)},
+        (RuntimeError, "the sampler failed"),
+    ),
+    "timeout": (
+        lambda: {"dataset": Stuck(), "batch_size": None, "timeout": 0.5},
+        (RuntimeError, "timed out"),
+    ),
+    "step-error": (lambda: {"dataset": Whoami()}, (ZeroDivisionError, "step")),
+}
+
+
+def train(loader: fd.DataLoader, how: str) -> None:
+    """A training loop over one epoch, whose step fails (``step-error``) or which leaves the
+    epoch (``break``) after the first batch."""
+    for _ in loader:
+        if how == "step-error":
+            raise ZeroDivisionError("the step diverged")
+        if how == "break":
+            break
+
+
+@pytest.mark.parametrize("how", sorted(ENDINGS))
 def test_no_thread_is_left_however_the_iteration_ends(how: str) -> None:
-    loader = fd.DataLoader(
-        Whoami() if how != "exception" else FailsAt(3),
-        batch_size=2,
-        num_workers=3,
-        worker_method="thread",
-        persistent_workers=how.startswith("persistent"),
-    )
-    iterator = iter(loader)
-    if how == "exhausted":
-        list(iterator)
-    elif how == "exception":
-        with pytest.raises(ValueError, match="corrupt"):
-            list(iterator)
+    make, error = ENDINGS[how]
+    kwargs = {"batch_size": 2, "num_workers": 3, **make()}
+    loader = fd.DataLoader(**kwargs, worker_method="thread")
+    if error is not None:
+        with pytest.raises(error[0], match=error[1]):
+            train(loader, how)
+    elif how != "del":
+        train(loader, how)
     else:
+        iterator = iter(loader)
         next(iterator)
-    del iterator
+        del iterator
     if how.startswith("persistent"):
         del loader
     settle()

@@ -1,6 +1,7 @@
 """Elastic resume: a state saved under one layout (world size x workers) loads under another,
 and the rest of the epoch is read exactly once across the new ranks x workers — with real
-DataLoader workers, the resumed side in a new process, and a real gloo job of 3 processes
+DataLoader workers (processes and threads, and a state saved under one loaded under the
+other), the resumed side in a new process, and a real gloo job of 3 processes
 saving and 2 resuming."""
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import torch.multiprocessing as mp
 
 import fastdata as fd
 from contract_kinds import build, epoch_keys, keys, make_data, next_epoch
+
+from conftest import WORKER_METHODS
 
 HERE = Path(__file__).parents[1]  # tests/, where the shared helpers are
 
@@ -83,9 +86,10 @@ LAYOUTS = [((1, 0), (4, 3)), ((4, 3), (1, 2)), ((2, 2), (3, 1)), ((3, 2), (2, 0)
 @pytest.mark.parametrize("kind", ["parquet", "images"])
 @pytest.mark.parametrize(("old", "new"), LAYOUTS, ids=lambda x: f"{x[0]}x{x[1]}")
 def test_the_rest_of_the_epoch_is_read_once_under_a_new_layout(
-    root: Path, tmp_path: Path, kind: str, old, new
+    root: Path, tmp_path: Path, kind: str, old, new, worker_method: str
 ) -> None:
-    options = {"shuffle": True, "batch_size": 2 if kind == "images" else 7}
+    batch_size = 2 if kind == "images" else 7
+    options = {"shuffle": True, "batch_size": batch_size, "worker_method": worker_method}
     full = Counter(whole_epoch(kind, root, *old, 0, **options))
     consumed, state = lockstep(kind, root, *old, k=1, **options)
     assert 0 < len(consumed) < sum(full.values())
@@ -108,12 +112,16 @@ def test_a_state_saved_at_the_end_of_an_epoch_starts_the_next_under_any_layout(
     assert len(consumed) == 300
 
 
-def test_any_ranks_state_loads_on_every_rank_of_the_same_layout(root: Path) -> None:
+def test_any_ranks_state_loads_on_every_rank_of_the_same_layout(
+    root: Path, worker_method: str
+) -> None:
     full = Counter(whole_epoch("parquet", root, 2, 2, 0))
-    consumed, state0 = lockstep("parquet", root, 2, 2, k=3)
+    consumed, state0 = lockstep("parquet", root, 2, 2, k=3, worker_method=worker_method)
     rest: Counter = Counter()
     for rank in range(2):
-        loader = build("parquet", root, rank=rank, world_size=2, num_workers=2)
+        loader = build(
+            "parquet", root, rank=rank, world_size=2, num_workers=2, worker_method=worker_method
+        )
         loader.load_state_dict(state0)  # rank 0's state on rank 1 too
         rest.update(x for batch in epoch_keys(loader) for x in batch)
     assert Counter(consumed) + rest == full
@@ -161,14 +169,15 @@ def test_three_gloo_processes_save_and_two_resume(root: Path, tmp_path: Path) ->
     assert sorted(saved + resumed) == list(range(300))
 
 
-def test_every_ranks_state_resumes_exactly_without_lockstep(root: Path) -> None:
+def test_every_ranks_state_resumes_exactly_without_lockstep(root: Path, worker_method: str) -> None:
     """Ranks that took different numbers of batches: the list of their states resumes
     exactly, under a new layout too; one rank's state would assume lockstep."""
     full = Counter(whole_epoch("parquet", root, 3, 1, 0))
     consumed: list[Any] = []
     states = []
+    method = {"worker_method": worker_method}
     for rank, k in enumerate((5, 2, 4)):
-        loader = build("parquet", root, rank=rank, world_size=3, num_workers=1)
+        loader = build("parquet", root, rank=rank, world_size=3, num_workers=1, **method)
         iterator = iter(loader)
         for _ in range(k):
             consumed += keys(next(iterator))
@@ -176,10 +185,30 @@ def test_every_ranks_state_resumes_exactly_without_lockstep(root: Path) -> None:
         del iterator
     rest: Counter = Counter()
     for rank in range(2):
-        loader = build("parquet", root, rank=rank, world_size=2, num_workers=2)
+        loader = build("parquet", root, rank=rank, world_size=2, num_workers=2, **method)
         with pytest.warns(UserWarning, match="not in lockstep"):
             loader.load_state_dict(states)
         rest.update(x for batch in epoch_keys(loader) for x in batch)
+    assert Counter(consumed) + rest == full
+
+
+@pytest.mark.parametrize("kind", ["parquet", "images"])
+@pytest.mark.parametrize(("saved", "loaded"), [WORKER_METHODS, WORKER_METHODS[::-1]])
+def test_a_state_resumes_under_a_new_layout_and_the_other_worker_method(
+    root: Path, kind: str, saved: str, loaded: str
+) -> None:
+    """3 ranks x 2 workers of one method save; 4 ranks x 1 worker of the other resume."""
+    options = {"shuffle": True, "batch_size": 2 if kind == "images" else 7}
+    full = Counter(whole_epoch(kind, root, 3, 2, 0, **options))
+    consumed, state = lockstep(kind, root, 3, 2, k=2, worker_method=saved, **options)
+    rest: Counter = Counter()
+    for rank in range(4):
+        loader = build(
+            kind, root, rank=rank, world_size=4, num_workers=1, worker_method=loaded, **options
+        )
+        loader.load_state_dict(state)
+        rest.update(x for batch in epoch_keys(loader) for x in batch)
+    assert not Counter(consumed) & rest, "rows consumed before the save were read again"
     assert Counter(consumed) + rest == full
 
 

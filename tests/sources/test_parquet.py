@@ -9,6 +9,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -58,6 +59,12 @@ def read_as_workers(stream: ParquetStream, num_workers: int, monkeypatch) -> lis
             m.setattr(stream_module, "worker_slot", lambda w=worker: (w, num_workers))
             out.append([ids_of(item) for item in stream])
     return out
+
+
+def rank_streams(root: str, world_size: int, **options: Any) -> list[ParquetStream]:
+    """The ids of the data at ``root`` as each rank of ``world_size`` reads them."""
+    common = {"columns": ["id"], "seed": 5, "shuffle_buffer": 8, "world_size": world_size}
+    return [ParquetStream(root, rank=rank, **common, **options) for rank in range(world_size)]
 
 
 # --------------------------------------------------------------------------- reading
@@ -185,18 +192,8 @@ def test_exactly_once_over_ranks_and_workers(
         seen: Counter[int] = Counter()
         counts = []
         dropped = None
-        for rank in range(world_size):
-            stream = ParquetStream(
-                root,
-                columns=["id"],
-                batch_size=batch_size,
-                shuffle=shuffle,
-                seed=5,
-                shuffle_buffer=8,
-                drop_last=drop_last,
-                rank=rank,
-                world_size=world_size,
-            )
+        options = {"batch_size": batch_size, "shuffle": shuffle, "drop_last": drop_last}
+        for stream in rank_streams(root, world_size, **options):
             per_worker = read_as_workers(stream, max(num_workers, 1), monkeypatch)
             items = [b for worker in per_worker for b in worker]
             counts.append(len(items))
@@ -209,6 +206,33 @@ def test_exactly_once_over_ranks_and_workers(
         assert len(seen) == total - dropped
         assert dropped == (total % batch_size if drop_last else 0)
         assert max(counts) - min(counts) <= 1
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    rows_per_file=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    row_group_size=st.sampled_from([1, 3, 7, 64]),
+    world_size=st.integers(1, 3),
+    num_workers=st.integers(1, 3),
+    shuffle=st.booleans(),
+    batch_size=st.sampled_from([None, 1, 4, 10]),
+)
+def test_exactly_once_over_ranks_and_real_workers(
+    worker_method, rows_per_file, row_group_size, world_size, num_workers, shuffle, batch_size
+) -> None:
+    """The property above through the loader's own workers (processes or threads), each
+    finding its share from ``get_worker_info()`` as it runs."""
+    with tempfile.TemporaryDirectory() as root:
+        make_parquet(root, rows_per_file=[*rows_per_file, 1], row_group_size=row_group_size)
+        seen: Counter[int] = Counter()
+        for stream in rank_streams(root, world_size, batch_size=batch_size, shuffle=shuffle):
+            loader = DataLoader(
+                stream, batch_size=None, num_workers=num_workers, worker_method=worker_method
+            )
+            items = [ids_of(item) for item in loader]
+            assert len(items) == len(stream)
+            seen.update(i for item in items for i in item)
+        assert seen == Counter(range(sum(rows_per_file) + 1))
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
