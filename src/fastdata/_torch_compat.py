@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -90,6 +91,17 @@ def upsample_bilinear_aa(image: torch.Tensor, hw: tuple[int, int], out: torch.Te
 # Original Traceback (most recent call last): ...\nfastdata.errors.DecodeError: why [where]".
 WORKER_RERAISE = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\n")
 """The start of the message torch gives an exception it re-raises from a worker."""
+
+
+def release_frames(error: BaseException) -> None:
+    """Clear the locals of the finished frames below the current one in ``error``'s
+    traceback: torch's ``ExceptionWrapper.reraise()`` keeps the exception in a local of its
+    own frame (a reference cycle through the traceback), and the iterator's frames hold the
+    iterator, so a failed iterator lived on until the cycle collector ran and then shut its
+    workers down in arbitrary order (5 s per worker waiting on queues already finalized).
+    The traceback keeps every frame and line; only finished frames' variables go."""
+    below = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    traceback.clear_frames(below)
 
 
 def pin_memory(batch: Any, device: Any = None) -> Any:

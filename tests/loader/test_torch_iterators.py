@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
+    Dataset,
     IterableDataset,
     SequentialSampler,
     get_worker_info,
@@ -183,3 +184,42 @@ def test_a_worker_init_sees_the_users_dataset() -> None:
 
     loader = fd.DataLoader(Countdown(), batch_size=2, num_workers=1, worker_init_fn=init)
     assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4]]
+
+
+class _FailsAtFive(Dataset):
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> int:
+        if i == 5:
+            raise ValueError("bad item")
+        return i
+
+
+def test_an_iterator_that_re_raised_a_workers_error_is_freed_when_dropped() -> None:
+    """torch's re-raise leaves the exception in a local of its own frame, a cycle through the
+    traceback that held the iterator (and its workers) until the cycle collector ran, which
+    then waited 5 s per worker on queues it had finalized first. Dropped, it goes now."""
+    import gc
+    import weakref
+
+    gc.disable()  # only reference counting may free it
+    try:
+        for method in ("multiprocessing", "thread"):
+            loader = fd.DataLoader(_FailsAtFive(), batch_size=2, num_workers=2,
+                                   worker_method=method)  # fmt: skip
+            iterator = iter(loader)
+            gone = weakref.ref(iterator)
+            workers = list(getattr(iterator, "_workers", []))
+            try:
+                for _ in iterator:
+                    pass
+            except ValueError:
+                pass
+            del iterator
+            assert gone() is None, method
+            for worker in workers:
+                worker.join(10)
+                assert not worker.is_alive(), method
+    finally:
+        gc.enable()

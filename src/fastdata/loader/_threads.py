@@ -43,7 +43,12 @@ import torch.utils.data.dataloader as _dataloader
 from torch.utils.data._utils import ExceptionWrapper
 from torch.utils.data._utils.worker import WorkerInfo
 
-from fastdata._torch_compat import install_thread_worker_info, pin_memory, set_thread_worker_info
+from fastdata._torch_compat import (
+    install_thread_worker_info,
+    pin_memory,
+    release_frames,
+    set_thread_worker_info,
+)
 from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerStart, _Hooks
 from fastdata.loader._worker_side import IterableSide, ReportingCollate
 
@@ -278,7 +283,11 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
         position = self._fd.record.take_sent(worker) if self._fd.indices else None
         self._try_put_index()
         if isinstance(data, ExceptionWrapper):
-            data.reraise()
+            try:
+                data.reraise()
+            except BaseException as error:
+                release_frames(error)
+                raise
         if self._pin_memory:
             data = pin_memory(data, self._pin_memory_device)
         upcoming = self._task_info.get(self._rcvd_idx)

@@ -30,6 +30,7 @@ import torch
 import torch.utils.data.dataloader as _dataloader
 from torch.utils.data import get_worker_info
 
+from fastdata._torch_compat import release_frames
 from fastdata.loader._indices import Indices
 from fastdata.loader._record import Position, Record
 from fastdata.loader._watchdog import Watch, ended
@@ -161,7 +162,11 @@ class WorkerIterator(_Hooks, _dataloader._MultiProcessingDataLoaderIter):  # typ
 
     def _process_data(self, data: Any, worker_idx: int) -> Any:
         position = self._fd.record.take_sent(worker_idx) if self._fd.indices else None
-        data = super()._process_data(data, worker_idx)  # re-raises a worker's error
+        try:
+            data = super()._process_data(data, worker_idx)  # re-raises a worker's error
+        except BaseException as error:
+            release_frames(error)
+            raise
         upcoming = self._task_info.get(self._rcvd_idx)  # torch moved on to the next batch
         turn = upcoming[0] if upcoming else (worker_idx + 1) % self._num_workers
         return self._handed(data, worker_idx, position, turn)
