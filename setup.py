@@ -1,4 +1,4 @@
-"""Build of the optional C extension ``fastdata._jpeg`` (JPEG decoding with libjpeg-turbo:
+"""Build of the optional C extension ``fastdata.decode._jpeg`` (JPEG decoding with libjpeg-turbo:
 corrupt data reported, regions decoded alone).
 
 Everything else is in pyproject.toml. The extension needs libjpeg-turbo's headers and library
@@ -11,12 +11,17 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("fastdata._jpeg", ["src/fastdata/_jpeg.c"], libraries=["jpeg"], optional=True),
+        Extension(
+            "fastdata.decode._jpeg",
+            ["src/fastdata/decode/_jpeg.c"],
+            libraries=["jpeg"],
+            optional=True,
+        ),
         # torch's weights are computed in plain double arithmetic: no contraction into fused
         # multiply-adds, no fast-math reassociation (CFLAGS could ask for either)
         Extension(
-            "fastdata._resample",
-            ["src/fastdata/_resample.c"],
+            "fastdata.decode._resample",
+            ["src/fastdata/decode/_resample.c"],
             extra_compile_args=["-ffp-contract=off", "-fno-fast-math"],
             optional=True,
         ),

@@ -7,7 +7,7 @@ how two processes decoding at once compare with one thread times two. The data i
 bench/test_bench_images.py (``make_images``: ImageNet's sizes and entropy); the numbers
 behind docs/benchmarks.md's "Where an image's time goes".
 
-Steps: ``entropy`` reads the whole file at 1/8 scale (``fastdata._jpeg.check``: Huffman
+Steps: ``entropy`` reads the whole file at 1/8 scale (``fastdata.decode._jpeg.check``: Huffman
 decoding, with almost no inverse DCT or colour work left); ``scaled 1/2`` is a whole decode
 at half scale (a quarter of the inverse DCT, upsampling and colour work);
 ``region`` is the extension's decode of the random-resized crop's region (the default,

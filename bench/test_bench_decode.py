@@ -9,7 +9,7 @@ bytes per pixel, as ImageNet's), recorded in each result's ``extra_info["data"]`
   ``convert("RGB")`` + torchvision ``Resize(256)`` + ``CenterCrop(224)`` + ``PILToTensor``,
   one image after another as a Dataset's ``__getitem__`` does.
 - ``decode-checked``: decoding alone, the 400x500 JPEGs, one thread. fastdata:
-  ``decode_image``, which decodes through the ``fastdata._jpeg`` extension and raises on
+  ``decode_image``, which decodes through the ``fastdata.decode._jpeg`` extension and raises on
   anything libjpeg warns about (corrupt data); baseline ``opencv-imdecode``: ``cv2.imdecode``
   to RGB, which only prints such warnings. The ratio is the cost of the check (1.0: none).
   Sides alternate within each round.
@@ -26,7 +26,7 @@ bytes per pixel, as ImageNet's), recorded in each result's ``extra_info["data"]`
   ``full-decode``: the same transform on the fully decoded image. Single-threaded.
 - ``decode-region``: the 400x500 JPEGs -> the 224 random-resized crop with flip, boxes from
   ``sample_rng(0, 0, i)``, one thread. fastdata: ``decode_for`` + ``ImageTransform.apply``,
-  which decodes only the region of each JPEG around its box (``fastdata._jpeg``,
+  which decodes only the region of each JPEG around its box (``fastdata.decode._jpeg``,
   libjpeg-turbo); baseline ``whole-image``: the same with ``region=False``, which decodes the
   whole image. The pixels are checked equal. Sides alternate within each round. Fails when
   the extension was not built (libjpeg-turbo's headers missing).
@@ -56,7 +56,6 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from fastdata import _libjpeg
 from fastdata.decode import (
     JPEG_EXTENSION,
     ImageTransform,
@@ -67,6 +66,7 @@ from fastdata.decode import (
     resize,
     sample_rng,
 )
+from fastdata.decode import _libjpeg as _libjpeg
 from fastdata.synthetic import encode_image, synth_image
 
 from conftest import describe_images, measure, measure_interleaved, scaled
@@ -135,7 +135,7 @@ def test_decode_jpeg_pil(benchmark: Any, small_jpegs: list[bytes]) -> None:
 def against_imdecode(benchmark: Any, jpegs: list[bytes], fn: Callable[[bytes], Any]) -> list:
     """Time ``fn`` over ``jpegs`` against ``cv2.imdecode`` of the same bytes, alternately
     (one thread); returns the results of ``fn`` and of ``cv2.imdecode``."""
-    assert JPEG_EXTENSION, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
+    assert JPEG_EXTENSION, "fastdata.decode._jpeg was not built: install libjpeg-turbo's headers"
     arrays = [np.frombuffer(data, np.uint8) for data in jpegs]
     got = measure_interleaved(
         benchmark,
@@ -201,7 +201,7 @@ def test_decode_reduced_crop(benchmark: Any, large_jpegs: list[bytes], role: str
 
 @pytest.mark.benchmark(group="decode-region")
 def test_decode_region(benchmark: Any, small_jpegs: list[bytes]) -> None:
-    assert JPEG_EXTENSION, "fastdata._jpeg was not built: install libjpeg-turbo's headers"
+    assert JPEG_EXTENSION, "fastdata.decode._jpeg was not built: install libjpeg-turbo's headers"
 
     def run(region: bool) -> list[np.ndarray]:
         return [

@@ -74,3 +74,62 @@ def test_sources_offers_the_pieces_of_a_source_and_its_capabilities() -> None:
     assert pinned <= set(fastdata.sources.__all__)
     for name in fastdata.sources.__all__:
         assert getattr(fastdata.sources, name) is not None, name
+
+
+# The public surface as users import it, by module path: a name that disappears or moves is a
+# breaking change, and regrouping the modules into packages (architecture.md) must not make one.
+PUBLIC_NAMES = {
+    "fastdata": (
+        "ContractError DataLoader DecodeError DeviceNormalize DevicePrefetcher FastDataError "
+        "IMAGENET ImageStream ImageTransform LoaderConfig MeanStd MixedStream PackedStream "
+        "Padded PaddingStats ParquetStream PlannedStream Ragged ResumeError SchemaError "
+        "SourceError TuneResult __version__ augment bucket_by_length check_reader decode "
+        "decode_image decode_many flatten_stats gather_state install_dataloader "
+        "limit_opencv_threads load_config log_stats mix nested_collate pack pad_collate "
+        "padding_stats sample_rng synthetic to_device tune worker_generator write_shards "
+        "writer"
+    ),
+    "fastdata.augment": ("Augmentation BatchAugment RandomErasing TrivialAugmentWide"),
+    "fastdata.collate": (
+        "Padded PaddingStats Ragged bucket_by_length nested_collate pad_collate padding_stats"
+    ),
+    "fastdata.config": ("CONFIG_FORMAT LoaderConfig load_config"),
+    "fastdata.contract": ("ContractError check_reader"),
+    "fastdata.decode": (
+        "DEFAULT_MAX_PIXELS Geometry INTERPOLATIONS ImageHeader ImageTransform JPEG_EXTENSION "
+        "center_crop decode_for decode_image decode_many hflip image_header image_size "
+        "limit_opencv_threads output_hw random_resized_crop random_resized_crop_params "
+        "reduction_factor resize resized_center_crop sample_rng verify_image"
+    ),
+    "fastdata.device": ("DeviceNormalize DevicePrefetcher IMAGENET MeanStd to_device"),
+    "fastdata.errors": ("DecodeError FastDataError ResumeError SchemaError SourceError"),
+    "fastdata.loader": ("DataLoader Installed gather_state install_dataloader worker_generator"),
+    "fastdata.ragged": ("Ragged RaggedKind"),
+    "fastdata.sources": (
+        "ArrowDecoder Context Decoder FileBacked INDEX PerEpochReader PlannedStream Reader "
+        "STATE_VERSION SchemaReader SkipCounting SourceCounting StreamOptions VaryingDecoder"
+    ),
+    "fastdata.synthetic": (
+        "encode_image make_image_bytes make_image_parquet make_images make_parquet "
+        "make_tar_shards make_tokens synth_image"
+    ),
+    "fastdata.tune": ("LoaderConfig SimulatedStep Trial TuneError TuneResult tune"),
+    "fastdata.workers": (
+        "SEGMENTS_PER_WORKER ThreadPools WorkerInit batch_buffer opencv_single_threaded_fork "
+        "receiver_sharing start_method"
+    ),
+    "fastdata.writer": (
+        "BadImage Sample WriteProgress WriteResult folder_samples list_samples split_by_bytes "
+        "write_shards"
+    ),
+}
+
+
+def test_the_public_names_stay_where_users_import_them() -> None:
+    import importlib
+
+    for path, names in PUBLIC_NAMES.items():
+        module = importlib.import_module(path)
+        assert sorted(module.__all__) == names.split(), path
+        for name in names.split():
+            assert getattr(module, name) is not None, f"{path}.{name}"

@@ -3,7 +3,7 @@
 :func:`fastdata.to_device` (pinning, copies, normalization) and the tuner's transfer
 (:mod:`fastdata.tune`) both move every tensor of a batch with it, so a batch that one of them
 moves whole, the other moves whole too. Collate walks batches its own way
-(:mod:`fastdata._collate_walk`): it zips many samples into one and rebuilds containers as
+(:mod:`fastdata.collate._walk`): it zips many samples into one and rebuilds containers as
 ``default_collate`` does, which is a different contract.
 """
 

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import settings
 from PIL import Image, ImageOps
 
-from fastdata import _libjpeg
 from fastdata.decode import (
     JPEG_EXTENSION,
     ImageTransform,
 )
+from fastdata.decode import _libjpeg as _libjpeg
 
 FEW = settings(max_examples=25, deadline=None)
 
@@ -111,7 +111,8 @@ def exif_segment(orientation: int, kind: int = 3, order: str = "<") -> bytes:
 
 _jpeg = _libjpeg._jpeg  # the extension itself (None when it was not built or disagrees)
 needs_extension = pytest.mark.skipif(
-    not JPEG_EXTENSION, reason="fastdata._jpeg was not built (libjpeg-turbo's headers missing)"
+    not JPEG_EXTENSION,
+    reason="fastdata.decode._jpeg was not built (no libjpeg-turbo headers)",
 )
 SAMPLINGS = {
     "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,

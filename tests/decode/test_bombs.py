@@ -22,7 +22,7 @@ from decode_helpers import cv_encode, fake_png_header, photo
 from PIL import Image
 from test_jpeg_extension import run_python
 
-import fastdata.decode as decode_module
+import fastdata.decode._decode as decode_module
 from fastdata.decode import DEFAULT_MAX_PIXELS, decode_image, image_header
 from fastdata.errors import DecodeError
 

@@ -29,8 +29,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from fastdata import _libjpeg
 from fastdata.decode import ImageTransform, decode_for, decode_image, sample_rng
+from fastdata.decode import _libjpeg as _libjpeg
 from fastdata.errors import DecodeError
 from fastdata.sources.images import ImageStream
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from decode_helpers import CLEAN, CORPUS, needs_extension
 
-from fastdata import _device_decode, _libjpeg
-from fastdata.decode import ImageTransform, decode_image, sample_rng
+from fastdata.decode import ImageTransform, _libjpeg, decode_image, sample_rng
+from fastdata.decode import _device as _device_decode
 from fastdata.errors import DecodeError
 
 CROP = ImageTransform(size=32, crop="center")

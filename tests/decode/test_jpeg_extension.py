@@ -1,4 +1,4 @@
-"""The ``fastdata._jpeg`` extension: OpenCV's pixels, its stub, its import-time self-check,
+"""The ``fastdata.decode._jpeg`` extension: OpenCV's pixels, its stub, its import-time self-check,
 and a bounded fuzz run (never a crash; agreement with OpenCV's verdict and pixels)."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 from decode_helpers import SAMPLINGS, _jpeg, jpeg, needs_extension, photo
 
 import fastdata
-from fastdata import _libjpeg
-from fastdata._headers import image_header
+from fastdata.decode import _libjpeg as _libjpeg
 from fastdata.decode import decode_image
+from fastdata.decode._headers import image_header
 from fastdata.errors import DecodeError
 
 DATA = Path(__file__).parents[1] / "data"
-STUB = Path(fastdata.__file__).parent / "_jpeg.pyi"
+STUB = Path(fastdata.__file__).parent / "decode" / "_jpeg.pyi"
 
 
 def opencv(data: bytes, factor: int) -> np.ndarray:
@@ -124,15 +124,15 @@ def run_python(code: str) -> subprocess.CompletedProcess[str]:
 def test_an_extension_that_differs_is_disabled_at_import_with_a_warning() -> None:
     code = """
 import sys, types, warnings
-fake = types.ModuleType("fastdata._jpeg")
+fake = types.ModuleType("fastdata.decode._jpeg")
 fake.decode_rgb = lambda *args: None
 fake.check = lambda data: True
 fake.LIBJPEG_TURBO_VERSION_NUMBER = 1005000
-sys.modules["fastdata._jpeg"] = fake
+sys.modules["fastdata.decode._jpeg"] = fake
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import fastdata.decode
-print(fastdata.decode.JPEG_EXTENSION, fastdata._libjpeg._jpeg)
+print(fastdata.decode.JPEG_EXTENSION, fastdata.decode._libjpeg._jpeg)
 print(*[str(w.message) for w in caught])
 """
     result = run_python(code)

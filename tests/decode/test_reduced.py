@@ -18,7 +18,7 @@ from decode_helpers import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import fastdata.decode as decode_module
+import fastdata.decode._decode as decode_module
 from fastdata.decode import (
     Geometry,
     ImageTransform,

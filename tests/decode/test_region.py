@@ -23,8 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-import fastdata.decode as decode_module
-from fastdata import _libjpeg
+import fastdata.decode._decode as decode_module
 from fastdata.decode import (
     ImageTransform,
     decode_for,
@@ -32,6 +31,7 @@ from fastdata.decode import (
     image_header,
     sample_rng,
 )
+from fastdata.decode import _libjpeg as _libjpeg
 from fastdata.errors import DecodeError
 from fastdata.synthetic import make_images
 

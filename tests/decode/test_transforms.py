@@ -23,9 +23,8 @@ from hypothesis import strategies as st
 from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
-import fastdata._transforms as transforms_module
+import fastdata.decode._transforms as transforms_module
 from fastdata._torch_compat import upsample_bilinear_aa
-from fastdata._transforms import _resample, reused_sample_rng
 from fastdata.decode import (
     ImageTransform,
     center_crop,
@@ -37,6 +36,7 @@ from fastdata.decode import (
     resized_center_crop,
     sample_rng,
 )
+from fastdata.decode._transforms import _resample, reused_sample_rng
 
 # -- transforms ----------------------------------------------------------------------------
 
@@ -214,7 +214,7 @@ def test_transform_antialias_is_torchvision_resized_crop_and_flip() -> None:
 
 
 needs_resample = pytest.mark.skipif(
-    _resample is None, reason="fastdata._resample was not built (no C compiler)"
+    _resample is None, reason="fastdata.decode._resample was not built (no C compiler)"
 )
 
 
@@ -240,7 +240,7 @@ def test_the_resize_extension_is_torchs_kernel_bit_for_bit(
     smooth: bool,
     seed: int,
 ) -> None:
-    """fastdata._resample.resize, on a crop read in place (rows at the parent's stride, the
+    """fastdata.decode._resample.resize, on a crop read in place (rows at the parent's stride, the
     crop touching the parent's last row or not), with or without its AVX2 passes and the
     flip, gives torch's antialiased bilinear uint8 pixels (shrinking by up to 400x and
     enlarging), also on smooth images, where rounding ties are common."""

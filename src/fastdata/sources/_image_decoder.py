@@ -30,11 +30,15 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import torch
 
-from fastdata._augment import SampleAugment
-from fastdata._device_decode import decode_on_device
 from fastdata._env import worker_slot
-from fastdata._transforms import ImageTransform, reused_sample_rng, sample_rng
-from fastdata.decode import decode_for
+from fastdata.augment import SampleAugment
+from fastdata.decode import (
+    ImageTransform,
+    decode_for,
+    decode_on_device,
+    reused_sample_rng,
+    sample_rng,
+)
 from fastdata.errors import DecodeError, SourceError, add_note
 from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
 from fastdata.sources._reading import RowFeed

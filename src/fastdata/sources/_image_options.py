@@ -9,11 +9,9 @@ from typing import Any, Literal
 import pyarrow.fs as pafs
 import torch
 
-from fastdata._augment import SampleAugment
-from fastdata._device_decode import check_decode_device
-from fastdata._transforms import ImageTransform, Size
 from fastdata._validate import check_bool, check_choice, check_int, check_size
-from fastdata.decode import DEFAULT_MAX_PIXELS
+from fastdata.augment import SampleAugment
+from fastdata.decode import DEFAULT_MAX_PIXELS, ImageTransform, Size, check_decode_device
 from fastdata.sources._image_decoder import ImageDecoder, OnError
 from fastdata.sources.base import ORIGIN
 from fastdata.sources.options import StreamOptions

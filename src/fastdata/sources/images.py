@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fastdata._transforms import ImageTransform
 from fastdata._validate import check_bool, check_choice, check_names, keywords_checked
+from fastdata.decode import ImageTransform
 from fastdata.errors import SourceError
 from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources._files import Listing, as_filesystem, class_folders, resolve_files, walk
@@ -50,7 +50,7 @@ class ImageStream(PlannedStream):
     Image tensors are channels-last in memory (a ``permute`` of HWC), which is what
     :class:`fastdata.DeviceNormalize` with ``channels_last=True`` wants. Each JPEG is decoded
     by :func:`fastdata.decode.decode_for`: at the lowest resolution its crop allows (see
-    ``reduced_decode``) and, with the ``fastdata._jpeg`` extension, only the region around
+    ``reduced_decode``) and, with the ``fastdata.decode._jpeg`` extension, only the region around
     the crop, with the whole decode's pixels.
 
     The options below are keyword-only and the same for every constructor, besides the

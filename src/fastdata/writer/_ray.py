@@ -1,5 +1,5 @@
 """The Ray Data backend of :func:`fastdata.writer.write_shards`: one Ray Data task per
-shard, each running :func:`fastdata._shard_files.write_shard` on the same plan, so the
+shard, each running :func:`fastdata.writer._shard_files.write_shard` on the same plan, so the
 shards are the local conversion's, byte for byte."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fastdata._shard_files import BadImage, ShardTask, write_shard
+from fastdata.writer._shard_files import BadImage, ShardTask, write_shard
 
 __all__ = ["write_with_ray"]
 

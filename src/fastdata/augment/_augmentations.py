@@ -1,22 +1,5 @@
-"""Augmentations: per sample in the decode threads, per batch on the device, all seeded.
-
-**Per sample**, ``ImageStream(..., augment=...)`` runs after fastdata's decode, crop and flip,
-on each image in its decode thread, before the batch is handed over. A step is either
-
-- one of fastdata's own augmentations (subclasses of :class:`Augmentation`:
-  :class:`TrivialAugmentWide`, :class:`RandomErasing`): they work on the uint8 HWC array with
-  OpenCV, in tens of microseconds, and draw from the sample's own generator
-  (:func:`fastdata.decode.sample_rng`), so they run on every decode thread at once; or
-- any callable of a uint8 ``(C, H, W)`` tensor that returns one, such as a torchvision
-  ``transforms.v2`` pipeline. These draw from torch's global generator, which fastdata seeds
-  per sample for the length of the call (and restores after), one call at a time per process.
-
-Either way a sample's augmentation is a function of ``(seed, epoch, index)``: the same in a
-resumed run, whichever worker or thread decodes it.
-
-**Per batch**, :class:`BatchAugment` wraps a batch transform (torchvision's ``MixUp``,
-``CutMix``, a ``RandomChoice`` of both, or your own) and seeds it by the training step, so a
-run resumed at step ``s`` mixes its batches as the uninterrupted run did.
+"""fastdata's augmentations (:class:`TrivialAugmentWide`, :class:`RandomErasing`) and
+:class:`BatchAugment` (the package docstring tells how they run).
 """
 
 from __future__ import annotations
@@ -29,9 +12,9 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from fastdata import _augment_ops as ops
-from fastdata._augment import Augmentation, torch_seeded
 from fastdata._validate import check_choice, check_int, check_number, constructor_keywords_checked
+from fastdata.augment import _ops as ops
+from fastdata.augment._base import Augmentation, torch_seeded
 
 __all__ = ["Augmentation", "BatchAugment", "RandomErasing", "TrivialAugmentWide"]
 
@@ -111,7 +94,7 @@ class TrivialAugmentWide(Augmentation):
     contrast, sharpness, posterize, solarize, autocontrast, equalize) at a magnitude drawn
     uniformly from ``num_magnitude_bins``, with a random sign where it has one: the same
     space and magnitudes as torchvision's, computed with OpenCV
-    (:mod:`fastdata._augment_ops`), several times faster than torchvision's tensor kernels
+    (:mod:`fastdata.augment._ops`), several times faster than torchvision's tensor kernels
     and than PIL.
 
     Args:

@@ -5,7 +5,7 @@ long-tailed: one 512-token sample pads 255 short ones. :func:`bucket_by_length` 
 samples of similar length before they are batched; :func:`padding_stats` says how much a
 batching pads. Both are plain generators / loops over any iterable, torch-free for streams of
 samples; streams of already batched items (a :class:`~fastdata.Ragged` column, ``key=``) are
-regrouped row by row with vectorised torch operations in :mod:`fastdata._bucket_rows`. The
+regrouped row by row with vectorised torch operations in :mod:`fastdata.collate._bucket_rows`. The
 public names are exported from ``fastdata.collate``.
 """
 
@@ -163,7 +163,7 @@ def _bucket_rows(
     """:func:`bucket_by_length` of the rows of a stream of batches (torch loaded here)."""
     import numpy as np
 
-    from fastdata import _bucket_rows as rows
+    from fastdata.collate import _bucket_rows as rows
 
     path = key if isinstance(key, tuple) else (key,)
     batches = rows.measured_batches(stream, path)
@@ -254,7 +254,7 @@ def _batch_shapes(
     is_ragged = ragged_module is not None and isinstance(batch, ragged_module.Ragged)
     if key is None and not is_ragged:
         return [_shape(length_fn(sample)) for sample in batch]
-    from fastdata._bucket_rows import ragged_at
+    from fastdata.collate._bucket_rows import ragged_at
 
     ragged = ragged_at(
         batch, () if key is None else key if isinstance(key, tuple) else (key,), index

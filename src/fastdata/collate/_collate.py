@@ -1,27 +1,5 @@
-"""Collate functions for variable-size data: padding with lengths and masks, nested tensors.
-
-``torch.utils.data.default_collate`` stacks, so it fails as soon as two samples differ in
-size. The functions here take either of the two forms variable-size data comes in:
-
-* a **list of samples** (what a map-style DataLoader fetches): the functions walk the same
-  nested structures as ``default_collate`` (dicts, namedtuples, tuples, lists of tensors /
-  numpy arrays / numbers / strings) and agree with it on everything except tensors and
-  arrays of at least one dim, which they pad or nest;
-* an **already batched** item: a :class:`~fastdata.Ragged` column, or a dict (or tuple) of
-  columns as :class:`fastdata.ParquetStream` yields with ``batch_size=N``: its numeric
-  Ragged columns are padded or nested straight from values + offsets (no tensor per row),
-  everything else is already a batch and passes through.
-
-What is padded or nested is decided by the field's *type*, never by the sizes in one batch,
-so a field is padded (nested) in every batch of an epoch, a batch of one and a batch of
-equal lengths included; ``keys=`` narrows it to the named fields.
-
-* :func:`pad_collate` pads to the batch maximum (one allocation, then one scatter) and
-  returns lengths and a boolean mask of the valid positions;
-* :func:`nested_collate` makes ``torch.nested`` tensors (no padding at all).
-
-:func:`bucket_by_length` (batches of similar length, so padding wastes little) and
-:func:`padding_stats` (how much a batching wastes) are re-exported from ``fastdata._bucket``.
+"""The collate functions :func:`pad_collate` and :func:`nested_collate` (the package docstring
+tells the forms they take).
 """
 
 from __future__ import annotations
@@ -31,9 +9,9 @@ from typing import Any, Literal
 
 import torch
 
-from fastdata._bucket import PaddingStats, bucket_by_length, padding_stats
-from fastdata._collate_walk import Walk, collate_batch, key_paths, nest, nest_ragged
 from fastdata._padding import Padded, pad_ragged, pad_spec, pad_tensors
+from fastdata.collate._bucket import PaddingStats, bucket_by_length, padding_stats
+from fastdata.collate._walk import Walk, collate_batch, key_paths, nest, nest_ragged
 from fastdata.ragged import Ragged
 
 __all__ = [

@@ -17,10 +17,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_collate import DTYPES, assert_same, make_tensor
 
 from fastdata import Padded, Ragged, _padding
 from fastdata.collate import bucket_by_length, nested_collate, pad_collate, padding_stats
-from test_collate import DTYPES, assert_same, make_tensor
 
 
 @st.composite

@@ -1,30 +1,5 @@
-"""Decoding stage: encoded image bytes in, uint8 HWC RGB numpy arrays out.
-
-Plain functions over bytes and numpy arrays (no torch, no files, no DataLoader), so every
-source (folders, Parquet columns, tar members) shares one tested path:
-
-- :func:`decode_image` decodes straight to RGB, applies the EXIF orientation, and normalises
-  gray, palette, RGBA and deeper images (10- to 32-bit, floating point) to 3-channel uint8 (4
-  with ``keep_alpha``), scaled by the sample type's range (:func:`_to_uint8`). JPEGs go
-  through the ``fastdata._jpeg`` extension over libjpeg-turbo when it is there
-  (:data:`JPEG_EXTENSION`): OpenCV's pixels, and corrupt data is an error rather than a
-  warning on stderr; everything else through ``cv2.imdecode``.
-- Every image is checked against ``max_pixels`` from its header before a pixel is allocated
-  (:func:`image_header` reads the header of every format OpenCV decodes), as Pillow's
-  ``DecompressionBombError`` does.
-- Given the size the pipeline needs, it decodes a large JPEG at 1/2, 1/4 or 1/8 resolution
-  (libjpeg scales in the DCT domain: several times faster, and never smaller than asked);
-  :func:`reduction_factor` makes that choice from the header. :func:`decode_for` takes that
-  size from each sample's own transform geometry, so a random-resized crop whose box is large
-  enough is decoded reduced too; and, with the extension, only the region of the JPEG around
-  the box, with the whole decode's pixels.
-- :func:`decode_many` decodes (and transforms) a batch on a thread pool: OpenCV releases the
-  GIL, so threads scale across cores inside one DataLoader worker.
-- Bad data raises :class:`~fastdata.errors.DecodeError` naming the item; never a black image.
-
-The transforms (:func:`resize`, :func:`center_crop`, :func:`random_resized_crop`,
-:func:`resized_center_crop`, :func:`hflip`, :class:`ImageTransform`, :func:`sample_rng`) are
-re-exported from here.
+"""Decoding from bytes: :func:`decode_image`, :func:`verify_image`, :func:`decode_for` and
+:func:`decode_many` (the package docstring tells the whole stage).
 """
 
 from __future__ import annotations
@@ -35,8 +10,10 @@ from typing import Any
 import cv2
 import numpy as np
 
-from fastdata import _libjpeg
-from fastdata._headers import (
+from fastdata._torch_compat import WorkerPool
+from fastdata._validate import check_int
+from fastdata.decode import _libjpeg
+from fastdata.decode._headers import (
     ImageData,
     ImageHeader,
     as_array,
@@ -44,8 +21,7 @@ from fastdata._headers import (
     oriented_hw,
     tiff_kind,
 )
-from fastdata._torch_compat import WorkerPool
-from fastdata._transforms import (
+from fastdata.decode._transforms import (
     INTERPOLATIONS,
     Geometry,
     ImageTransform,
@@ -59,7 +35,6 @@ from fastdata._transforms import (
     resized_center_crop,
     sample_rng,
 )
-from fastdata._validate import check_int
 from fastdata.errors import DecodeError
 
 __all__ = [
@@ -92,7 +67,7 @@ DEFAULT_MAX_PIXELS = 178_956_970
 decompression bomb guard). The value is Pillow's ``DecompressionBombError`` threshold."""
 
 JPEG_EXTENSION = _libjpeg.EXTENSION
-"""Whether JPEGs are decoded through the ``fastdata._jpeg`` extension (built at install time
+"""Whether JPEGs are decoded through the ``fastdata.decode._jpeg`` extension (built at install time
 against libjpeg-turbo, and found at import to give OpenCV's pixels): then corrupt
 entropy-coded data is a :class:`~fastdata.errors.DecodeError`, and :func:`decode_for` decodes
 only the region of a JPEG around a sample's crop. Without it OpenCV decodes JPEGs whole and
@@ -382,7 +357,7 @@ def decode_for(
     to the reduced grid, within half a reduced pixel; docs/guides/images.md gives the PSNR
     measured on photo-like images). The reduced grid starts at the stored image's top left,
     which an EXIF orientation may turn to another corner: the box is placed on the grid as
-    it lies in the oriented image (:func:`fastdata._libjpeg.reduced_grid`). Should the
+    it lies in the oriented image (:func:`fastdata.decode._libjpeg.reduced_grid`). Should the
     header disagree with the decoder on the image's size, the image is decoded in full and
     the geometry drawn on it, from the same random state, as the plain path does.
     ``reduce=False`` decodes in full always: exactly ``transform(decode_image(data), rng)``.

@@ -1,4 +1,4 @@
-"""JPEGs through the ``fastdata._jpeg`` extension (libjpeg-turbo): OpenCV's pixels, and
+"""JPEGs through the ``fastdata.decode._jpeg`` extension (libjpeg-turbo): OpenCV's pixels, and
 libjpeg's warnings as errors.
 
 ``cv2.imdecode`` turns a JPEG whose entropy-coded data is corrupt into an image and prints
@@ -24,7 +24,7 @@ from types import ModuleType
 import cv2
 import numpy as np
 
-from fastdata._headers import ImageHeader
+from fastdata.decode._headers import ImageHeader
 from fastdata.errors import DecodeError
 
 __all__ = [
@@ -104,13 +104,13 @@ def agrees_with_opencv(module: ModuleType) -> bool:
 
 
 try:  # the C extension, built when libjpeg-turbo's headers were there at install time
-    from fastdata import _jpeg
+    from fastdata.decode import _jpeg
 except ImportError:  # pragma: no cover - depends on the build
     _jpeg = None  # type: ignore[assignment]
 
 if _jpeg is not None and not agrees_with_opencv(_jpeg):  # pragma: no cover - the build decides
     warnings.warn(
-        f"fastdata._jpeg (libjpeg-turbo {_jpeg.LIBJPEG_TURBO_VERSION_NUMBER}) decodes "
+        f"fastdata.decode._jpeg (libjpeg-turbo {_jpeg.LIBJPEG_TURBO_VERSION_NUMBER}) decodes "
         "differently from OpenCV's libjpeg-turbo: JPEGs are decoded by OpenCV alone, without "
         "region decoding or corrupt-data detection. Rebuild fastdata against the libjpeg-turbo "
         "version OpenCV bundles (cv2.getBuildInformation() names it)",

@@ -2,7 +2,7 @@
 
 :func:`fastdata.bucket_by_length` with ``key=`` lands here. The rows of the incoming batches
 are regrouped into new batches of rows of similar length, with the same rules as for a stream
-of samples (see :mod:`fastdata._bucket`), but every step is one vectorised operation per
+of samples (see :mod:`fastdata.collate._bucket`), but every step is one vectorised operation per
 column: lengths come from the Ragged's offsets, rows are gathered with one ``take`` per column
 and batches joined with one concatenation per column. No tensor per row is made.
 

@@ -18,10 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchvision.transforms import v2
 
-import fastdata.augment as augment_module
+import fastdata.augment._augmentations as augment_module
 from fastdata import DataLoader, ImageStream
-from fastdata._augment import torch_seeded
-from fastdata.augment import _WIDE, BatchAugment, RandomErasing, TrivialAugmentWide, _apply_op
+from fastdata.augment import BatchAugment, RandomErasing, TrivialAugmentWide
+from fastdata.augment._augmentations import _WIDE, _apply_op
+from fastdata.augment._base import torch_seeded
 from fastdata.synthetic import make_images, synth_image
 
 from resume_helper import check_resume

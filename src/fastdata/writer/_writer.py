@@ -1,25 +1,5 @@
-"""Write image samples into shards that fastdata streams well: Parquet files (``key``,
-``image`` bytes, ``label``, a column per extra field; row groups sized for streaming) or
-WebDataset tar shards (``{key}.jpg`` + ``{key}.cls`` + ``{key}.{extra}``), each about
-``target_shard_bytes``.
-
-The conversion is planned before anything is read, from the samples' sizes alone: sample
-``i`` goes to the shard :func:`split_by_bytes` gives it, so the same samples and options
-always give the same shards, byte for byte (with the same fastdata and pyarrow versions),
-whoever writes them: this process's workers or a Ray cluster. Each shard is written whole
-to a temporary file and then renamed into place (on object stores, uploaded: an object
-appears only once complete), so a shard that exists is finished; running the conversion
-again skips the finished shards, after removing the temporary files a killed run left.
-
-Every image is checked while its shard is written, with the decode check the streams use
-(:func:`fastdata.decode.verify_image`: a file that is no image, a truncated or corrupt JPEG,
-an image over ``max_pixels``): ``on_error="raise"`` stops at the first, naming it;
-``"skip"`` leaves it out of its shard and lists it in :attr:`WriteResult.bad_images`, so a
-bad file shows up when the dataset is made, not mid-training. The plan does not change: a
-shard simply holds fewer samples (the manifest records the planned counts).
-
-``fastdata convert SRC DST`` is the command line for the common case (an ImageFolder or a
-file list); see the "Preparing a dataset" guide.
+""":func:`write_shards` and the sample listings it converts (the package docstring tells the shard
+layout and guarantees).
 """
 
 from __future__ import annotations
@@ -34,7 +14,11 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fastdata._shard_files import (
+from fastdata._validate import check_bytes, check_choice, check_int
+from fastdata.decode import DEFAULT_MAX_PIXELS
+from fastdata.sources._files import as_filesystem, digest
+from fastdata.sources.readers.tar import IMAGE_SUFFIXES
+from fastdata.writer._shard_files import (
     BadImage,
     Destination,
     Item,
@@ -44,10 +28,6 @@ from fastdata._shard_files import (
     member,
     write_shard,
 )
-from fastdata._validate import check_bytes, check_choice, check_int
-from fastdata.decode import DEFAULT_MAX_PIXELS
-from fastdata.sources._files import as_filesystem, digest
-from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 
 __all__ = [
     "BadImage",
@@ -219,7 +199,7 @@ def write_shards(
     ]
     progress = _Progress(on_progress, len(names), len(done))
     if backend == "ray":
-        from fastdata._write_ray import write_with_ray
+        from fastdata.writer._ray import write_with_ray
 
         write_with_ray(tasks, workers, progress)
     elif workers == 0 or len(tasks) <= 1:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
 
 try:  # torch's antialiased pixels, computed by fastdata's C extension (see _resample.c)
-    from fastdata import _resample  # type: ignore[attr-defined]
+    from fastdata.decode import _resample  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler: torch computes them
     _resample = None
 # whether its AVX2 passes run here (a build older than the flag has none worth using)
@@ -107,7 +107,7 @@ class Geometry(NamedTuple):
         start at its top left corner. An EXIF orientation that reverses an axis moves that
         corner to the other end: the last reduced pixel there covers the image's first
         pixels and ``factor * n - size`` pixels before them (see
-        :func:`fastdata._libjpeg.reduced_grid`)."""
+        :func:`fastdata.decode._libjpeg.reduced_grid`)."""
         if factor == 1:
             return self
         top, left, h, w = self.box

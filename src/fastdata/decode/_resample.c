@@ -1,4 +1,4 @@
-/* Antialiased bilinear resizing of uint8 images with torch's pixels (fastdata._resample).
+/* Antialiased bilinear resizing of uint8 images with torch's pixels (fastdata.decode._resample).
  *
  * torch's uint8 kernel behind F.interpolate(mode="bilinear", antialias=True) - what
  * torchvision's Resize and RandomResizedCrop compute on tensors - is the image path's largest
@@ -471,7 +471,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fastdata._resample",
+    PyModuleDef_HEAD_INIT, "fastdata.decode._resample",
     "Antialiased bilinear resizing of uint8 images with torch's pixels, strided and flipped.",
     -1, methods, NULL, NULL, NULL, NULL,
 };

@@ -1,14 +1,5 @@
-"""Device-side normalization and overlapped host-to-device transfer.
-
-Images stay uint8 until they are on the device: a uint8 batch is a quarter of the bytes of the
-float32 batch that the usual ``ToTensor`` + ``Normalize`` recipe ships, and the device turns it
-into normalized floats in one pass (:class:`DeviceNormalize`). :class:`DevicePrefetcher` (made
-by :func:`to_device`) moves whole batches (dicts, tuples, masks, labels) to the device, on CUDA
-ahead of time on a side stream so that the copy overlaps the training step.
-
-This module is the only place in fastdata that knows about CUDA streams. On the CPU, or any
-other non-CUDA device, the same API runs synchronously with the same math, so everything here
-is testable without a GPU.
+""":class:`DeviceNormalize`, :class:`DevicePrefetcher` and :func:`to_device` (the package docstring
+tells why uint8 travels).
 """
 
 from __future__ import annotations
@@ -21,9 +12,9 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import torch
 from torch import nn
 
-from fastdata._normalize_cpu import normalize_on_this_thread
 from fastdata._tree import KeyPath, map_tensors
 from fastdata._validate import check_int, constructor_keywords_checked
+from fastdata.device._normalize_cpu import normalize_on_this_thread
 
 __all__ = ["IMAGENET", "DeviceNormalize", "DevicePrefetcher", "MeanStd", "to_device"]
 
@@ -59,7 +50,7 @@ class DeviceNormalize(nn.Module):
     CUDA that is a single kernel that reads uint8 and computes in float32 (one rounding to
     ``dtype``). On the CPU it runs on the calling thread, a few images at a time so the data
     stays in the CPU cache: torch's intra-op threads would wait on cores busy with the
-    DataLoader's workers (see :mod:`fastdata._normalize_cpu`).
+    DataLoader's workers (see :mod:`fastdata.device._normalize_cpu`).
 
     It is an ``nn.Module`` so it can sit in an ``nn.Sequential`` in front of a model. It works on
     whatever device the input is on: its constants are made once per device, so ``.to()`` is

@@ -10,8 +10,8 @@ uint8 kernel rounds, here float32) as long as it decodes the JPEG in full too, a
 decodes reduced when the crop box is at least twice the output, unless
 ``reduced_decode=False``); by default it averages areas, which agrees closely, not exactly.
 
-A JPEG goes to the device decoder only once the ``fastdata._jpeg`` extension has read it
-through without a warning (:func:`fastdata._libjpeg.check`: libjpeg's entropy decoding,
+A JPEG goes to the device decoder only once the ``fastdata.decode._jpeg`` extension has read it
+through without a warning (:func:`fastdata.decode._libjpeg.check`: libjpeg's entropy decoding,
 without the inverse DCT and colour conversion, on the CPU): nvJPEG reports some corrupt data
 as an error and decodes the rest into garbage without a word, so this check is what makes the
 device path refuse exactly what the CPU path refuses. It costs a part of a CPU decode (see
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata import _libjpeg
-from fastdata._transforms import ImageTransform
-from fastdata.decode import ImageHeader, decode_image, image_header
+from fastdata.decode import _libjpeg
+from fastdata.decode._decode import ImageHeader, decode_image, image_header
+from fastdata.decode._transforms import ImageTransform
 from fastdata.errors import DecodeError
 
 __all__ = ["check_decode_device", "decode_on_device"]

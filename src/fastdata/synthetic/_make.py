@@ -1,17 +1,5 @@
-"""Deterministic synthetic data for demos, tests and benchmarks: images, Parquet, tar shards,
-token corpora.
-
-Nothing is downloaded: every file is a pure function of the arguments (byte-identical for the
-same numpy, OpenCV and pyarrow versions), so tests and benchmarks rebuild their data anywhere,
-at any size. Image ``i`` depends only on the seed, ``i`` and the image options, so the
-ImageFolder tree, the Parquet binary column and the tar shards hold the same images and labels
-as :func:`make_image_bytes`. Bad arguments raise ValueError naming the value and the valid
-values (TypeError for a count that is not an integer).
-
-Each writer owns its files in the folder it is given: the files an earlier call wrote there
-under the same names (``part-*.parquet``, ``tokens-*.parquet``, ``shard-*.tar``,
-``class_*/img_*``) are removed first, so the folder holds exactly this call's output and
-examples give the same result in any order. Other files in the folder are left alone.
+"""The writers of synthetic images, Parquet files, tar shards and token corpora (the package
+docstring tells the guarantees).
 """
 
 from __future__ import annotations
@@ -32,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fastdata._synth_image import CODECS, TEXTURES, codec, encode_image, synth_image
 from fastdata._validate import check_choice, check_int, check_number
+from fastdata.synthetic._image import CODECS, TEXTURES, codec, encode_image, synth_image
 
 __all__ = [
     "encode_image",

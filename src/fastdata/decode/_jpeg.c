@@ -1,4 +1,4 @@
-/* JPEG decoding with libjpeg-turbo that sees what cv2.imdecode hides (fastdata._jpeg).
+/* JPEG decoding with libjpeg-turbo that sees what cv2.imdecode hides (fastdata.decode._jpeg).
  *
  * cv2.imdecode decodes a JPEG whose entropy-coded data is corrupt (libjpeg "warnings": a
  * premature end of a data segment, a bad Huffman code, a missing end-of-image marker) into an
@@ -304,7 +304,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "fastdata._jpeg",
+    PyModuleDef_HEAD_INIT, "fastdata.decode._jpeg",
     "JPEG decoding with libjpeg-turbo: whole images or regions, corrupt data reported.",
     -1, methods, NULL, NULL, NULL, NULL,
 };
