@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from torchvision.transforms import RandomResizedCrop
 
-import fastdata.decode._transforms as transforms_module
+import fastdata.decode._resize as resize_module
 from fastdata._torch_compat import upsample_bilinear_aa
 from fastdata.decode import (
     ImageTransform,
@@ -36,7 +36,8 @@ from fastdata.decode import (
     resized_center_crop,
     sample_rng,
 )
-from fastdata.decode._transforms import _resample, reused_sample_rng
+from fastdata.decode._resize import _resample
+from fastdata.decode._rng import reused_sample_rng
 
 # -- transforms ----------------------------------------------------------------------------
 
@@ -286,7 +287,7 @@ def test_antialias_without_the_extension_is_the_same(monkeypatch: pytest.MonkeyP
     with_extension = [
         transform.apply(img, g, out=np.empty((48, 48, 3), np.uint8)) for g in geometries
     ]
-    monkeypatch.setattr(transforms_module, "_resample", None)
+    monkeypatch.setattr(resize_module, "_resample", None)
     for geometry, expected in zip(geometries, with_extension, strict=True):
         np.testing.assert_array_equal(
             transform.apply(img, geometry, out=np.empty((48, 48, 3), np.uint8)), expected

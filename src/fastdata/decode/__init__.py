@@ -31,39 +31,29 @@ from __future__ import annotations
 
 from fastdata.decode._decode import (
     DEFAULT_MAX_PIXELS,
-    INTERPOLATIONS,
     JPEG_EXTENSION,
-    Geometry,
-    ImageHeader,
-    ImageTransform,
-    center_crop,
     decode_for,
     decode_image,
-    decode_many,
-    hflip,
-    image_header,
     image_size,
-    limit_opencv_threads,
-    output_hw,
-    random_resized_crop,
-    random_resized_crop_params,
     reduction_factor,
-    resize,
-    resized_center_crop,
-    sample_rng,
     verify_image,
 )
-from fastdata.decode._device import (
-    check_decode_device as check_decode_device,
-)
-from fastdata.decode._device import (
-    decode_on_device as decode_on_device,
-)
+from fastdata.decode._device import check_decode_device as check_decode_device
+from fastdata.decode._device import decode_on_device as decode_on_device
+from fastdata.decode._headers import ImageHeader, image_header
+from fastdata.decode._many import decode_many, limit_opencv_threads
+from fastdata.decode._resize import INTERPOLATIONS, output_hw, resize
+from fastdata.decode._resize import Size as Size
+from fastdata.decode._rng import reused_sample_rng as reused_sample_rng
+from fastdata.decode._rng import sample_rng
 from fastdata.decode._transforms import (
-    Size as Size,
-)
-from fastdata.decode._transforms import (
-    reused_sample_rng as reused_sample_rng,
+    Geometry,
+    ImageTransform,
+    center_crop,
+    hflip,
+    random_resized_crop,
+    random_resized_crop_params,
+    resized_center_crop,
 )
 
 __all__ = [

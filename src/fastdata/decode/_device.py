@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from fastdata.decode import _libjpeg
-from fastdata.decode._decode import ImageHeader, decode_image, image_header
+from fastdata.decode._decode import decode_image
+from fastdata.decode._headers import ImageHeader, image_header
 from fastdata.decode._transforms import ImageTransform
 from fastdata.errors import DecodeError
 
