@@ -16,16 +16,14 @@ examples give the same result in any order. Other files in the folder are left a
 
 from __future__ import annotations
 
-from fastdata.synthetic._make import (
-    encode_image,
+from fastdata.synthetic._images import (
     make_image_bytes,
     make_image_parquet,
     make_images,
-    make_parquet,
     make_tar_shards,
-    make_tokens,
-    synth_image,
 )
+from fastdata.synthetic._pixels import encode_image, synth_image
+from fastdata.synthetic._tables import make_parquet, make_tokens
 
 __all__ = [
     "encode_image",
