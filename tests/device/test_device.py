@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from torchvision.transforms import Normalize, ToTensor
 
 from fastdata.device import IMAGENET, DeviceNormalize, DevicePrefetcher, MeanStd, to_device
-from fastdata.device._device import _ahead
+from fastdata.device._prefetch import _ahead
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

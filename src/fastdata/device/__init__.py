@@ -13,13 +13,8 @@ is testable without a GPU.
 
 from __future__ import annotations
 
-from fastdata.device._device import (
-    IMAGENET,
-    DeviceNormalize,
-    DevicePrefetcher,
-    MeanStd,
-    to_device,
-)
+from fastdata.device._normalize import IMAGENET, DeviceNormalize, MeanStd
+from fastdata.device._prefetch import DevicePrefetcher, to_device
 
 __all__ = [
     "IMAGENET",
