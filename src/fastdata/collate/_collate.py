@@ -11,7 +11,7 @@ import torch
 
 from fastdata._padding import Padded, pad_ragged, pad_spec, pad_tensors
 from fastdata.collate._bucket import PaddingStats, bucket_by_length, padding_stats
-from fastdata.collate._walk import Walk, collate_batch, key_paths, nest, nest_ragged
+from fastdata.collate._walk import KeyPath, Walk, collate_batch
 from fastdata.ragged import Ragged
 
 __all__ = [
@@ -148,3 +148,34 @@ def nested_collate(batch: Any, /, *, keys: Iterable[Any] | None = None) -> Any:
     """
     walk = Walk(nest, nest_ragged, key_paths(keys), (), "nested_collate")
     return collate_batch(batch, walk)
+
+
+# --- nesting -----------------------------------------------------------------------------
+
+
+def nest(tensors: list[torch.Tensor], shapes: list[torch.Size], where: str) -> torch.Tensor:
+    del where  # nesting cannot fail once the items agree in rank, dtype and device
+    if any(s[1:] != shapes[0][1:] for s in shapes):
+        return torch.nested.nested_tensor(tensors)  # several ragged dims: strided layout
+    lengths = [s[0] for s in shapes]
+    device = tensors[0].device
+    offsets = torch.zeros(len(tensors) + 1, dtype=torch.int64, device=device)
+    torch.cumsum(torch.tensor(lengths, device=device), 0, out=offsets[1:])
+    # Without min/max_seqlen, to_padded_tensor pads to the total length (pytorch#159380);
+    # the arguments exist since torch 2.5.
+    return torch.nested.nested_tensor_from_jagged(
+        torch.cat(tensors), offsets, min_seqlen=min(lengths), max_seqlen=max(lengths)
+    )
+
+
+def nest_ragged(ragged: Ragged, where: str) -> torch.Tensor:
+    del where
+    return ragged.to_nested()
+
+
+def key_paths(keys: Iterable[Any] | None) -> frozenset[KeyPath] | None:
+    if keys is None:
+        return None
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"keys={keys!r} is a string; pass a list of key paths: keys=[{keys!r}]")
+    return frozenset(k if isinstance(k, tuple) else (k,) for k in keys)

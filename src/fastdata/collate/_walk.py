@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections.abc as cabc
 import copy
 import reprlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -354,38 +354,7 @@ def _raise_unlike(tensors: list[torch.Tensor], where: str) -> None:
             )
 
 
-# --- nesting -----------------------------------------------------------------------------
-
-
-def nest(tensors: list[torch.Tensor], shapes: list[torch.Size], where: str) -> torch.Tensor:
-    del where  # nesting cannot fail once the items agree in rank, dtype and device
-    if any(s[1:] != shapes[0][1:] for s in shapes):
-        return torch.nested.nested_tensor(tensors)  # several ragged dims: strided layout
-    lengths = [s[0] for s in shapes]
-    device = tensors[0].device
-    offsets = torch.zeros(len(tensors) + 1, dtype=torch.int64, device=device)
-    torch.cumsum(torch.tensor(lengths, device=device), 0, out=offsets[1:])
-    # Without min/max_seqlen, to_padded_tensor pads to the total length (pytorch#159380);
-    # the arguments exist since torch 2.5.
-    return torch.nested.nested_tensor_from_jagged(
-        torch.cat(tensors), offsets, min_seqlen=min(lengths), max_seqlen=max(lengths)
-    )
-
-
-def nest_ragged(ragged: Ragged, where: str) -> torch.Tensor:
-    del where
-    return ragged.to_nested()
-
-
 # --- helpers -----------------------------------------------------------------------------
-
-
-def key_paths(keys: Iterable[Any] | None) -> frozenset[KeyPath] | None:
-    if keys is None:
-        return None
-    if isinstance(keys, (str, bytes)):
-        raise TypeError(f"keys={keys!r} is a string; pass a list of key paths: keys=[{keys!r}]")
-    return frozenset(k if isinstance(k, tuple) else (k,) for k in keys)
 
 
 def _path_repr(path: KeyPath) -> str:

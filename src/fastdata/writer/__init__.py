@@ -24,13 +24,11 @@ file list); see the "Preparing a dataset" guide.
 
 from __future__ import annotations
 
+from fastdata.writer._samples import Sample, folder_samples, list_samples
 from fastdata.writer._writer import (
     BadImage,
-    Sample,
     WriteProgress,
     WriteResult,
-    folder_samples,
-    list_samples,
     split_by_bytes,
     write_shards,
 )
