@@ -31,11 +31,14 @@ import cv2
 import numpy as np
 import torch
 
-from fastdata import (
+from fastdata.decode import (
+    ImageTransform,
     _jpeg,  # type: ignore[attr-defined]
     _libjpeg,
+    decode_for,
+    image_header,
+    sample_rng,
 )
-from fastdata.decode import ImageTransform, decode_for, image_header, sample_rng
 from fastdata.sources.images import ImageStream
 from fastdata.synthetic import make_images
 

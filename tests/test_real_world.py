@@ -37,10 +37,10 @@ from fastdata import (
     ParquetStream,
     SchemaError,
     SourceError,
-    _device_decode,
 )
 from fastdata.cli import main as cli
 from fastdata.decode import ImageTransform, decode_for, decode_image, sample_rng
+from fastdata.decode import _device as _device_decode
 from fastdata.synthetic import make_image_parquet, make_images, make_tar_shards
 from fastdata.writer import Sample, write_shards
 from real_world_files import (
