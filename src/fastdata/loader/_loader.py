@@ -57,8 +57,7 @@ from fastdata.loader._record import Record
 from fastdata.loader._streams import load_stream_state, stream_state
 from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
-from fastdata.sources import PlannedStream, SourceCounting
-from fastdata.sources._cache import cache_stats
+from fastdata.sources import PlannedStream, SourceCounting, cache_stats
 from fastdata.sources.base import declares
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 

@@ -41,8 +41,7 @@ from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._jsonable import decode
 from fastdata.loader._record import Position, Record
 from fastdata.loader._worker_side import WorkerPlan
-from fastdata.sources import STATE_VERSION
-from fastdata.sources._state import MAX_EPOCH
+from fastdata.sources.state import MAX_EPOCH, STATE_VERSION
 
 __all__ = ["Layout", "Plan", "make_state", "plan"]
 

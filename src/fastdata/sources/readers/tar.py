@@ -42,7 +42,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata.errors import SourceError
-from fastdata.sources._files import Listing, digest, paths_digest
+from fastdata.sources._files import Listing, paths_digest
+from fastdata.sources.filesystem import digest
 from fastdata.sources.readers._compressed import Streams, open_shard, shard_compression
 from fastdata.sources.readers._tar_values import TEXT_SUFFIXES, member_column, parse_label
 from fastdata.sources.readers.files import IMG_EXTENSIONS
