@@ -103,6 +103,11 @@ def test_sources_modules_stay_small() -> None:
     assert max(sizes.values()) <= 420, sizes
 
 
+def test_loader_modules_stay_small() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / "loader").glob("*.py")}
+    assert max(sizes.values()) <= 400, sizes
+
+
 def test_sources_offers_the_pieces_of_a_source_and_its_capabilities() -> None:
     import fastdata.sources
 
