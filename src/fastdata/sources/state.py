@@ -4,7 +4,7 @@ state it loads itself, see :meth:`fastdata.PlannedStream.check_state`).
 
 A stream's state::
 
-    {"type": "ParquetStream", "version": 3, "epoch": 0,
+    {"type": "ParquetStream", "version": 4, "epoch": 0,
      "world_size": 2, "num_workers": 2, "rank": 0,   # the layout it was saved under
      "batches": [7, 7],                                # batches each rank had taken
      "consumed": [1500, 1000, 1500, 1000],             # rows per slot, every rank's slots
