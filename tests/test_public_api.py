@@ -27,39 +27,74 @@ def test_import_fastdata_loads_neither_torch_nor_numpy() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
-def private_imports() -> list[str]:
-    """``from fastdata.<a> import _name``: a private name (not a module) of another package
-    (``fastdata`` and ``fastdata.sources`` are different packages)."""
-    found = []
-    for path in SRC.rglob("*.py"):
+def _owner(target: str) -> str | None:
+    """The package whose private module or name the dotted ``target`` reaches (``fastdata`` for
+    ``fastdata._validate``, ``fastdata.sources`` for ``fastdata.sources.base._x``); None when
+    every part of it is public."""
+    parts = target.split(".")
+    for i, part in enumerate(parts[1:], start=1):
+        if part.startswith("_") and part != "__version__":
+            prefix = parts[:i]
+            is_package = SRC.joinpath(*prefix[1:]).is_dir()
+            return ".".join(prefix if is_package else prefix[:-1])
+    return None
+
+
+def private_imports() -> dict[str, list[str]]:
+    """Each module's imports of a private module or name (``fastdata.sources._files``,
+    ``fastdata.loader._torch_iterators._SKIP``) that belongs to neither the module's own
+    package nor one enclosing it: ``sources/readers/`` may import ``fastdata.sources._files``
+    and ``fastdata._validate``, ``loader/`` may not import ``fastdata.sources._state``."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
         if path.name == "_torch_compat.py":
             continue
         here = ".".join(("fastdata", *path.relative_to(SRC).parent.parts))
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        targets: list[str] = []
         for node in ast.walk(tree):
-            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(
-                "fastdata"
-            ):
-                continue
-            module_dir = SRC.joinpath(*node.module.split(".")[1:])
-            package = node.module if module_dir.is_dir() else node.module.rpartition(".")[0]
-            for alias in node.names:
-                is_module = (module_dir / f"{alias.name}.py").exists() or (
-                    module_dir / alias.name
-                ).is_dir()
-                private = alias.name.startswith("_") and alias.name != "__version__"
-                if private and not is_module and package != here:
-                    found.append(f"{path.relative_to(SRC)}: {node.module}.{alias.name}")
+            if isinstance(node, ast.Import):
+                targets += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets += [f"{node.module}.{alias.name}" for alias in node.names]
+        for target in targets:
+            if target.startswith("fastdata.") and not may_import(here, target):
+                found.setdefault(str(path.relative_to(SRC)), []).append(target)
     return found
 
 
-def test_no_module_imports_another_modules_private_names() -> None:
-    assert private_imports() == []
+def may_import(here: str, target: str) -> bool:
+    """Whether a module of the package ``here`` may import ``target``: a public one, or a
+    private one of ``here`` or of a package enclosing it."""
+    owner = _owner(target)
+    return owner is None or here == owner or here.startswith(owner + ".")
+
+
+def test_no_module_imports_a_sibling_packages_private_modules_or_names() -> None:
+    assert private_imports() == {}
+
+
+def test_the_private_import_rule_allows_the_own_and_enclosing_packages_only() -> None:
+    assert may_import("fastdata.sources.readers", "fastdata.sources._files.digest")
+    assert may_import("fastdata.sources", "fastdata._validate.check_int")
+    assert may_import("fastdata.sources", "fastdata.sources.base._hidden")
+    assert may_import("fastdata.loader", "fastdata.sources.state.merge")
+    assert may_import("fastdata", "fastdata.__version__")
+    assert not may_import("fastdata.loader", "fastdata.sources._state.merge")
+    assert not may_import("fastdata.loader", "fastdata.sources._cache")
+    assert not may_import("fastdata", "fastdata.sources._files.digest")
+    assert not may_import("fastdata.sources", "fastdata.sources.readers._thrift._Reader")
+    assert not may_import("fastdata.tune", "fastdata.loader.gather_state._x")
 
 
 def test_sources_modules_stay_small() -> None:
     sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / "sources").rglob("*.py")}
     assert max(sizes.values()) <= 420, sizes
+
+
+def test_loader_modules_stay_small() -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / "loader").glob("*.py")}
+    assert max(sizes.values()) <= 400, sizes
 
 
 def test_sources_offers_the_pieces_of_a_source_and_its_capabilities() -> None:
@@ -107,7 +142,8 @@ PUBLIC_NAMES = {
     "fastdata.ragged": ("Ragged RaggedKind"),
     "fastdata.sources": (
         "ArrowDecoder Context Decoder FileBacked INDEX PerEpochReader PlannedStream Reader "
-        "STATE_VERSION SchemaReader SkipCounting SourceCounting StreamOptions VaryingDecoder"
+        "STATE_VERSION SchemaReader SkipCounting SourceCounting StreamOptions VaryingDecoder "
+        "cache_stats"
     ),
     "fastdata.synthetic": (
         "encode_image make_image_bytes make_image_parquet make_images make_parquet "

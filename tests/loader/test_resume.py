@@ -20,7 +20,8 @@ from fastdata.loader import _rng
 from fastdata.loader._indices import IndexPlan, Indices, sampler_settings, save_generators
 from fastdata.loader._jsonable import TAG, encode
 from fastdata.loader._record import Position, Record
-from fastdata.loader._resume import Layout, make_state, plan, position_of
+from fastdata.loader._resume import make_state, plan, position_of
+from fastdata.loader._resume_checks import Layout
 from fastdata.loader._worker_side import WorkerPlan
 from fastdata.sources import STATE_VERSION
 

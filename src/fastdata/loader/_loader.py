@@ -54,15 +54,15 @@ from fastdata.loader._indices import (
     save_generators,
 )
 from fastdata.loader._record import Record
+from fastdata.loader._resume_checks import Kind, Layout
 from fastdata.loader._streams import load_stream_state, stream_state
 from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
-from fastdata.sources import PlannedStream, SourceCounting
-from fastdata.sources._cache import cache_stats
+from fastdata.sources import PlannedStream, SourceCounting, cache_stats
 from fastdata.sources.base import declares
 from fastdata.workers import WorkerInit, opencv_single_threaded_fork, start_method
 
-__all__ = ["DataLoader", "gather_state"]
+__all__ = ["DataLoader"]
 
 _T_co = TypeVar("_T_co", covariant=True)
 
@@ -144,7 +144,7 @@ class DataLoader(TorchDataLoader[_T_co]):
 
     # ----------------------------------------------------------------- iteration
     @property
-    def _fd_kind(self) -> _resume.Kind:
+    def _fd_kind(self) -> Kind:
         if isinstance(self.dataset, PlannedStream):
             return "stream"
         return "iterable" if isinstance(self.dataset, tud.IterableDataset) else "map"
@@ -287,7 +287,7 @@ class DataLoader(TorchDataLoader[_T_co]):
             found.append(self.generator)
         return found
 
-    def _layout(self) -> _resume.Layout:
+    def _layout(self) -> Layout:
         kind = self._fd_kind
         sampler: dict[str, Any] = {}
         if kind == "map":
@@ -300,7 +300,7 @@ class DataLoader(TorchDataLoader[_T_co]):
                 "settings": sampler_settings(self.sampler),
             }
         holders = (("sampler", self.sampler), ("batch_sampler", self.batch_sampler))
-        return _resume.Layout(
+        return Layout(
             kind,
             self.num_workers,
             bool(self.persistent_workers),
@@ -384,22 +384,3 @@ class DataLoader(TorchDataLoader[_T_co]):
 
 
 DataLoader.__init__.__signature__ = signature()  # type: ignore[attr-defined]
-
-
-def gather_state(loader: DataLoader | dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's ``loader.state_dict()`` (or the state passed), in rank order, on every
-    rank (a collective: all ranks of the ``torch.distributed`` group must call it; a list of
-    one in a single process).
-
-    A fastdata stream's state from one rank resumes exactly when the ranks went in lockstep,
-    as DDP training does; the list of every rank's state resumes exactly in any case, under
-    any world size and ``num_workers``: pass it to :meth:`DataLoader.load_state_dict`.
-    """
-    import torch.distributed as dist
-
-    own = loader if isinstance(loader, dict) else loader.state_dict()
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [own]
-    states: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(states, own)
-    return states

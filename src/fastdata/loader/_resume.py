@@ -1,11 +1,12 @@
 """A loader's resume state: made from the facts of an epoch, checked, and turned into a plan.
 
 Pure functions over plain values: :func:`make_state` takes what the loader is
-(:class:`Layout`) and what its current epoch handed out (a
+(:class:`~fastdata.loader._resume_checks.Layout`) and what its current epoch handed out (a
 :class:`~fastdata.loader._record.Record`); :func:`plan` takes a loaded state and the loader
 that loads it and returns what the next iteration must do (:class:`Plan`), or a
 :class:`~fastdata.ResumeError` naming the field that does not fit. A state is untrusted input
-(a file a user edited, another job's checkpoint): everything is checked here, once.
+(a file a user edited, another job's checkpoint): everything is checked here, once
+(its sections by :mod:`fastdata.loader._resume_checks`).
 
 A state is one of two moments, as torchdata's ``StatefulDataLoader`` has them:
 
@@ -28,38 +29,29 @@ from them (a sampler without a generator, the workers' seed).
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from fastdata._state_checks import check_matches, require_int, require_mapping, short
+from fastdata._state_checks import require_int, require_mapping, short
 from fastdata._validate import is_int
 from fastdata.errors import ResumeError
 from fastdata.loader import _rng
 from fastdata.loader._indices import IndexPlan, check_generators
-from fastdata.loader._jsonable import decode
 from fastdata.loader._record import Position, Record
+from fastdata.loader._resume_checks import (
+    MAX_WORKERS,
+    Layout,
+    check_sampler,
+    flag,
+    index_plan,
+    next_epoch,
+    present,
+    worker_plans,
+)
 from fastdata.loader._worker_side import WorkerPlan
-from fastdata.sources import STATE_VERSION
-from fastdata.sources._state import MAX_EPOCH
+from fastdata.sources.state import STATE_VERSION
 
-__all__ = ["Layout", "Plan", "make_state", "plan"]
-
-Kind = Literal["map", "iterable", "stream"]
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a loader is, as far as its state is concerned."""
-
-    kind: Kind
-    num_workers: int
-    persistent: bool
-    generators: int = 0  # torch generators the sampler and the loader hold
-    stateful: tuple[str, ...] = ()  # "sampler" / "batch_sampler": those with state_dict()
-    unit_items: bool = True  # a map-style sampler's units are items (not a user's batches)
-    sampler: dict[str, Any] = field(default_factory=dict)  # type, length, batching, epoch
+__all__ = ["Plan", "make_state", "plan", "position_of"]
 
 
 @dataclass(frozen=True)
@@ -180,7 +172,7 @@ def plan(state: Any, layout: Layout) -> Plan:
             the saved and the current value).
     """
     state = dict(require_mapping(state, "state"))
-    _present(state, _TOP, "")
+    present(state, _TOP, "")
     if state.get("version") != STATE_VERSION:
         raise ResumeError(
             f"cannot resume: state version {short(state.get('version'))}, this fastdata reads "
@@ -193,11 +185,11 @@ def plan(state: Any, layout: Layout) -> Plan:
             f"cannot resume: the state was saved for {saved}, this loader reads "
             f"{_KINDS[layout.kind]}"
         )
-    epoch_done = _flag(state, "epoch_done")
+    epoch_done = flag(state, "epoch_done")
     generators = check_generators(state.get("generators"), "generators")
     _rng.check(state.get("rng"))
-    saved_workers = require_int(state, "num_workers", maximum=_MAX_WORKERS)
-    persistent = layout.kind != "stream" and _flag(state, "persistent_workers")
+    saved_workers = require_int(state, "num_workers", maximum=MAX_WORKERS)
+    persistent = layout.kind != "stream" and flag(state, "persistent_workers")
     if layout.kind != "stream" and persistent != layout.persistent:
         raise ResumeError(
             f"cannot resume: the state's persistent_workers={persistent} but this loader has "
@@ -232,7 +224,7 @@ def plan(state: Any, layout: Layout) -> Plan:
         "base_seed": seed,
     }
     if layout.kind == "stream":
-        _present(state, ("batch_size", "drop_last", "dataset"), "")
+        present(state, ("batch_size", "drop_last", "dataset"), "")
         part = state["dataset"]
         readers = part.get("num_workers") if isinstance(part, dict) else None
         if readers != max(saved_workers, 1):
@@ -241,21 +233,21 @@ def plan(state: Any, layout: Layout) -> Plan:
                 f"dataset's num_workers={short(readers)}; the state is corrupt"
             )
         return Plan(**common)
-    _present(state, ("sampler", "next_worker", "workers"), "")
+    present(state, ("sampler", "next_worker", "workers"), "")
     if epoch_done and common["batches"]:
         raise ResumeError(
             f"cannot resume: the state says its epoch was done (epoch_done=True) yet counts "
             f"batches={common['batches']} of it; the state is corrupt"
         )
-    sampler = _check_sampler(state, layout)
-    workers, reports, first = _worker_plans(state, layout)
+    sampler = check_sampler(state, layout)
+    workers, reports, first = worker_plans(state, layout)
     if epoch_done:  # the next epoch starts from where each worker ended, with nothing to skip
-        workers = {w: _next_epoch(p) for w, p in workers.items()}
+        workers = {w: next_epoch(p) for w, p in workers.items()}
         reports, first = [], 0
     indices = (
         None
         if epoch_done or layout.kind != "map"
-        else _index_plan(sampler, layout.stateful, layout.generators)
+        else index_plan(sampler, layout.stateful, layout.generators)
     )
     if indices is not None and (
         indices.tasks > indices.units if layout.unit_items else indices.tasks != indices.units
@@ -288,205 +280,6 @@ _KINDS = {
 }
 
 
-def _flag(state: Mapping[str, Any], name: str) -> bool:
-    value = state.get(name)
-    if not isinstance(value, bool):
-        raise ResumeError(f"cannot resume: the state's {name}={short(value)} is not true or false")
-    return value
-
-
-def _check_sampler(state: Mapping[str, Any], layout: Layout) -> dict[str, Any]:
-    """The state's sampler section, checked against the loader's: the sampler's type, the
-    dataset's length, ``drop_last`` and the sampler's settings must be the same (another
-    ``batch_size`` resumes: the position is counted in the sampler's indices)."""
-    sampler = dict(require_mapping(state.get("sampler"), "sampler"))
-    _present(sampler, tuple(layout.sampler), "sampler ")
-    position = ("start", "states", "tasks", "units", "done")
-    if layout.kind == "map" and not state["epoch_done"]:
-        _present(sampler, position, "sampler ")
-    elif any(name in sampler for name in position):
-        raise ResumeError(
-            "cannot resume: the state's sampler holds a position within an epoch, but the "
-            "state says it is between epochs (epoch_done=True); the state is corrupt"
-        )
-    for name, current in layout.sampler.items():
-        saved = sampler.get(name, "<missing>")
-        if name == "settings":
-            check_matches(require_mapping(saved, "sampler settings"), current, "sampler")
-        elif name == "epoch":  # a DistributedSampler's; set again on load
-            if (saved is None) != (current is None) or (
-                saved is not None and not (is_int(saved) and 0 <= saved <= MAX_EPOCH)
-            ):
-                raise ResumeError(
-                    f"cannot resume: the state's sampler epoch={short(saved)} is corrupt"
-                )
-        elif saved != current:
-            field = "sampler" if name == "type" else name
-            shown = (saved, current) if name == "type" else (short(saved), short(current))
-            raise ResumeError(
-                f"cannot resume: the state's {field}={shown[0]} but this loader has "
-                f"{field}={shown[1]}; build the loader as when the state was saved"
-            )
-    return sampler
-
-
-def _index_plan(
-    sampler: Mapping[str, Any], stateful: tuple[str, ...], generators: int
-) -> IndexPlan | None:
-    start = sampler.get("start")
-    states = sampler.get("states")
-    fresh = not sampler.get("tasks") and not sampler.get("units")
-    if states is None and fresh and (start is None or stateful):
-        return None  # saved before the sampler's first batch: the epoch starts as it would
-    if start is None and states is None:
-        raise ResumeError(
-            "cannot resume: the state's sampler has neither its first-draw randomness nor its "
-            "own state; is the state complete?"
-        )
-    done = sampler.get("done")
-    if not isinstance(done, list) or not all(
-        isinstance(d, list) and len(d) == 2 and all(is_int(v) and v >= 0 for v in d) for d in done
-    ):
-        raise ResumeError(f"cannot resume: the state's sampler done={short(done)} is corrupt")
-    if start is not None:
-        start = dict(require_mapping(start, "sampler start"))
-        _present(start, ("iter", "draw"), "sampler start ")
-        for moment in ("iter", "draw"):  # no "draw": saved before the sampler's first draw
-            if moment == "draw" and start[moment] is None:
-                if sampler.get("tasks") or sampler.get("units"):
-                    raise ResumeError(
-                        "cannot resume: the state's sampler consumed batches before its first "
-                        "draw (sampler start draw=None); the state is corrupt"
-                    )
-                continue
-            at = require_mapping(start[moment], f"sampler start {moment}")
-            found = check_generators(at.get("generators"), f"sampler start {moment} generators")
-            if len(found) != generators:
-                raise ResumeError(
-                    f"cannot resume: the state's sampler start {moment} holds {len(found)} "
-                    f"generator state(s) where the loader has {generators}; it is corrupt"
-                )
-            _rng.check(at.get("rng"))
-    if states is not None:
-        states = dict(require_mapping(states, "sampler states"))
-        if not states or not set(states) <= {"sampler", "batch_sampler", "iterator"}:
-            raise ResumeError(
-                f"cannot resume: the state's sampler states={short(states)} are not a "
-                "sampler's, a batch sampler's or their iterator's; the state is corrupt"
-            )
-        _decodable(states, "sampler states")
-    for name in stateful:
-        if name not in (states or {}):
-            raise ResumeError(
-                f"cannot resume: this loader's {name} has state_dict(), but the state holds "
-                f"no {name} state; build the loader as when the state was saved"
-            )
-    for name in states or {}:
-        if name != "iterator" and name not in stateful:
-            raise ResumeError(
-                f"cannot resume: the state holds a {name} state, but this loader's {name} "
-                "has no load_state_dict(); build the loader as when the state was saved"
-            )
-    return IndexPlan(
-        start=start,
-        states=states,
-        tasks=require_int(sampler, "tasks"),
-        units=require_int(sampler, "units"),
-        done=tuple((int(o), int(n)) for o, n in done),
-    )
-
-
-def _worker_plans(
-    state: Mapping[str, Any], layout: Layout
-) -> tuple[dict[int, WorkerPlan], list[dict[str, Any] | None], int]:
-    """Each worker's plan, their last reports and whose turn comes first."""
-    saved = state.get("workers")
-    if not isinstance(saved, list):
-        raise ResumeError(f"cannot resume: the state's workers={short(saved)} is not a list")
-    # Between epochs, workers that live on keep their state (none before any iteration).
-    kept = not state["epoch_done"] or state["persistent_workers"] or state["num_workers"] == 0
-    allowed = {max(state["num_workers"], 1) if kept else 0}
-    if state["epoch_done"]:
-        allowed.add(0)
-    if len(saved) not in allowed:
-        raise ResumeError(
-            f"cannot resume: the state has {len(saved)} workers' entries for num_workers="
-            f"{state['num_workers']}; the state is corrupt"
-        )
-    if not saved:
-        return {}, [], 0
-    plans: dict[int, WorkerPlan] = {}
-    reports: list[dict[str, Any] | None] = []
-    for worker, entry in enumerate(saved):
-        if entry is None:
-            reports.append(None)
-            continue
-        entry = require_mapping(entry, f"workers[{worker}]")
-        _present(entry, ("batches", "items", "ended", "snapshot"), f"workers[{worker}] ")
-        snapshot = entry.get("snapshot")
-        if snapshot is not None:
-            snapshot = _checked_snapshot(snapshot, worker)
-        ended = _flag(entry, "ended")
-        if ended and layout.kind == "map":
-            raise ResumeError(
-                f"cannot resume: the state's workers[{worker}] ended=True, but a map-style "
-                "dataset's workers fetch what the sampler hands them and never end; the state "
-                "is corrupt"
-            )
-        plans[worker] = WorkerPlan(
-            snapshot=snapshot,
-            batches=require_int(entry, "batches"),
-            items=require_int(entry, "items"),
-            ended=ended,
-        )
-        reports.append({**entry, "worker": worker})
-    counted = sum(p.batches for p in plans.values())
-    if not state["epoch_done"] and counted != state["batches"]:
-        raise ResumeError(
-            f"cannot resume: the state's batches={state['batches']} but its workers made "
-            f"{counted}; the state is corrupt"
-        )
-    first = require_int(state, "next_worker", maximum=len(saved) - 1)
-    if len(saved) == max(layout.num_workers, 1):
-        return plans, reports, first
-    if layout.kind == "iterable":
-        raise ResumeError(
-            f"cannot resume: the state was saved with num_workers={state['num_workers']}, "
-            f"this loader has num_workers={layout.num_workers}; an iterable dataset splits "
-            "its data by worker, so resume with the saved num_workers"
-        )
-    if any(p.snapshot is not None for p in plans.values()):
-        warnings.warn(
-            f"resuming a state saved with num_workers={state['num_workers']} with "
-            f"num_workers={layout.num_workers}: every index resumes exactly, but the workers' "
-            "own state (random generators, the dataset's state_dict) starts afresh",
-            stacklevel=4,
-        )
-    return {}, [], 0
-
-
-def _checked_snapshot(value: Any, worker: int) -> dict[str, Any]:
-    """A worker's saved snapshot, checked (its user states decode, its generators are
-    generators) here rather than in the worker."""
-    where = f"workers[{worker}] snapshot"
-    snapshot = dict(require_mapping(value, where))
-    names = ("replay_rng",) if "replay_rng" in snapshot else ("dataset", "iterator", "rng")
-    _present(snapshot, ("batches", "items", *names), f"{where} ")
-    require_int(snapshot, "batches")
-    require_int(snapshot, "items")
-    if "own" in snapshot:
-        _flag(snapshot, "own")
-    for name in ("rng", "replay_rng"):
-        if snapshot.get(name) is not None:
-            _rng.check(snapshot[name])
-    if snapshot.get("own_rng") is not None:
-        check_generators([snapshot["own_rng"]], f"{where} own_rng")
-    for name in ("dataset", "iterator"):
-        _decodable(snapshot.get(name), f"{where} {name}")
-    return snapshot
-
-
-_MAX_WORKERS = 4096
 _TOP = (
     "version",
     "kind",
@@ -497,38 +290,6 @@ _TOP = (
     "generators",
     "base_seed",
 )
-
-
-def _present(section: Mapping[str, Any], names: tuple[str, ...], where: str) -> None:
-    """Refuse a state that lacks one of ``names`` in ``section`` (named by ``where``)."""
-    for name in names:
-        if name not in section:
-            raise ResumeError(
-                f"cannot resume: the state's {where}has no {name!r}; is it a complete fastdata "
-                "state?"
-            )
-
-
-def _decodable(value: Any, where: str) -> None:
-    """Raise a ResumeError if a stored user state cannot be read back."""
-    try:
-        decode(value)
-    except (KeyError, TypeError, ValueError, AttributeError, RuntimeError, ResumeError) as exc:
-        raise ResumeError(
-            f"cannot resume: the state's {where} cannot be read back ({exc}); the state is corrupt"
-        ) from None
-
-
-def _next_epoch(plan: WorkerPlan) -> WorkerPlan:
-    """A worker's plan for the epoch after the one it ended: its final snapshot — the
-    dataset's state and the generators; an iterator's ended with its epoch (unless the
-    dataset is its own iterator) — and nothing to skip."""
-    if plan.snapshot is None:
-        return WorkerPlan(snapshot=None)
-    snapshot = {**plan.snapshot, "batches": 0, "items": 0}
-    if not snapshot.get("own"):
-        snapshot["iterator"] = None
-    return WorkerPlan(snapshot=snapshot)
 
 
 def position_of(plan: IndexPlan | None) -> Position | None:

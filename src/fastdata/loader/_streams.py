@@ -1,7 +1,7 @@
 """The resume state of a loader over a fastdata stream (``kind="stream"``).
 
 A stream's position is a function of how many batches each of its readers (DataLoader
-workers) delivered (:mod:`fastdata.sources._state`); the loader's
+workers) delivered (:mod:`fastdata.sources.state`); the loader's
 :class:`~fastdata.loader._record.Record` holds those counts and whose turn is next. A stream
 whose items take a varying number of rows (packing, skipped images) reports its readers'
 positions itself (:meth:`fastdata.PlannedStream.cursor_state`). What the stream's state
@@ -17,7 +17,7 @@ from fastdata._state_checks import require_int, short
 from fastdata.errors import ResumeError
 from fastdata.loader._record import Record
 from fastdata.sources import PlannedStream
-from fastdata.sources._state import consumed_after, merge, state_of
+from fastdata.sources.state import consumed_after, merge, state_of
 
 __all__ = ["batching", "load_stream_state", "stream_state"]
 

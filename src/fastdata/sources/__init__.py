@@ -6,9 +6,13 @@ default), :class:`PlannedStream` to put them together, and the optional capabili
 may declare (:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacked`,
 :class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`).
 :func:`fastdata.check_reader` checks a reader against the contract the streams keep.
+
+Beside them, for the stages after the sources: :func:`cache_stats` (what a stream's file cache
+counted), :mod:`fastdata.sources.state` (a stream's resume state as plain data) and
+:mod:`fastdata.sources.filesystem` (the file helpers the dataset writer shares).
 """
 
-from fastdata.sources._state import STATE_VERSION
+from fastdata.sources._cache import cache_stats
 from fastdata.sources.base import (
     INDEX,
     ArrowDecoder,
@@ -23,6 +27,7 @@ from fastdata.sources.base import (
     VaryingDecoder,
 )
 from fastdata.sources.options import StreamOptions
+from fastdata.sources.state import STATE_VERSION
 from fastdata.sources.stream import PlannedStream
 
 __all__ = [
@@ -40,4 +45,5 @@ __all__ = [
     "SourceCounting",
     "StreamOptions",
     "VaryingDecoder",
+    "cache_stats",
 ]

@@ -37,14 +37,11 @@ The remote files must not change while a stream caches them (as while a stream r
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
-import zlib
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -53,17 +50,17 @@ from fastdata._stats import CACHE_COUNTS, CacheCounts
 from fastdata._validate import check_bytes
 from fastdata.errors import SourceError
 from fastdata.sources._cache_disk import (
-    CHUNK,
+    Entry,
     Lock,
-    crc32_file,
+    Remote,
+    check,
+    download,
+    entry_of,
     open_here,
     scan,
-    temporary,
-    unlink,
-    write_atomically,
 )
-from fastdata.sources._files import as_filesystem
 from fastdata.sources.base import FileBacked, declares
+from fastdata.sources.filesystem import as_filesystem, unlink
 
 __all__ = ["CachingHandler", "handlers", "start_fetching", "with_cache"]
 
@@ -71,22 +68,6 @@ log = logging.getLogger("fastdata")
 
 _LOW_WATER = 0.9  # eviction empties the cache down to this share of the limit
 _LOCAL = pafs.LocalFileSystem()
-
-
-class _Remote(NamedTuple):
-    """What the remote says about a file: its size and modification time (None: unknown)."""
-
-    size: int | None
-    mtime_ns: int | None
-
-
-class _Entry(NamedTuple):
-    """The files of one cache entry: data, metadata (JSON) and lock."""
-
-    key: str
-    data: str
-    meta: str
-    lock: str
 
 
 class CachingHandler(pafs.FileSystemHandler):
@@ -100,7 +81,7 @@ class CachingHandler(pafs.FileSystemHandler):
         self.limit = limit
         self.fetch = False  # False while planning: read through (start_fetching)
         self.counts = CacheCounts()
-        self._listed: dict[str, _Remote] = {}  # as the remote listed them, sent to workers
+        self._listed: dict[str, Remote] = {}  # as the remote listed them, sent to workers
         self._process_state()
 
     def _process_state(self) -> None:
@@ -144,7 +125,7 @@ class CachingHandler(pafs.FileSystemHandler):
     def _remember(self, infos: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
         for info in infos:
             if info.type == pafs.FileType.File:
-                self._listed[info.path] = _Remote(info.size, info.mtime_ns)
+                self._listed[info.path] = Remote(info.size, info.mtime_ns)
         return infos
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
@@ -161,7 +142,7 @@ class CachingHandler(pafs.FileSystemHandler):
         return self.open_input_file(path)
 
     def open_input_file(self, path: str) -> pa.NativeFile:
-        entry = self._entry(path)
+        entry = entry_of(self.cache_dir, self.remote.type_name, path)
         remote = self._remote(path)
         opened, _ = self._open_cached(entry, path, remote)
         if opened is not None:
@@ -180,30 +161,24 @@ class CachingHandler(pafs.FileSystemHandler):
                 log.warning("fastdata: the cache entry %s of %s is corrupt (%s): fetching it "
                             "again", entry.data, path, damage)  # fmt: skip
                 self.counts.add("invalid")
-            size = self._download(entry, path, remote)
+            size = download(self.remote, entry, path, remote)
             opened = _LOCAL.open_input_file(entry.data)
         self.counts.add("misses")
         self.counts.add("fetched_bytes", size)
         self._account(size)
         return opened
 
-    def _entry(self, path: str) -> _Entry:
-        name = f"{self.remote.type_name}\0{path}".encode()
-        key = hashlib.sha256(name).hexdigest()[:32]
-        base = os.path.join(self.cache_dir, key[:2], key)
-        return _Entry(key, base + ".data", base + ".json", base + ".lock")
-
-    def _remote(self, path: str) -> _Remote:
+    def _remote(self, path: str) -> Remote:
         known = self._listed.get(path)
         if known is None:
             info = self.remote.get_file_info(path)
             if info.type != pafs.FileType.File:
                 raise FileNotFoundError(f"no such file: {path}")
-            known = self._listed[path] = _Remote(info.size, info.mtime_ns)
+            known = self._listed[path] = Remote(info.size, info.mtime_ns)
         return known
 
     def _open_cached(
-        self, entry: _Entry, path: str, remote: _Remote
+        self, entry: Entry, path: str, remote: Remote
     ) -> tuple[pa.NativeFile | None, str | None]:
         """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact;
         else ``(None, what is wrong with it)``, or ``(None, None)`` without such an entry.
@@ -215,7 +190,7 @@ class CachingHandler(pafs.FileSystemHandler):
             return None, None
         seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if self._checked.get(entry.key) != seen:
-            intact, damage = self._check(entry, path, remote, stat)
+            intact, damage = check(entry, path, remote, stat)
             if not intact:
                 return None, damage
             self._checked[entry.key] = seen
@@ -226,53 +201,6 @@ class CachingHandler(pafs.FileSystemHandler):
         with contextlib.suppress(OSError):  # the access time orders eviction
             os.utime(entry.data, ns=(time.time_ns(), stat.st_mtime_ns))
         return opened, None
-
-    def _check(
-        self, entry: _Entry, path: str, remote: _Remote, stat: os.stat_result
-    ) -> tuple[bool, str | None]:
-        """Whether the entry holds ``remote``'s version of ``path`` intact, and if not, what
-        is damaged (None: it holds another version, fetched again without a warning)."""
-        try:
-            with open(entry.meta, "rb") as f:
-                meta = json.loads(f.read())
-        except FileNotFoundError:
-            return False, None
-        except (OSError, ValueError):
-            return False, "its metadata is unreadable"
-        if (meta.get("path"), meta.get("mtime_ns")) != (path, remote.mtime_ns) or (
-            remote.size is not None and meta.get("size") != remote.size
-        ):
-            return False, None
-        if stat.st_size != meta["size"]:
-            return False, f"{stat.st_size} bytes, not {meta['size']}"
-        changed = [stat.st_ino, stat.st_mtime_ns] != meta.get("written")
-        if changed and crc32_file(entry.data) != meta["crc32"]:
-            return False, "its checksum does not match"  # changed since it was downloaded
-        return True, None
-
-    def _download(self, entry: _Entry, path: str, remote: _Remote) -> int:
-        """Copy ``path`` into the entry (temporary file, then rename); returns its size."""
-        staged = temporary(entry.data)
-        crc, size = 0, 0
-        try:
-            with self.remote.open_input_stream(path) as source, open(staged, "wb") as out:
-                while chunk := source.read_buffer(CHUNK):
-                    crc, size = zlib.crc32(chunk, crc), size + chunk.size
-                    out.write(chunk)
-            if remote.size is not None and size != remote.size:
-                raise SourceError(
-                    f"read {size} bytes but the remote listed {remote.size}: the file changed "
-                    "while streaming; build the stream again",
-                    path=path,
-                )
-            os.replace(staged, entry.data)
-        finally:
-            unlink(staged)
-        stat = os.stat(entry.data)
-        meta = {"path": path, "size": size, "mtime_ns": remote.mtime_ns, "crc32": crc}
-        meta["written"] = [stat.st_ino, stat.st_mtime_ns]
-        write_atomically(entry.meta, json.dumps(meta).encode())
-        return size
 
     # ----------------------------------------------------------------- eviction
     def _account(self, size: int) -> None:

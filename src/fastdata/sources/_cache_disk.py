@@ -1,13 +1,22 @@
-"""The files of the shard cache on disk (:mod:`fastdata.sources._cache`): entry locks,
-the scan that eviction sorts, checksums and atomic writes."""
+"""The files of the shard cache on disk (:mod:`fastdata.sources._cache`): an entry's files,
+checking that an entry holds the remote's version intact, downloading one, entry locks, the
+scan that eviction sorts, checksums and atomic writes."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import uuid
 import zlib
 from collections.abc import Iterator
+from typing import NamedTuple
+
+import pyarrow.fs as pafs
+
+from fastdata.errors import SourceError
+from fastdata.sources.filesystem import CHUNK, unlink
 
 try:
     import fcntl
@@ -15,17 +24,89 @@ except ImportError:  # Windows: no cache (the streams import this module all the
     fcntl = None  # type: ignore[assignment]
 
 __all__ = [
-    "CHUNK",
+    "Entry",
     "Lock",
+    "Remote",
+    "check",
     "crc32_file",
+    "download",
+    "entry_of",
     "open_here",
     "scan",
     "temporary",
-    "unlink",
     "write_atomically",
 ]
 
-CHUNK = 8 << 20  # bytes per read while copying or checksumming
+
+class Remote(NamedTuple):
+    """What the remote says about a file: its size and modification time (None: unknown)."""
+
+    size: int | None
+    mtime_ns: int | None
+
+
+class Entry(NamedTuple):
+    """The files of one cache entry: data, metadata (JSON) and lock."""
+
+    key: str
+    data: str
+    meta: str
+    lock: str
+
+
+def entry_of(cache_dir: str, remote_type: str, path: str) -> Entry:
+    """The entry of the file ``path`` of a remote filesystem of type ``remote_type``."""
+    name = f"{remote_type}\0{path}".encode()
+    key = hashlib.sha256(name).hexdigest()[:32]
+    base = os.path.join(cache_dir, key[:2], key)
+    return Entry(key, base + ".data", base + ".json", base + ".lock")
+
+
+def check(entry: Entry, path: str, remote: Remote, stat: os.stat_result) -> tuple[bool, str | None]:
+    """Whether the entry holds ``remote``'s version of ``path`` intact, and if not, what
+    is damaged (None: it holds another version, fetched again without a warning)."""
+    try:
+        with open(entry.meta, "rb") as f:
+            meta = json.loads(f.read())
+    except FileNotFoundError:
+        return False, None
+    except (OSError, ValueError):
+        return False, "its metadata is unreadable"
+    if (meta.get("path"), meta.get("mtime_ns")) != (path, remote.mtime_ns) or (
+        remote.size is not None and meta.get("size") != remote.size
+    ):
+        return False, None
+    if stat.st_size != meta["size"]:
+        return False, f"{stat.st_size} bytes, not {meta['size']}"
+    changed = [stat.st_ino, stat.st_mtime_ns] != meta.get("written")
+    if changed and crc32_file(entry.data) != meta["crc32"]:
+        return False, "its checksum does not match"  # changed since it was downloaded
+    return True, None
+
+
+def download(fs: pafs.FileSystem, entry: Entry, path: str, remote: Remote) -> int:
+    """Copy ``path`` of ``fs`` into the entry (temporary file, then rename); returns its size."""
+    staged = temporary(entry.data)
+    crc, size = 0, 0
+    try:
+        with fs.open_input_stream(path) as source, open(staged, "wb") as out:
+            while chunk := source.read_buffer(CHUNK):
+                crc, size = zlib.crc32(chunk, crc), size + chunk.size
+                out.write(chunk)
+        if remote.size is not None and size != remote.size:
+            raise SourceError(
+                f"read {size} bytes but the remote listed {remote.size}: the file changed "
+                "while streaming; build the stream again",
+                path=path,
+            )
+        os.replace(staged, entry.data)
+    finally:
+        unlink(staged)
+    stat = os.stat(entry.data)
+    meta = {"path": path, "size": size, "mtime_ns": remote.mtime_ns, "crc32": crc}
+    meta["written"] = [stat.st_ino, stat.st_mtime_ns]
+    write_atomically(entry.meta, json.dumps(meta).encode())
+    return size
 
 
 def scan(cache_dir: str) -> Iterator[tuple[int, int, str]]:
@@ -104,12 +185,6 @@ def write_atomically(path: str, data: bytes) -> None:
     with open(staged, "wb") as f:
         f.write(data)
     os.replace(staged, path)
-
-
-def unlink(path: str) -> None:
-    """Delete ``path`` if it is there."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 def open_here() -> set[str]:

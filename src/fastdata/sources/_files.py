@@ -9,8 +9,6 @@ filesystem passed as ``filesystem``, or a ``pyarrow.dataset.FileSystemDataset``.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
@@ -21,23 +19,13 @@ import pyarrow.fs as pafs
 
 from fastdata._validate import check_int
 from fastdata.errors import SourceError
+from fastdata.sources.filesystem import as_filesystem, digest
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 T = TypeVar("T")
 _GLOB_CHARS = set("*?[")
 _HIDDEN_PREFIXES = (".", "_")  # pyarrow.dataset ignores these too (_SUCCESS, .crc, ...)
-
-
-def as_filesystem(filesystem: Any) -> pafs.FileSystem | None:
-    """A pyarrow filesystem for ``filesystem`` (pyarrow, fsspec, or None)."""
-    if filesystem is None or isinstance(filesystem, pafs.FileSystem):
-        return filesystem
-    if hasattr(filesystem, "protocol") and hasattr(filesystem, "open"):  # fsspec
-        return pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
-    raise TypeError(
-        f"filesystem={filesystem!r}: expected a pyarrow.fs.FileSystem or an fsspec filesystem"
-    )
 
 
 class Listing(NamedTuple):
@@ -234,12 +222,6 @@ def paths_digest(paths: Sequence[str]) -> str:
         return digest([])
     prefix = os.path.commonpath(paths) if len(paths) > 1 else os.path.dirname(paths[0])
     return digest([p[len(prefix) :] for p in paths])
-
-
-def digest(value: Any) -> str:
-    """16 hex digits of the SHA-256 of ``value`` as canonical JSON."""
-    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def class_folders(

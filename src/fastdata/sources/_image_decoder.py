@@ -15,22 +15,16 @@ position each batch reached (``varying``, :meth:`ImageDecoder.items`) and resume
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import wait
-from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
-import cv2
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import torch
 
-from fastdata._env import worker_slot
 from fastdata.augment import SampleAugment
 from fastdata.decode import (
     ImageTransform,
@@ -39,19 +33,13 @@ from fastdata.decode import (
     reused_sample_rng,
     sample_rng,
 )
-from fastdata.errors import DecodeError, SourceError, add_note
+from fastdata.sources._image_errors import FAILURES, BadImages, OnError, naming
 from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
 from fastdata.sources._reading import RowFeed
 from fastdata.sources.base import INDEX, ArrowDecoder, Context
 from fastdata.workers import ThreadPools, batch_buffer, receiver_sharing
 
 __all__ = ["ImageDecoder", "OnError"]
-
-log = logging.getLogger("fastdata")
-
-OnError = Literal["raise", "skip"]
-_MAX_WORKERS = 1024  # slots of the shared skip counter
-_FAILURES = (SourceError, OSError, pa.ArrowException, ValueError, cv2.error)
 
 
 class ImageDecoder:
@@ -104,23 +92,14 @@ class ImageDecoder:
         )
         self._arrow = ArrowDecoder(origin=origin)
         self.random = transform.crop == "random-resized" or transform.flip or augment is not None
-        self.skip_counts = torch.zeros(_MAX_WORKERS, dtype=torch.int64).share_memory_()
-        self._skip_lock = threading.Lock()
-        self._warned = False
+        self._bad = BadImages(on_error)
         self._pools = ThreadPools()
         # The sharing strategy of the process that pickled this decoder for its workers
         # (None: not pickled, so the worker's own, inherited by fork, is the one).
         self._receiver: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_receiver"] = receiver_sharing()
-        del state["_skip_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._skip_lock = threading.Lock()
+        return {**self.__dict__, "_receiver": receiver_sharing()}
 
     # ----------------------------------------------------------------- the Decoder protocol
     @property
@@ -188,7 +167,7 @@ class ImageDecoder:
     @property
     def skipped(self) -> int:
         """Images left out by ``on_error="skip"`` so far, over all workers."""
-        return int(self.skip_counts.sum())
+        return self._bad.skipped
 
     # ----------------------------------------------------------------- one image
     def _bytes(self, row: dict[str, Any]) -> bytes:
@@ -231,40 +210,15 @@ class ImageDecoder:
             )
             decoded = time.perf_counter()
             result = self.transform.apply(image, geometry, out=out)
-        except _FAILURES as exc:
-            self._failed(index, exc, context)
+        except FAILURES as exc:
+            self._bad.failed(index, exc, context)
             return None, time.perf_counter() - start, 0.0
         if self.augment is not None:
             assert rng is not None  # augment makes the decoder random
-            with _naming(index, context):
+            with naming(index, context):
                 augmented = self.augment(result, rng, fixed=out is not None)
             result = augmented if out is None else _into(out, augmented)
         return result, decoded - start, time.perf_counter() - decoded
-
-    def _failed(self, index: int, exc: Exception, context: Context) -> None:
-        """Raise ``exc`` as an error naming the item at ``index``, or (``on_error="skip"``)
-        count, log and warn once."""
-        if isinstance(exc, SourceError):
-            reason = exc.reason
-        elif isinstance(exc, ValueError | cv2.error):
-            reason = f"cannot decode or transform ({type(exc).__name__}: {exc})"
-        else:
-            reason = f"cannot read ({exc})"
-        kind = SourceError if isinstance(exc, SourceError | OSError) else DecodeError
-        kind = DecodeError if isinstance(exc, DecodeError) else kind
-        error = kind(reason, **context.locate(index))
-        if self.on_error == "raise":
-            raise error from exc
-        with self._skip_lock:  # decode threads skip concurrently
-            self.skip_counts[worker_slot()[0] % _MAX_WORKERS] += 1
-            first, self._warned = not self._warned, True
-        if first:
-            warnings.warn(
-                f"skipped a bad image (on_error='skip'): {error}; further skips in this "
-                "process are logged at INFO and counted in ImageStream.skipped",
-                stacklevel=3,
-            )
-        log.info("skipped a bad image (on_error='skip'): %s", error)
 
     # ----------------------------------------------------------------- many images
     def _map(self, fn: Callable[..., Any], *args: Sequence[Any]) -> list:
@@ -298,8 +252,8 @@ class ImageDecoder:
             try:
                 data.append(self._bytes(row))
                 fetched.append(row)
-            except _FAILURES as exc:
-                self._failed(row[INDEX], exc, context)
+            except FAILURES as exc:
+                self._bad.failed(row[INDEX], exc, context)
         rngs = [self._rng(row[INDEX], context) for row in fetched]
         assert self.decode_device is not None  # the caller's branch
         images = decode_on_device(
@@ -308,12 +262,12 @@ class ImageDecoder:
             transform=self.transform,
             rngs=rngs,
             max_pixels=self.max_pixels,
-            on_error=lambda i, exc: self._failed(fetched[i][INDEX], exc, context),
+            on_error=lambda i, exc: self._bad.failed(fetched[i][INDEX], exc, context),
         )
         if self.augment is not None:  # which makes every rng a generator
             for i, (row, rng) in enumerate(zip(fetched, rngs, strict=True)):
                 if images[i] is not None:
-                    with _naming(row[INDEX], context):
+                    with naming(row[INDEX], context):
                         images[i] = self.augment.on_device(images[i], rng)  # type: ignore[arg-type]
         by_index = {row[INDEX]: image for row, image in zip(fetched, images, strict=True)}
         return [by_index.get(row[INDEX]) for row in rows]
@@ -398,17 +352,6 @@ class ImageDecoder:
             return None, taken
         batch = batch[:filled]  # short only at the end of the reader's rows
         return self._batch_item(batch.permute(0, 3, 1, 2), kept, context), taken
-
-
-@contextmanager
-def _naming(index: int, context: Context) -> Iterator[None]:
-    """Add the image's location to an error raised inside (an augmentation's)."""
-    try:
-        yield
-    except Exception as exc:
-        where = ", ".join(f"{k}={v}" for k, v in context.locate(index).items() if v is not None)
-        add_note(exc, f"while augmenting the image at {where}")
-        raise
 
 
 def _into(out: np.ndarray, image: np.ndarray) -> np.ndarray:

@@ -20,10 +20,11 @@ from fastdata._validate import check_bool, check_choice, check_names, keywords_c
 from fastdata.decode import ImageTransform
 from fastdata.errors import SourceError
 from fastdata.sources._cache import start_fetching, with_cache
-from fastdata.sources._files import Listing, as_filesystem, class_folders, resolve_files, walk
+from fastdata.sources._files import Listing, class_folders, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder
 from fastdata.sources._image_options import DECODER_OPTIONS, ImageOptions, image_decoder
 from fastdata.sources.base import Reader, SkipCounting, declares
+from fastdata.sources.filesystem import as_filesystem
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
 from fastdata.sources.readers.parquet import ParquetRowGroups
 from fastdata.sources.readers.tar import (

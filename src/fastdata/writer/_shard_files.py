@@ -25,8 +25,7 @@ import pyarrow.parquet as pq
 
 from fastdata.decode import DEFAULT_MAX_PIXELS, verify_image
 from fastdata.errors import DecodeError, SourceError
-from fastdata.sources._cache_disk import CHUNK, unlink
-from fastdata.sources._files import as_filesystem, digest
+from fastdata.sources.filesystem import CHUNK, as_filesystem, digest, unlink
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 
 __all__ = [

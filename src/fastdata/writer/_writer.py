@@ -15,7 +15,7 @@ import pyarrow.fs as pafs
 
 from fastdata._validate import check_bytes, check_choice, check_int
 from fastdata.decode import DEFAULT_MAX_PIXELS
-from fastdata.sources._files import as_filesystem, digest
+from fastdata.sources.filesystem import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 from fastdata.writer._samples import Sample
 from fastdata.writer._shard_files import (

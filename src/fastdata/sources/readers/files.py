@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 
 from fastdata._validate import check_int
-from fastdata.sources._files import Listing, digest, paths_digest
+from fastdata.sources._files import Listing, paths_digest
+from fastdata.sources.filesystem import digest
 
 __all__ = ["IMG_EXTENSIONS", "ImageFiles"]
 

@@ -1,0 +1,1 @@
+"""Unit tests of fastdata.sources.readers, one module per reader module."""

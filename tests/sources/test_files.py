@@ -1,0 +1,86 @@
+"""fastdata.sources._files: a user's ``source`` turned into a filesystem and an ordered list
+of files — paths, directories, globs, lists of them — with the errors naming the path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from fastdata.errors import SourceError
+from fastdata.sources._files import class_folders, paths_digest, resolve_files, walk
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    for name in ("b/2.jpg", "a/1.JPG", "a/0.png", "a/notes.txt", ".hidden/3.jpg", "_tmp/4.jpg"):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * len(name))
+    return tmp_path
+
+
+def test_a_directory_lists_its_visible_files_sorted_with_their_sizes(tree: Path) -> None:
+    listing = resolve_files(tree, suffixes=(".jpg", ".png"))
+    assert isinstance(listing.fs, pafs.LocalFileSystem)
+    assert [os.path.relpath(p, tree) for p in listing.paths] == ["a/0.png", "a/1.JPG", "b/2.jpg"]
+    assert listing.sizes == [len("a/0.png"), len("a/1.JPG"), len("b/2.jpg")]
+
+
+def test_explicit_files_keep_the_order_given(tree: Path) -> None:
+    paths = [str(tree / "b/2.jpg"), str(tree / "a/0.png")]
+    assert resolve_files(paths).paths == paths
+
+
+def test_a_glob_stays_within_its_depth_unless_it_says_double_star(tree: Path) -> None:
+    assert [Path(p).name for p in resolve_files(str(tree / "a/*.png")).paths] == ["0.png"]
+    with pytest.raises(SourceError, match="glob matched no files"):
+        resolve_files(str(tree / "*.jpg"))
+    found = resolve_files(str(tree / "**.jpg")).paths
+    assert [os.path.relpath(p, tree) for p in found] == ["b/2.jpg"]  # 1.JPG: case-sensitive
+
+
+def test_a_file_reached_twice_is_refused_unless_repeats_are_meant(tree: Path) -> None:
+    twice = [str(tree / "a"), str(tree / "a/0.png")]
+    with pytest.raises(SourceError, match="reached twice") as caught:
+        resolve_files(twice)
+    assert caught.value.path == str(tree / "a/0.png")
+    assert resolve_files(twice, repeats=True).paths.count(str(tree / "a/0.png")) == 2
+
+
+@pytest.mark.parametrize("source", [[], "missing"])
+def test_nothing_to_read_is_refused_naming_it(tree: Path, source: object) -> None:
+    source = str(tree / source) if isinstance(source, str) else source
+    with pytest.raises(SourceError):
+        resolve_files(source)
+
+
+def test_walk_follows_a_link_loop_once(tree: Path) -> None:
+    (tree / "a" / "loop").symlink_to(tree / "a")
+    found = walk(pafs.LocalFileSystem(), str(tree / "a"), (".png",))
+    assert [os.path.relpath(p, tree) for p, _ in found] == ["a/0.png"]
+
+
+def test_hidden_names_are_walked_only_when_asked(tree: Path) -> None:
+    fs = pafs.LocalFileSystem()
+    names = {Path(p).name for p, _ in walk(fs, str(tree), (".jpg",), hidden=True)}
+    assert names == {"1.JPG", "2.jpg", "3.jpg", "4.jpg"}
+
+
+def test_the_paths_digest_ignores_where_the_files_were_moved() -> None:
+    here = ["/data/x/a.tar", "/data/x/b.tar"]
+    there = ["/mnt/copy/x/a.tar", "/mnt/copy/x/b.tar"]
+    assert paths_digest(here) == paths_digest(there)
+    assert paths_digest(here) != paths_digest(here[::-1])
+
+
+def test_class_folders_are_sorted_or_checked_against_a_mapping(tmp_path: Path) -> None:
+    for name in ("dog", "cat"):
+        (tmp_path / name).mkdir()
+    fs = pafs.LocalFileSystem()
+    assert class_folders(fs, str(tmp_path), None) == {"cat": 0, "dog": 1}
+    assert class_folders(fs, str(tmp_path), {"dog": 0, "cat": 5}) == {"dog": 0, "cat": 5}
+    with pytest.raises(SourceError, match=r"\['bird'\]"):
+        class_folders(fs, str(tmp_path), {"bird": 0})

@@ -1,0 +1,85 @@
+"""fastdata.sources._reading: a slot's segments read (ahead, on threads) in order, permuted
+by their window's seed, cut to the segment, and cut again into tables of one batch's rows."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from fastdata.sources._reading import RowFeed, cut, read_segments
+from fastdata.sources.base import INDEX
+from fastdata.sources.elastic import Segment
+from fastdata.sources.plan import Piece, Window, window_permutation
+
+
+class Units:
+    """Units of 10 rows; row ``r`` of unit ``u`` holds ``100 * u + r``; bad units fail."""
+
+    def __init__(self, bad: tuple[int, ...] = ()) -> None:
+        self.bad = bad
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        if unit in self.bad:
+            raise OSError(f"unit {unit} is gone")
+        return pa.table({"v": [100 * unit + r for r in range(start, stop)]})
+
+    def unit_rows(self) -> list[int]:
+        return [10] * 4
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        return {}
+
+    def identity(self) -> dict[str, Any]:
+        return {}
+
+
+WINDOWS = [
+    Window((Piece(0, 2, 6), Piece(1, 0, 3)), seed=None),
+    Window((Piece(2, 0, 10),), seed=7),
+    Window((Piece(3, 5, 10),), seed=None),
+]
+SEGMENTS = [Segment(WINDOWS[0], 1, 7), Segment(WINDOWS[1], 0, 10), Segment(WINDOWS[2], 0, 5)]
+
+
+def expected() -> list[list[int]]:
+    first = [2, 3, 4, 5, 100, 101, 102][1:7]
+    perm = window_permutation(WINDOWS[1])
+    assert perm is not None
+    second = [200 + int(i) for i in perm]
+    return [first, second, [305, 306, 307, 308, 309]]
+
+
+@pytest.mark.parametrize("read_ahead", [0, 1, 2, 5])
+def test_segments_come_in_order_permuted_and_cut(read_ahead: int) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        tables = read_segments(Units(), SEGMENTS, pool, read_ahead, None, None)
+        assert [t.column("v").to_pylist() for t in tables] == expected()
+
+
+def test_tables_carry_each_rows_index_from_the_units_offsets() -> None:
+    offsets = np.array([0, 10, 20, 30, 40])
+    table = next(read_segments(Units(), SEGMENTS[:1], None, 0, offsets, None))
+    assert table.column(INDEX).to_pylist() == [3, 4, 5, 10, 11, 12]
+
+
+def test_a_failed_read_raises_in_order_after_the_tables_before_it() -> None:
+    with ThreadPoolExecutor(2) as pool:
+        tables = read_segments(Units(bad=(3,)), SEGMENTS, pool, 2, None, None)
+        assert len(next(tables)) == 6 and len(next(tables)) == 10
+        with pytest.raises(OSError, match="unit 3 is gone"):
+            next(tables)
+
+
+def test_rows_are_taken_across_table_boundaries() -> None:
+    tables = [pa.table({"v": list(range(a, b))}) for a, b in ((0, 3), (3, 4), (4, 9))]
+    feed = RowFeed(iter(tables))
+    assert feed.take(2).column("v").to_pylist() == [0, 1]
+    assert feed.take(5).column("v").to_pylist() == [2, 3, 4, 5, 6]
+    assert feed.take(5).column("v").to_pylist() == [7, 8]
+    assert feed.take(1) is None
+    batches = cut(iter(tables), 4)
+    assert [t.column("v").to_pylist() for t in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
