@@ -14,7 +14,7 @@ from fastdata.config import LoaderConfig
 from fastdata.tune import Trial
 from fastdata.tune.compare import Comparison, compare, rebuild
 
-from fakes import settings
+from .fakes import settings
 
 DATA = torch.utils.data.TensorDataset(torch.arange(40.0))
 

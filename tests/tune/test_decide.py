@@ -9,53 +9,17 @@ issue 32, where the former rule chose by noise.
 from __future__ import annotations
 
 import math
-import statistics
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fastdata.tune import Trial
-from fastdata.tune.decide import (
-    MAX_PAIRS,
-    Decision,
-    Paired,
-    apart,
-    decide,
-    describe_refused,
-    drift,
-    explain,
-    overlap,
-    paired,
-)
+from fastdata.tune._explain import explain
+from fastdata.tune._statistics import paired
+from fastdata.tune.decide import MAX_PAIRS, Decision, decide
 
-from fakes import GiB, settings
-
-T95_2 = 4.302652730  # Student's t, two-sided 95%, 2 degrees of freedom (three pairs)
-
-
-def trial(workers: int, rate: float, ci: float = 0.03, **kwargs: object) -> Trial:
-    prefetch = kwargs.pop("prefetch", 2)
-    pin = kwargs.pop("pin", False)
-    return Trial(
-        params=settings(workers, prefetch, pin),  # type: ignore[arg-type]
-        throughput=rate,
-        rel_ci=ci,
-        busy=kwargs.pop("busy", 0.5),  # type: ignore[arg-type]
-        **kwargs,  # type: ignore[arg-type]
-    )
-
-
-def rounds(
-    cheap: Trial, fast: Trial, rates: list[tuple[float, float]], first: int = 0
-) -> list[Trial]:
-    """Paired rounds of the settings of ``cheap`` and ``fast`` at these rates (alternating
-    order, as the search measures them), numbered from ``first``."""
-    out = []
-    for k, (a, b) in enumerate(rates):
-        pair = [(cheap, a), (fast, b)] if k % 2 == 0 else [(fast, b), (cheap, a)]
-        out += [Trial(params=t.params, throughput=r, rel_ci=0.02, pair=first + k) for t, r in pair]
-    return out
+from .fakes import GiB, rounds, settings, trial
 
 
 def choose(trials: list[Trial], **options: object) -> Decision:
@@ -69,39 +33,6 @@ def reason(trials: list[Trial], **options: object) -> str:
     decision = decide(trials, **rule)  # type: ignore[arg-type]
     words = {k: v for k, v in options.items() if k in ("target", "tolerance", "cores")}
     return " ".join(explain(decision, trials, **words))  # type: ignore[arg-type]
-
-
-def test_the_interval_is_the_throughput_over_one_plus_and_minus_the_relative_ci() -> None:
-    assert trial(2, 20.0, 0.25).interval == (16.0, pytest.approx(80 / 3))
-    assert trial(2, 20.0, math.inf).interval == (20.0, 20.0)  # no interval: the point
-    assert trial(2, 20.0, 1.5).interval == (8.0, math.inf)
-    assert overlap(trial(1, 10.0, 0.1), trial(2, 11.5, 0.1))  # 9.1-11.1 and 10.5-12.8
-    assert not overlap(trial(1, 10.0, 0.05), trial(2, 11.5, 0.05))  # 9.5-10.5, 11.0-12.1
-
-
-def test_paired_rounds_give_the_geometric_mean_ratio_and_its_t_interval() -> None:
-    cheap, fast = trial(1, 20.0), trial(2, 25.0)
-    table = [cheap, fast, *rounds(cheap, fast, [(20.0, 21.0), (19.5, 20.5), (21.0, 21.5)])]
-    logs = [math.log(20 / 21), math.log(19.5 / 20.5), math.log(21 / 21.5)]
-    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-    result = paired(table, 0, 1)
-    assert result is not None and result.pairs == 3
-    assert result.ratio == pytest.approx(math.exp(mean))  # 96%
-    assert result.low == pytest.approx(math.exp(mean - T95_2 * sd / math.sqrt(3)))
-    assert result.high == pytest.approx(math.exp(mean + T95_2 * sd / math.sqrt(3)))
-    one = [cheap, fast, *rounds(cheap, fast, [(20.0, 21.0)])]
-    assert paired(one, 0, 1) is None  # one pair: no interval
-
-
-@pytest.mark.parametrize(
-    ("low", "high", "verdict"),
-    [(0.96, 1.10, "within"), (0.95, 0.99, "within"), (0.80, 0.949, "slower"),
-     (0.37, 1.14, "undecided"), (0.90, 0.95, "undecided"), (0.94, 0.96, "undecided")],
-)  # fmt: skip
-def test_the_verdict_is_where_the_interval_lies_against_one_minus_the_tolerance(
-    low: float, high: float, verdict: str
-) -> None:
-    assert Paired((1,), (2,), (low * high) ** 0.5, low, high, 3).verdict(0.05) == verdict
 
 
 def test_recorded_case_1_the_comparison_is_between_the_choice_and_the_fastest() -> None:
@@ -259,9 +190,6 @@ def test_memory_refusals_are_never_chosen_and_are_named() -> None:
     decision = choose(search, max_memory=int(2.5 * GiB))
     assert decision.fastest == 1 and decision.refused == (2, 3, 4)
     assert decision.chosen in (0, 1)
-    text = describe_refused(search, decision.refused, int(2.5 * GiB))
-    assert text.startswith("3 setting(s) refused for memory: num_workers=2,")
-    assert "(peak 3 GiB over 2.5 GiB)" in text and "not started: predicted 7 GiB" in text
     with pytest.raises(ValueError, match="no setting completed within the memory ceiling"):
         choose(search, max_memory=GiB // 2)
     with pytest.raises(ValueError, match="no setting completed"):
@@ -269,17 +197,6 @@ def test_memory_refusals_are_never_chosen_and_are_named() -> None:
     paired_only = [Trial(params=settings(1), throughput=1.0, pair=0)]
     with pytest.raises(ValueError, match="no setting completed"):
         choose(paired_only)  # paired rounds compare; they are not the search's trials
-
-
-def test_drift_is_the_largest_gap_between_a_trial_and_its_settings_paired_rounds() -> None:
-    cheap, fast = trial(1, 18.0), trial(2, 25.0)
-    assert drift([cheap, fast]) is None
-    table = [cheap, fast, *rounds(cheap, fast, [(19.0, 20.0), (20.0, 21.0), (21.0, 22.0)])]
-    assert drift(table) == pytest.approx(25 / 21 - 1)  # 2 workers: 25 once, median 21
-    # apart: the trial's top, widened by the drift, under 95% of the fastest's widened bottom
-    slow, best = trial(0, 10.0, 0.05), trial(2, 20.0, 0.05)
-    assert apart(slow, best, 0.05, 0.0)
-    assert not apart(slow, best, 0.05, 0.5)  # a drift of 50%: it might not be slower
 
 
 def test_a_round_without_an_upper_bound_on_its_rate_does_not_count() -> None:

@@ -11,7 +11,7 @@ from fastdata.config import LoaderConfig
 from fastdata.tune import Trial, TuneResult
 from fastdata.tune.plot import plot
 
-from fakes import settings
+from .fakes import settings
 
 
 def png_size(path: Path) -> tuple[int, int]:

@@ -9,7 +9,7 @@ import time
 from fastdata.tune import Trial
 from fastdata.tune.progress import Progress
 
-from fakes import FakeClock, settings
+from .fakes import FakeClock, settings
 
 
 class Terminal(io.StringIO):

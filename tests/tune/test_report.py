@@ -10,7 +10,7 @@ import pytest
 from fastdata.config import LoaderConfig
 from fastdata.tune import Trial, TuneResult
 
-from fakes import GiB, settings
+from .fakes import GiB, settings
 
 
 def test_tune_result_json_round_trip_and_report(tmp_path: Path) -> None:

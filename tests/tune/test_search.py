@@ -12,7 +12,7 @@ import pytest
 from fastdata.tune import Trial, TuneError
 from fastdata.tune.search import SearchSpace, search
 
-from fakes import FakeClock, GiB, settings
+from .fakes import FakeClock, GiB, settings
 
 
 class Surface:
@@ -207,41 +207,6 @@ def test_pin_memory_is_searched_only_when_a_device_is_used() -> None:
     assert outcome.trials[outcome.chosen].params["pin_memory"] is False  # within tolerance
 
 
-def test_search_space_validation_and_defaults() -> None:
-    default = SearchSpace.build(None, cores=2, device_used=False)
-    assert default.num_workers == (0, 1, 2, 3, 4)
-    assert default.prefetch_factor == tuple(range(2, 9))  # torch's default and up
-    assert default.pin_memory == (False,)
-    assert default.worker_method == ("thread", "multiprocessing")  # cheapest first
-    assert SearchSpace.build(None, cores=2, device_used=True).pin_memory == (False, True)
-    given_space = SearchSpace.build({"num_workers": [8, 2, 2]}, cores=2, device_used=False)
-    assert given_space.num_workers == (2, 8)
-    assert given_space.base(0) == settings(0)
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) 'workers': valid settings"):
-        SearchSpace.build({"workers": [1]}, cores=2, device_used=False)
-    with pytest.raises(ValueError, match=r"search_space\['num_workers'\]=\[-1\]: .*>= 0"):
-        SearchSpace.build({"num_workers": [-1]}, cores=2, device_used=False)
-    with pytest.raises(ValueError, match=r"non-empty list of integers >= 1"):
-        SearchSpace.build({"prefetch_factor": []}, cores=2, device_used=False)
-    with pytest.raises(ValueError, match=r"'thread' / 'multiprocessing'"):
-        SearchSpace.build({"worker_method": ["process"]}, cores=2, device_used=False)
-
-
-def test_the_grid_is_every_setting_of_the_space_cheapest_first() -> None:
-    from fastdata.tune.space import cost
-
-    small = SearchSpace.build({"num_workers": [0, 1, 2], "prefetch_factor": [1, 2, 4]},
-                              cores=2, device_used=True)  # fmt: skip
-    grid = small.grid()
-    # no workers: pinning only; with workers: 2 methods x 3 prefetch x 2 pinning more
-    assert len(grid) == 2 + 2 * 2 * 3 * 2
-    assert grid[:3] == [settings(0), settings(0, pin=True), settings(1, 1, method="thread")]
-    assert grid == sorted(grid, key=cost) and len({tuple(g.values()) for g in grid}) == len(grid)
-    assert small.base(2) == settings(2) and small.base(0) == settings(0)
-    odd = SearchSpace.build({"prefetch_factor": [3, 5]}, cores=1, device_used=False)
-    assert odd.base(1) == settings(1, 3)  # torch's 2 left out: the nearest, cheaper on a tie
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_noisy_measurements_of_a_plateau_choose_the_same_setting_every_time(seed: int) -> None:
     """Each measurement, paired rounds included, is off by up to 2% with a 3% interval:
@@ -283,19 +248,6 @@ def test_a_setting_measured_at_a_lucky_moment_is_taken_back_by_the_pairs() -> No
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "In 2 pairs of back-to-back rounds, num_workers=2" in outcome.reason
     assert "the 14% drift seen between a trial and the paired rounds" in outcome.reason
-
-
-def test_memory_is_predicted_from_the_growth_per_worker() -> None:
-    from fastdata.tune.search import _Run
-
-    run = _Run(lambda p, t: Trial(params=p), budget_s=10, planned=5, target=0.95, tolerance=0.05,
-               max_memory=None, max_pairs=6, clock=FakeClock(), on_trial=None)  # fmt: skip
-    run.trials = [Trial(params=settings(0), peak_rss=GiB)]
-    assert run.predicted_rss(settings(4)) is None  # one worker count: no growth known
-    run.trials += [Trial(params=settings(1), peak_rss=2 * GiB),
-                   Trial(params=settings(2), peak_rss=int(2.5 * GiB))]  # fmt: skip
-    assert run.predicted_rss(settings(4)) == pytest.approx(4.5 * GiB)  # 2.5 + 2 x 1 GiB
-    assert run.predicted_rss(settings(1)) == 2 * GiB  # measured
 
 
 def test_thread_workers_are_chosen_where_they_feed_the_consumer_as_well_as_processes() -> None:

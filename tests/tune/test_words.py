@@ -6,7 +6,7 @@ import pytest
 
 from fastdata.tune.words import describe, format_size, parse_size, percent
 
-from fakes import GiB, settings
+from .fakes import GiB, settings
 
 
 def test_sizes_parse_and_format() -> None:

@@ -4,32 +4,25 @@ Wire them into the ``fastdata`` command with :func:`add_parsers`; each parser's 
 ``run`` runs it. Only the standard library is imported here; torch, OpenCV and the tuner
 load when a command runs, so ``fastdata --help`` stays instant.
 
-Without a data argument ``fastdata tune`` tunes the built-in demo: a few hundred
-deterministic ImageNet-like JPEGs (written to a temporary folder, or with ``--demo --data
-DIR`` to DIR, kept for the next run), decoded with random-resized crops to 224 px and flips
-in batches of 32 — a decode-bound pipeline, so ``num_workers`` matters. ``--data DIR`` does
-the same with your ImageFolder tree. A folder of fewer than :data:`PASS` images is listed
-several times per pass (4,096 samples, the size of a small real dataset's epoch) so that
-each trial measures a steady state rather than workers restarting every few batches.
+The arguments are checked before anything runs (:mod:`fastdata.tune._cli_args`); the loaders
+to tune are built from the data arguments (:mod:`fastdata.tune._cli_data`): without one,
+``fastdata tune`` tunes the built-in demo, a few hundred deterministic ImageNet-like JPEGs
+decoded with random-resized crops to 224 px and flips in batches of 32 — a decode-bound
+pipeline, so ``num_workers`` matters.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
-import math
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from fastdata._cli import HelpFormatter, check, fail, import_function, say
+from fastdata._cli import HelpFormatter, fail, say
+from fastdata.tune._cli_args import check_bench, check_tune
+from fastdata.tune._cli_data import loader_factory
 
-PASS = 4096
-"""The fewest samples per pass of the image streams: a smaller folder is listed several times
-over."""
-WORKER_TIMEOUT_S = 60
-"""Seconds a worker of the built-in pipelines may take for one batch before the trial fails."""
-_POSITIVE = {"minimum": 0, "exclusive_minimum": True}
+__all__ = ["add_parsers", "run_bench", "run_tune"]
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -163,7 +156,7 @@ def run_tune(args: argparse.Namespace) -> int:
     """Run ``fastdata tune``; returns the exit status (0 done, 1 the loader failed, 2 bad
     arguments, 130 interrupted before any measurement). Bad arguments exit through
     ``parser.error`` before anything is measured."""
-    _check_tune(args)
+    check_tune(args)
     from fastdata.errors import FastDataError
     from fastdata.tune import TuneError, tune
     from fastdata.tune.progress import Progress
@@ -171,7 +164,7 @@ def run_tune(args: argparse.Namespace) -> int:
     space = None if args.max_workers is None else {"num_workers": range(args.max_workers + 1)}
     try:
         with tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch:
-            factory, source = _loader_factory(args, Path(scratch))
+            factory, source = loader_factory(args, Path(scratch))
             if not args.quiet:
                 say(f"fastdata tune: {source}")
                 say(f"measuring for up to {args.budget_s:g} s; Ctrl-C keeps the best so far")
@@ -208,26 +201,13 @@ def run_tune(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     """Run ``fastdata bench``; returns the exit status (0 done, 1 a loader failed, 2 bad
     arguments, 130 interrupted)."""
-    parser = args.parser
-    _check_common(args)
-    args.rounds = check(parser, "check_int", "--rounds", args.rounds, minimum=2)
-    for option in ("--budget-s", "--tune-budget-s"):
-        dest = option[2:].replace("-", "_")
-        value = getattr(args, dest)
-        setattr(args, dest, check(parser, "check_number", option, value, **_POSITIVE))
-    make_loader = import_function(parser, "--factory", args.factory)
-    from fastdata.config import LoaderConfig
+    check_bench(args)
+    make_loader, config = args.factory_function, args.loaded_config
     from fastdata.errors import FastDataError
     from fastdata.tune import TuneError, tune
     from fastdata.tune.compare import compare, rebuild
     from fastdata.tune.progress import Progress
 
-    config: Any = None
-    if args.config is not None:
-        try:
-            config = LoaderConfig.load(args.config)
-        except (OSError, ValueError) as exc:
-            parser.error(f"--config {args.config!r}: {exc}")
     try:
         if config is None:
             if not args.quiet:
@@ -258,161 +238,3 @@ def run_bench(args: argparse.Namespace) -> int:
         return fail("bench", "interrupted", 130)
     print(comparison.report())
     return 0
-
-
-def _check_common(args: argparse.Namespace) -> None:
-    args.step_ms = check(args.parser, "check_number", "--step-ms", args.step_ms, minimum=0)
-
-
-def _check_tune(args: argparse.Namespace) -> None:
-    """Every argument of ``fastdata tune`` checked, before anything runs."""
-    parser = args.parser
-    _check_common(args)
-    for option in ("--batch-size", "--size", "--demo-images"):
-        dest = option[2:].replace("-", "_")
-        setattr(args, dest, check(parser, "check_int", option, getattr(args, dest), minimum=1))
-    args.budget_s = check(parser, "check_number", "--budget-s", args.budget_s, **_POSITIVE)
-    args.target = check(parser, "check_number", "--target", args.target, maximum=1, **_POSITIVE)
-    args.max_workers = check(parser, "check_int", "--max-workers", args.max_workers, minimum=0,
-                             none="unset for 2 x the cores")  # fmt: skip
-    if args.max_memory is not None:
-        args.max_memory = check(parser, _parse_memory, "--max-memory", args.max_memory)
-    check(parser, "check_device", "--device", args.device)
-    if args.demo and (args.parquet is not None or args.factory is not None):
-        parser.error("--demo goes with --data DIR or alone, not with --parquet or --factory")
-    if args.data is not None and not args.demo:
-        problem = _folder_problem(Path(args.data))
-        if problem is not None:
-            parser.error(f"--data {args.data!r}: {problem}")
-    if args.plot is not None and not _has_matplotlib():
-        parser.error("--plot needs matplotlib: pip install 'fastdata[plot]'")
-    if args.factory is not None:
-        args.factory_function = import_function(parser, "--factory", args.factory)
-
-
-def _parse_memory(option: str, text: str) -> int | str:
-    """``--max-memory``: bytes for a size, the text itself for a share (``"50%"``, turned into
-    bytes when the tuning starts)."""
-    from fastdata.tune.machine import share
-    from fastdata.tune.words import parse_size
-
-    try:
-        if text.strip().endswith("%"):
-            share(text)
-            return text
-        return parse_size(text)
-    except ValueError as exc:
-        raise ValueError(f"{option} {exc}") from None
-
-
-_DEMO_HINT = (
-    "`fastdata tune` without --data tunes on the demo images (`--demo --data NEW_DIR` keeps "
-    "them in a new folder)"
-)
-
-
-def _folder_problem(root: Path) -> str | None:
-    """What keeps ``root`` from being an ImageFolder tree to tune on, with a hint that never
-    proposes writing into ``root`` (a mistyped path would get the demo images); None if it is
-    one."""
-    if not root.exists():
-        near = _near_names(root)
-        hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
-        return f"no such folder; {hint}{_DEMO_HINT}"
-    if not root.is_dir():
-        return "a file, not a folder; --data takes an ImageFolder tree DIR/<class>/<image>"
-    if _image_files(root):
-        return None
-    from fastdata.sources.images import IMG_EXTENSIONS
-
-    flat = [p for p in root.iterdir() if p.is_file() and p.suffix.lower() in IMG_EXTENSIONS]
-    if flat:
-        return (
-            f"its {len(flat)} image(s) lie directly in it, but --data takes an ImageFolder "
-            "tree DIR/<class>/<image>: move them into a subfolder (one per class)"
-        )
-    return f"holds no images in DIR/<class>/<image>; {_DEMO_HINT}"
-
-
-def _near_names(path: Path) -> list[str]:
-    """Existing paths whose name is close to ``path``'s (a typo), beside it."""
-    import difflib
-
-    parent = path.parent if path.parent.is_dir() else None
-    if parent is None or not path.name:
-        return []
-    names = [p.name for p in parent.iterdir() if p.is_dir()]
-    near = difflib.get_close_matches(path.name, names, n=2, cutoff=0.6)
-    return [str(parent / name) for name in near]
-
-
-def _loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
-    """The factory of loaders to tune and a description of its data."""
-    if args.factory is not None:
-        return _settings_factory(args.factory_function), f"loaders from {args.factory}"
-    import fastdata
-
-    if args.parquet is not None:
-        stream: Any = fastdata.ParquetStream(args.parquet, batch_size=args.batch_size)
-        described = f"ParquetStream({args.parquet!r}, batch_size={args.batch_size})"
-    else:
-        options = {"size": args.size, "crop": "random-resized", "flip": True}
-        options["batch_size"] = args.batch_size
-        transform = f"{args.size} px random-resized crops + flips, batches of {args.batch_size}"
-        root = Path(args.data) if args.data is not None else scratch
-        paths = _image_files(root)
-        demo = args.data is None or args.demo
-        if demo and not paths:
-            if not args.quiet:
-                say(f"writing {args.demo_images} demo images to {root}")
-            paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
-        repeat = math.ceil(PASS / len(paths))
-        # ImageFolder's labels: the sorted class folders, the first level under the root.
-        folders = [p.relative_to(root).parts[0] for p in paths]
-        classes = sorted(set(folders))
-        labels = [classes.index(f) for f in folders]
-        stream = fastdata.ImageStream.from_files(paths * repeat, labels * repeat, **options)
-        listed = f"{len(paths)} images in {len(classes)} classes x {repeat} per pass"
-        described = f"{'demo images' if demo else repr(str(root))} ({listed}), {transform}"
-
-    def factory(*, worker_method: str = "multiprocessing", **params: Any) -> Any:
-        # A worker that hangs then fails its trial instead of stalling the whole command.
-        timeout = WORKER_TIMEOUT_S if params["num_workers"] > 0 else 0
-        return fastdata.DataLoader(
-            stream, batch_size=None, timeout=timeout, worker_method=worker_method, **params
-        )
-
-    return factory, described
-
-
-def _settings_factory(function: Any) -> Any:
-    """``function`` when it takes the tuner's settings; for one that takes no arguments (it
-    returns a DataLoader), a factory that rebuilds its loader as a fastdata.DataLoader with
-    each setting, thread workers included."""
-    try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: assume the settings
-        return function
-    if any(p.kind is p.VAR_KEYWORD or p.name == "num_workers" for p in parameters):
-        return function
-    from fastdata.tune.compare import rebuild
-
-    def rebuilt(*, worker_method: str = "multiprocessing", **settings: Any) -> Any:
-        return rebuild(function(), worker_method=worker_method, **settings)
-
-    return rebuilt
-
-
-def _image_files(root: Path) -> list[Path]:
-    from fastdata.sources.images import IMG_EXTENSIONS
-
-    if not root.is_dir():
-        return []
-    files = (p for p in root.glob("*/**/*") if p.suffix.lower() in IMG_EXTENSIONS)
-    return sorted(p for p in files if p.is_file())
-
-
-def _has_matplotlib() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("matplotlib") is not None

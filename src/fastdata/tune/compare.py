@@ -19,7 +19,10 @@ from statistics import fmean, stdev
 from typing import Any
 
 from fastdata.config import LoaderConfig, load_config
-from fastdata.tune.measure import Trial, measure, t95
+from fastdata.tune._consumer import consumer_step, describe_step
+from fastdata.tune._statistics import t95
+from fastdata.tune._trial import Trial
+from fastdata.tune.measure import measure
 from fastdata.tune.words import describe
 
 __all__ = ["Comparison", "compare", "rebuild"]
@@ -146,12 +149,11 @@ def compare(
         TypeError, ValueError: invalid arguments; ``make_loader()`` not a torch DataLoader.
     """
     from fastdata._validate import check_int, check_number
-    from fastdata.tune import _consumer_step, _describe_step
 
     settings = load_config(config).to_dict()
     rounds = check_int("rounds", rounds, minimum=2)
     check_number("budget_s", budget_s, minimum=0, exclusive_minimum=True)
-    consumer = _consumer_step(step, step_ms)
+    consumer = consumer_step(step, step_ms)
     share = budget_s / (2 * rounds)
     sides: dict[str, list[Trial]] = {"yours": [], "fastdata": []}
     for i in range(rounds):
@@ -168,7 +170,7 @@ def compare(
         yours=tuple(sides["yours"]),
         fastdata=tuple(sides["fastdata"]),
         config=LoaderConfig.from_dict(settings),
-        step=_describe_step(step, step_ms),
+        step=describe_step(step, step_ms),
     )
 
 

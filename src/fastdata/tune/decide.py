@@ -47,63 +47,23 @@ budget lasts.
 
 Trials refused for memory (:attr:`~fastdata.tune.measure.Trial.refused`, or a peak RSS over
 ``max_memory``) and failed ones are never chosen. Pure functions of the trials, so the rule is
-tested on recorded trial tables.
+tested on recorded trial tables. The statistics it reads (intervals, paired rounds, drift) are
+:mod:`fastdata.tune._statistics`; the reason in words, :mod:`fastdata.tune._reason`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import fmean, median, stdev
-from typing import Any
 
-from fastdata.tune.measure import Trial, t95
+from fastdata.tune._statistics import Paired, apart, drift, paired, pairs_of
+from fastdata.tune._trial import Trial
 from fastdata.tune.space import cost, torch_defaults
-from fastdata.tune.words import describe, format_size, percent
 
-__all__ = [
-    "MAX_PAIRS",
-    "Decision",
-    "Paired",
-    "Verdict",
-    "apart",
-    "decide",
-    "equivalent",
-    "explain",
-    "overlap",
-    "paired",
-]
+__all__ = ["MAX_PAIRS", "Decision", "Paired", "Verdict", "decide"]
 
 MAX_PAIRS = 8
 """Pairs after which a comparison that cannot tell its settings apart ends (and says so)."""
-
-
-@dataclass(frozen=True)
-class Paired:
-    """The paired rounds of two settings: ``cheap``'s throughput over ``fast``'s.
-
-    Attributes:
-        cheap, fast: the two settings, as :func:`~fastdata.tune.space.cost` keys.
-        ratio: the geometric mean of the per-pair ratios.
-        low, high: its 95% interval (Student's t over the pairs' log-ratios).
-        pairs: the number of complete pairs.
-    """
-
-    cheap: tuple[Any, ...]
-    fast: tuple[Any, ...]
-    ratio: float
-    low: float
-    high: float
-    pairs: int
-
-    def verdict(self, tolerance: float) -> str:
-        """``"within"`` (the interval at or above ``1 - tolerance``), ``"slower"`` (wholly
-        below it) or ``"undecided"`` (it contains the line)."""
-        line = 1 - tolerance
-        if self.low >= line:
-            return "within"
-        return "slower" if self.high < line else "undecided"
 
 
 @dataclass(frozen=True)
@@ -156,76 +116,6 @@ class Decision:
     reached: tuple[int, ...] = ()
     refused: tuple[int, ...] = ()
     fallback: bool = False
-
-
-def overlap(a: Trial, b: Trial) -> bool:
-    """Whether the throughput intervals of ``a`` and ``b`` overlap (cannot be told apart)."""
-    (a_low, a_high), (b_low, b_high) = a.interval, b.interval
-    return a_low <= b_high and b_low <= a_high
-
-
-def equivalent(trial: Trial, fastest: Trial, tolerance: float) -> bool:
-    """Whether ``trial`` is as good as ``fastest`` by their trials alone: the intervals
-    overlap or the throughput is within ``tolerance`` (what the search steers by)."""
-    return overlap(trial, fastest) or trial.throughput >= (1 - tolerance) * fastest.throughput
-
-
-def apart(trial: Trial, fastest: Trial, tolerance: float, drift: float) -> bool:
-    """Whether ``trial`` is slower than ``fastest`` by more than ``tolerance`` beyond both
-    intervals, each widened by ``drift``: the top of its interval, times ``1 + drift``, is
-    below ``1 - tolerance`` of the bottom of the fastest's, over ``1 + drift``."""
-    top = trial.interval[1] * (1 + drift)
-    return top < (1 - tolerance) * fastest.interval[0] / (1 + drift)
-
-
-def paired(trials: Sequence[Trial], cheap: int, fast: int) -> Paired | None:
-    """The paired rounds of the settings of ``trials[cheap]`` and ``trials[fast]`` (None with
-    fewer than two complete pairs: no interval comes from one)."""
-    keys = (cost(trials[cheap].params), cost(trials[fast].params))
-    rounds = _rounds(trials, keys)
-    if len(rounds) < 2:
-        return None
-    logs = [math.log(a / b) for a, b in rounds]
-    half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
-    mean = fmean(logs)
-    return Paired(keys[0], keys[1], math.exp(mean), math.exp(mean - half), math.exp(mean + half),
-                  len(logs))  # fmt: skip
-
-
-def pairs_of(trials: Sequence[Trial], cheap: int, fast: int) -> int:
-    """The number of complete pairs of the settings of ``trials[cheap]`` and ``trials[fast]``."""
-    return len(_rounds(trials, (cost(trials[cheap].params), cost(trials[fast].params))))
-
-
-def _counts(trial: Trial) -> bool:
-    """Whether a paired round counts: it completed, and its own interval has an upper bound
-    (a relative half-width under 1; a round with none measured noise, and is measured
-    again)."""
-    return trial.pair is not None and trial.ok and trial.throughput > 0 and trial.rel_ci < 1
-
-
-def _rounds(trials: Sequence[Trial], keys: tuple[Any, Any]) -> list[tuple[float, float]]:
-    """``(cheap, fast)`` throughputs of each complete pair of the two settings ``keys``."""
-    pairs: dict[int | None, dict[Any, float]] = {}
-    for t in trials:
-        if _counts(t):
-            pairs.setdefault(t.pair, {})[cost(t.params)] = t.throughput
-    return [(p[keys[0]], p[keys[1]]) for p in pairs.values() if set(p) == set(keys)]
-
-
-def drift(trials: Sequence[Trial]) -> float | None:
-    """The largest relative difference, either way, between a setting's trial and the median
-    of its paired rounds (None when no setting has both)."""
-    rounds: dict[Any, list[float]] = {}
-    for t in trials:
-        if _counts(t):
-            rounds.setdefault(cost(t.params), []).append(t.throughput)
-    changes = [
-        abs(math.log(t.throughput / median(rounds[key])))
-        for t in trials
-        if t.pair is None and t.ok and t.throughput > 0 and (key := cost(t.params)) in rounds
-    ]
-    return math.exp(max(changes)) - 1 if changes else None
 
 
 def decide(
@@ -315,157 +205,3 @@ def _shown_slower(
         if rounds is not None and rounds.verdict(tolerance) == "slower":
             return Verdict(cheap, "slower", rounds, other)
     return None
-
-
-def explain(
-    decision: Decision,
-    trials: Sequence[Trial],
-    *,
-    target: float,
-    tolerance: float,
-    cores: int | None = None,
-) -> list[str]:
-    """Why ``decision.chosen`` was chosen, as sentences that each follow from the numbers
-    (the search adds memory refusals and how it ended)."""
-    pick, best = trials[decision.chosen], trials[decision.fastest]
-    what = "GPU utilization (NVML)" if pick.gpu_util is not None else "consumer busy"
-    again = [t.throughput for t in trials if _counts(t) and t.params == pick.params]
-    rounds_seen = (
-        f"; its {len(again)} paired rounds ran at a median of {median(again):.1f} batches/s"
-        if again
-        else ""
-    )
-    lines = [
-        f"Chose {describe(pick.params)}: {_rate_ci(pick)}, {what} {percent(pick.utilization)} "
-        f"(target {target:.0%}){rounds_seen}."
-    ]
-    line = f"{1 - tolerance:.0%}"
-    by_outcome = {v.trial: v for v in decision.verdicts}
-    mine = None if decision.fallback else by_outcome.get(decision.chosen)
-    unfinished = decision.next  # the search ended before this comparison's verdict
-    cut = ""
-    if unfinished is not None:
-        rounds = by_outcome[unfinished].rounds if unfinished in by_outcome else None
-        so_far = (
-            "did not get two pairs of rounds"
-            if rounds is None
-            else f"could not decide in the {rounds.pairs} pairs it got ({percent(rounds.ratio)} "
-            f"of the fastest's rate, 95% CI {_interval(rounds)}, which contains "
-            f"{line})"
-        )
-        cut = (
-            f"the comparison of the cheaper {describe(trials[unfinished].params)} with the "
-            f"fastest {so_far} before the search ended"
-        )
-    if decision.fallback:
-        lines.append(
-            f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}; "
-            f"{cut}. Settings above torch's defaults are chosen only when they measurably "
-            "help, so torch's defaults are kept with the fastest setting's workers."
-        )
-    elif mine is None:
-        if unfinished is not None:
-            lines.append(f"It measured fastest; {cut}, so the fastest is kept.")
-        elif decision.verdicts:
-            lines.append(
-                "It measured fastest, and every cheaper setting is slower by more than the "
-                f"{tolerance:.0%} tolerance."
-            )
-        else:
-            lines.append("It measured fastest, and no cheaper setting was measured.")
-    else:
-        lines.append(f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}.")
-        rounds = mine.rounds
-        assert rounds is not None  # a chosen cheaper setting has its paired rounds
-        measured = _paired_words(rounds, pick, "the fastest")
-        if mine.outcome == "within":
-            lines.append(
-                f"{measured}: within the {tolerance:.0%} tolerance (the whole interval is at or "
-                f"above {line}), and cheaper, so it is chosen."
-            )
-        else:
-            lines.append(
-                f"{measured}: the comparison could not tell them apart within the "
-                f"{tolerance:.0%} tolerance in {rounds.pairs} pairs (the interval contains "
-                f"{line}), so the cheaper is chosen."
-            )
-    if mine is not None and unfinished is not None:  # a cheaper one, still open
-        lines.append(f"Cheaper still, {cut}.")
-    slower = [v for v in decision.verdicts if v.outcome == "slower"]
-    for v in slower:
-        assert v.rounds is not None and v.against is not None
-        other = (
-            "the fastest" if v.against == decision.fastest else describe(trials[v.against].params)
-        )
-        words = _paired_words(v.rounds, trials[v.trial], other)
-        lines.append(
-            f"{words}: slower by more than the {tolerance:.0%} tolerance (the whole interval "
-            f"is below {line})."
-        )
-    far = [trials[v.trial] for v in decision.verdicts if v.outcome == "apart"]
-    if far:
-        allowing = (
-            f", even allowing for the {decision.drift:.0%} drift seen between a trial and the "
-            "paired rounds of the same setting"
-            if decision.drift
-            else ""
-        )
-        listed = "; ".join(f"{describe(t.params)}: {t.throughput:.1f} batches/s" for t in far)
-        lines.append(
-            f"{len(far)} cheaper setting(s) measured slower than the fastest by more than the "
-            f"tolerance beyond both 95% intervals{allowing} ({listed})."
-        )
-    if cores is not None and pick.params["num_workers"] > cores:
-        settled = unfinished is None
-        lines.append(
-            f"It uses more workers than the {cores} usable core(s): "
-            + (
-                "every setting cheaper than it was shown slower (above)."
-                if settled
-                else "the comparison that could rule that out did not finish."
-            )
-        )
-    reached = decision.reached
-    if not reached:
-        lines.append(
-            f"No setting reached the {target:.0%} target: the input pipeline, not the consumer, "
-            "sets the pace; the rule above chose by throughput."
-        )
-    elif pick.utilization < target:
-        lines.append(
-            f"{len(reached)} setting(s) reached the {target:.0%} target; the rule chooses by "
-            "throughput against the fastest, as above."
-        )
-    return lines
-
-
-def describe_refused(
-    trials: Sequence[Trial], refused: Sequence[int], max_memory: int | None
-) -> str:
-    """The sentence on the settings refused for memory."""
-    parts = []
-    for i in refused:
-        t = trials[i]
-        why = t.refused or f"peak {format_size(t.peak_rss)} over {format_size(max_memory or 0)}"
-        parts.append(f"{describe(t.params)} ({why})")
-    return f"{len(parts)} setting(s) refused for memory: {'; '.join(parts)}."
-
-
-def _paired_words(rounds: Paired, trial: Trial, fastest: str) -> str:
-    return (
-        f"In {rounds.pairs} pairs of back-to-back rounds, {describe(trial.params)} ran at "
-        f"{percent(rounds.ratio)} of the rate of {fastest} (95% CI {_interval(rounds)})"
-    )
-
-
-def _interval(rounds: Paired) -> str:
-    """The pairs' interval in percent, rounded down like the verdict's line (a bound under 95%
-    never shows as 95%)."""
-    return f"{percent(rounds.low)}-{percent(rounds.high)}"
-
-
-def _rate_ci(trial: Trial) -> str:
-    low, high = trial.interval
-    if low == high:
-        return f"{trial.throughput:.1f} batches/s (no interval: too few batches)"
-    return f"{trial.throughput:.1f} batches/s (95% CI {low:.1f}-{high:.1f})"

@@ -22,6 +22,7 @@ __all__ = [
     "floor",
     "load_average",
     "share",
+    "usable_cores",
 ]
 
 DEFAULT_MEMORY_SHARE = 0.8
@@ -49,7 +50,7 @@ def ceiling(max_memory: int | str | None, /) -> tuple[int, str]:
         fraction = DEFAULT_MEMORY_SHARE if max_memory is None else share(max_memory)
         import psutil
 
-        from fastdata.tune.measure import rss_reader
+        from fastdata.tune._memory import rss_reader
 
         available = psutil.virtual_memory().available
         in_use = int(rss_reader()() or 0)
@@ -92,6 +93,13 @@ def load_average() -> float | None:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def describe(cores: int, device: Any = None) -> dict[str, Any]:

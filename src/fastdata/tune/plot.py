@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fastdata.tune.decide import cost
 from fastdata.tune.report import TuneResult
+from fastdata.tune.space import cost
 
 __all__ = ["plot"]
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from fastdata.tune.measure import Trial
+from fastdata.tune._trial import Trial
 from fastdata.tune.words import describe, percent
 
 __all__ = ["Progress"]

@@ -20,7 +20,7 @@ from typing import Any
 
 from fastdata._validate import constructor_keywords_checked
 from fastdata.config import LoaderConfig
-from fastdata.tune.measure import Trial
+from fastdata.tune._trial import Trial
 from fastdata.tune.words import describe, format_size, percent
 
 __all__ = ["RESULT_FORMAT", "TuneResult"]

@@ -1,8 +1,7 @@
 """The tuner's words for numbers and settings: percentages, sizes, settings in a sentence.
 
 Shared by the search, the decision rule, the measurements and the report, so it imports
-nothing of them (the report imports the measurements' Trial; the measurements word their
-memory refusals with :func:`format_size`).
+nothing of them (the memory guard words its refusals with :func:`format_size`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,175 @@
+"""The decision in words: why :func:`~fastdata.tune.decide.decide` chose what it chose.
+
+Every sentence follows from the numbers of the trials and of the paired rounds: the choice's
+rate and interval, each comparison's verdict with its interval against the line
+(``1 - tolerance``), the settings ruled out by their trials, workers beyond the cores, and
+whether the target was reached. Percentages round down (:func:`~fastdata.tune.words.percent`),
+so a bound under the line never reads as the line. The search adds the memory refusals
+(:func:`describe_refused`) and how it ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import median
+
+from fastdata.tune._statistics import Paired, counts
+from fastdata.tune._trial import Trial
+from fastdata.tune.decide import Decision
+from fastdata.tune.words import describe, format_size, percent
+
+__all__ = ["describe_refused", "explain"]
+
+
+def explain(
+    decision: Decision,
+    trials: Sequence[Trial],
+    *,
+    target: float,
+    tolerance: float,
+    cores: int | None = None,
+) -> list[str]:
+    """Why ``decision.chosen`` was chosen, as sentences that each follow from the numbers
+    (the search adds memory refusals and how it ended)."""
+    pick, best = trials[decision.chosen], trials[decision.fastest]
+    what = "GPU utilization (NVML)" if pick.gpu_util is not None else "consumer busy"
+    again = [t.throughput for t in trials if counts(t) and t.params == pick.params]
+    rounds_seen = (
+        f"; its {len(again)} paired rounds ran at a median of {median(again):.1f} batches/s"
+        if again
+        else ""
+    )
+    lines = [
+        f"Chose {describe(pick.params)}: {_rate_ci(pick)}, {what} {percent(pick.utilization)} "
+        f"(target {target:.0%}){rounds_seen}."
+    ]
+    line = f"{1 - tolerance:.0%}"
+    by_outcome = {v.trial: v for v in decision.verdicts}
+    mine = None if decision.fallback else by_outcome.get(decision.chosen)
+    unfinished = decision.next  # the search ended before this comparison's verdict
+    cut = ""
+    if unfinished is not None:
+        rounds = by_outcome[unfinished].rounds if unfinished in by_outcome else None
+        so_far = (
+            "did not get two pairs of rounds"
+            if rounds is None
+            else f"could not decide in the {rounds.pairs} pairs it got ({percent(rounds.ratio)} "
+            f"of the fastest's rate, 95% CI {_interval(rounds)}, which contains "
+            f"{line})"
+        )
+        cut = (
+            f"the comparison of the cheaper {describe(trials[unfinished].params)} with the "
+            f"fastest {so_far} before the search ended"
+        )
+    if decision.fallback:
+        lines.append(
+            f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}; "
+            f"{cut}. Settings above torch's defaults are chosen only when they measurably "
+            "help, so torch's defaults are kept with the fastest setting's workers."
+        )
+    elif mine is None:
+        if unfinished is not None:
+            lines.append(f"It measured fastest; {cut}, so the fastest is kept.")
+        elif decision.verdicts:
+            lines.append(
+                "It measured fastest, and every cheaper setting is slower by more than the "
+                f"{tolerance:.0%} tolerance."
+            )
+        else:
+            lines.append("It measured fastest, and no cheaper setting was measured.")
+    else:
+        lines.append(f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}.")
+        rounds = mine.rounds
+        assert rounds is not None  # a chosen cheaper setting has its paired rounds
+        measured = _paired_words(rounds, pick, "the fastest")
+        if mine.outcome == "within":
+            lines.append(
+                f"{measured}: within the {tolerance:.0%} tolerance (the whole interval is at or "
+                f"above {line}), and cheaper, so it is chosen."
+            )
+        else:
+            lines.append(
+                f"{measured}: the comparison could not tell them apart within the "
+                f"{tolerance:.0%} tolerance in {rounds.pairs} pairs (the interval contains "
+                f"{line}), so the cheaper is chosen."
+            )
+    if mine is not None and unfinished is not None:  # a cheaper one, still open
+        lines.append(f"Cheaper still, {cut}.")
+    slower = [v for v in decision.verdicts if v.outcome == "slower"]
+    for v in slower:
+        assert v.rounds is not None and v.against is not None
+        other = (
+            "the fastest" if v.against == decision.fastest else describe(trials[v.against].params)
+        )
+        words = _paired_words(v.rounds, trials[v.trial], other)
+        lines.append(
+            f"{words}: slower by more than the {tolerance:.0%} tolerance (the whole interval "
+            f"is below {line})."
+        )
+    far = [trials[v.trial] for v in decision.verdicts if v.outcome == "apart"]
+    if far:
+        allowing = (
+            f", even allowing for the {decision.drift:.0%} drift seen between a trial and the "
+            "paired rounds of the same setting"
+            if decision.drift
+            else ""
+        )
+        listed = "; ".join(f"{describe(t.params)}: {t.throughput:.1f} batches/s" for t in far)
+        lines.append(
+            f"{len(far)} cheaper setting(s) measured slower than the fastest by more than the "
+            f"tolerance beyond both 95% intervals{allowing} ({listed})."
+        )
+    if cores is not None and pick.params["num_workers"] > cores:
+        settled = unfinished is None
+        lines.append(
+            f"It uses more workers than the {cores} usable core(s): "
+            + (
+                "every setting cheaper than it was shown slower (above)."
+                if settled
+                else "the comparison that could rule that out did not finish."
+            )
+        )
+    reached = decision.reached
+    if not reached:
+        lines.append(
+            f"No setting reached the {target:.0%} target: the input pipeline, not the consumer, "
+            "sets the pace; the rule above chose by throughput."
+        )
+    elif pick.utilization < target:
+        lines.append(
+            f"{len(reached)} setting(s) reached the {target:.0%} target; the rule chooses by "
+            "throughput against the fastest, as above."
+        )
+    return lines
+
+
+def describe_refused(
+    trials: Sequence[Trial], refused: Sequence[int], max_memory: int | None
+) -> str:
+    """The sentence on the settings refused for memory."""
+    parts = []
+    for i in refused:
+        t = trials[i]
+        why = t.refused or f"peak {format_size(t.peak_rss)} over {format_size(max_memory or 0)}"
+        parts.append(f"{describe(t.params)} ({why})")
+    return f"{len(parts)} setting(s) refused for memory: {'; '.join(parts)}."
+
+
+def _paired_words(rounds: Paired, trial: Trial, fastest: str) -> str:
+    return (
+        f"In {rounds.pairs} pairs of back-to-back rounds, {describe(trial.params)} ran at "
+        f"{percent(rounds.ratio)} of the rate of {fastest} (95% CI {_interval(rounds)})"
+    )
+
+
+def _interval(rounds: Paired) -> str:
+    """The pairs' interval in percent, rounded down like the verdict's line (a bound under 95%
+    never shows as 95%)."""
+    return f"{percent(rounds.low)}-{percent(rounds.high)}"
+
+
+def _rate_ci(trial: Trial) -> str:
+    low, high = trial.interval
+    if low == high:
+        return f"{trial.throughput:.1f} batches/s (no interval: too few batches)"
+    return f"{trial.throughput:.1f} batches/s (95% CI {low:.1f}-{high:.1f})"

@@ -1,0 +1,33 @@
+"""Fixtures of the tuner's command-line tests: a module of loader factories to name in
+``--factory``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+LOADERS = """
+import torch
+
+def good(num_workers, prefetch_factor, pin_memory):
+    return list(range(500))
+
+def broken(**params):
+    raise OSError("cannot open shard-0003.tar")
+
+def torch_loader():
+    data = torch.utils.data.TensorDataset(torch.arange(4096.0))
+    return torch.utils.data.DataLoader(data, batch_size=16)
+"""
+
+
+@pytest.fixture
+def loaders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module of loader factories in the current directory; returns its name."""
+    (tmp_path / "tune_test_loaders.py").write_text(LOADERS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tune_test_loaders", raising=False)
+    return "tune_test_loaders"
