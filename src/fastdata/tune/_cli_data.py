@@ -31,10 +31,13 @@ def loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
     """The factory of loaders to tune and a description of its data."""
     if args.factory is not None:
         return settings_factory(args.factory_function), f"loaders from {args.factory}"
-    import fastdata
+    from fastdata.loader import DataLoader
+    from fastdata.sources.images import ImageStream
+    from fastdata.sources.parquet import ParquetStream
+    from fastdata.synthetic import make_images
 
     if args.parquet is not None:
-        stream: Any = fastdata.ParquetStream(args.parquet, batch_size=args.batch_size)
+        stream: Any = ParquetStream(args.parquet, batch_size=args.batch_size)
         described = f"ParquetStream({args.parquet!r}, batch_size={args.batch_size})"
     else:
         options = {"size": args.size, "crop": "random-resized", "flip": True}
@@ -46,20 +49,20 @@ def loader_factory(args: argparse.Namespace, scratch: Path) -> tuple[Any, str]:
         if demo and not paths:
             if not args.quiet:
                 say(f"writing {args.demo_images} demo images to {root}")
-            paths = fastdata.synthetic.make_images(root, args.demo_images, classes=8, seed=0)
+            paths = make_images(root, args.demo_images, classes=8, seed=0)
         repeat = math.ceil(PASS / len(paths))
         # ImageFolder's labels: the sorted class folders, the first level under the root.
         folders = [p.relative_to(root).parts[0] for p in paths]
         classes = sorted(set(folders))
         labels = [classes.index(f) for f in folders]
-        stream = fastdata.ImageStream.from_files(paths * repeat, labels * repeat, **options)
+        stream = ImageStream.from_files(paths * repeat, labels * repeat, **options)
         listed = f"{len(paths)} images in {len(classes)} classes x {repeat} per pass"
         described = f"{'demo images' if demo else repr(str(root))} ({listed}), {transform}"
 
     def factory(*, worker_method: str = "multiprocessing", **params: Any) -> Any:
         # A worker that hangs then fails its trial instead of stalling the whole command.
         timeout = WORKER_TIMEOUT_S if params["num_workers"] > 0 else 0
-        return fastdata.DataLoader(
+        return DataLoader(
             stream, batch_size=None, timeout=timeout, worker_method=worker_method, **params
         )
 
