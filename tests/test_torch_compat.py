@@ -151,3 +151,22 @@ def test_a_worker_pools_tasks_see_the_submitting_thread_workers_info() -> None:
         thread.join()
         seen["later"] = pool.submit(get_worker_info).result()  # from the main thread
     assert seen == {"task": "info of worker 3", "later": None}
+
+
+def test_the_persistent_iterator_is_found_and_stopped() -> None:
+    data = TensorDataset(torch.arange(8))
+    loader = DataLoader(data, batch_size=4, num_workers=1, persistent_workers=True)
+    assert compat.persistent_iterator(loader) is None
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    running = compat.persistent_iterator(loader)
+    assert running is not None
+    workers = list(running._workers)
+    assert all(w.is_alive() for w in workers)
+    compat.stop_persistent_workers(loader)
+    assert compat.persistent_iterator(loader) is None
+    for worker in workers:
+        worker.join(timeout=10)
+    assert not any(w.is_alive() for w in workers)
+    compat.stop_persistent_workers(loader)  # nothing kept: nothing to do
+    assert [b[0].tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # new workers
+    compat.stop_persistent_workers(loader)

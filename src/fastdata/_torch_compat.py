@@ -187,3 +187,18 @@ def in_worker_process() -> bool:
     """Whether this code runs in a DataLoader worker *process* (whose batches cross to the
     main process through shared memory), as opposed to the main process or a thread worker."""
     return _worker_module._worker_info is not None
+
+
+def persistent_iterator(loader: Any) -> Any:
+    """The iterator a DataLoader with ``persistent_workers=True`` keeps between epochs (torch's
+    ``DataLoader._iterator``), or None."""
+    return loader._iterator
+
+
+def stop_persistent_workers(loader: Any) -> None:
+    """Shut down the workers of the iterator ``loader`` keeps between epochs and forget it,
+    so that the next ``iter(loader)`` starts new workers (from a loaded state, say)."""
+    running = loader._iterator
+    if running is not None:
+        running._shutdown_workers()
+        loader._iterator = None

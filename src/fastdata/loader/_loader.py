@@ -32,6 +32,7 @@ from typing import Any, TypeVar, cast
 import torch.utils.data as tud
 
 from fastdata._stats import StageTimes, TimedCollate
+from fastdata._torch_compat import persistent_iterator, stop_persistent_workers
 from fastdata._validate import check_bool, check_choice, check_device, check_int
 from fastdata.errors import ResumeError
 from fastdata.loader import _resume, _rng
@@ -159,7 +160,7 @@ class DataLoader(TorchDataLoader[_T_co]):
             stream.begin_iteration(readers)
         plan = self._fd_plan
         record = self._new_record(plan, readers)
-        iterator: Any = self._iterator
+        iterator: Any = persistent_iterator(self)
         if iterator is not None and plan is None:  # persistent workers: a new epoch
             record.base_seed = iterator._fd.record.base_seed  # their seed stays
             iterator._fd.record = record
@@ -365,10 +366,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         if layout.kind != "stream" and len(states) != 1:
             raise ResumeError("cannot resume: this loader takes one state, not a list")
         plans = [_resume.plan(one, layout) for one in states]
-        running: Any = self._iterator
-        if running is not None:  # persistent workers hold the old position
-            running._shutdown_workers()
-            self._iterator = None
+        stop_persistent_workers(self)  # persistent workers hold the old position
         ours = plans[0]
         if layout.kind == "stream":
             stream: Any = self.dataset
