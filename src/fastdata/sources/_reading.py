@@ -4,8 +4,9 @@ A segment is a row range of one window (see :mod:`fastdata.sources.elastic`): it
 read from the reader in order, concatenated, permuted by the window's seed and cut to the
 range. With ``read_ahead``, the next segments are read on a thread pool while the current one
 is turned into items (Arrow reads and decodes without the GIL); tables come out in order, and
-a failed read raises in order, after the tables before it. :func:`cut` then makes tables of
-exactly ``batch_size`` rows across segment boundaries.
+a failed read raises in order, after the tables before it. :mod:`fastdata.sources._feed` then
+cuts them into batches across segment boundaries (:class:`RowFeed` is importable from here
+too).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 from fastdata._stats import StageTimes
+from fastdata.sources._feed import RowFeed
 from fastdata.sources.base import INDEX, Reader
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import window_permutation
 
-__all__ = ["RowFeed", "cut", "read_segments"]
+__all__ = ["RowFeed", "read_segments"]
 
 
 def read_segments(
@@ -84,43 +86,3 @@ def _read_piece(
     index = np.arange(first, first + stop - start, dtype=np.int64)
     column = pa.Array.from_buffers(pa.int64(), len(index), [None, pa.py_buffer(index)])
     return table.append_column(INDEX, column)
-
-
-class RowFeed:
-    """The rows of a sequence of tables, taken ``n`` at a time across table boundaries."""
-
-    def __init__(self, tables: Iterator[pa.Table]) -> None:
-        self._tables = tables
-        self._head: pa.Table | None = None
-        self._at = 0  # rows of the head table taken
-        self._rows = 0  # rows of the head table
-
-    def take(self, n: int) -> pa.Table | None:
-        """The next ``n`` rows (fewer when the tables end; None when none are left), as
-        zero-copy slices of the tables: one slice where the head table holds them all."""
-        pieces: list[pa.Table] = []
-        need = n
-        while need > 0:
-            if self._at >= self._rows:
-                self._head = next(self._tables, None)
-                if self._head is None:
-                    self._at = self._rows = 0
-                    break
-                self._at, self._rows = 0, self._head.num_rows
-                continue
-            assert self._head is not None
-            got = min(need, self._rows - self._at)
-            pieces.append(self._head.slice(self._at, got))
-            self._at += got
-            need -= got
-        if not pieces:
-            return None
-        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-
-
-def cut(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
-    """Tables of exactly ``size`` rows across table boundaries (the plan makes only the
-    slot's last one partial)."""
-    feed = RowFeed(tables)
-    while (table := feed.take(size)) is not None:
-        yield table

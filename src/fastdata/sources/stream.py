@@ -25,10 +25,12 @@ from fastdata._stats import StageTimes
 from fastdata._validate import check_int, keywords_checked
 from fastdata.errors import ResumeError
 from fastdata.sources._cursors import Cursors
-from fastdata.sources._reading import cut, read_segments
+from fastdata.sources._feed import cut
+from fastdata.sources._reading import read_segments
 from fastdata.sources._state import MAX_EPOCH, Resume, check_state, resume_point, state_of
 from fastdata.sources.base import (
     ArrowDecoder,
+    BatchingDecoder,
     Context,
     Decoder,
     PerEpochReader,
@@ -93,6 +95,7 @@ class PlannedStream(IterableDataset):
         # A decoder taking a varying number of rows per item reports its position.
         self._cursors = Cursors() if varies(self.decoder) else None
         self._per_epoch = declares(reader, PerEpochReader)
+        self._batching = declares(self.decoder, BatchingDecoder)
 
     # ----------------------------------------------------------------- units
     def _view(self, epoch: int | None = None) -> tuple[Reader, tuple[int, ...], np.ndarray]:
@@ -408,6 +411,9 @@ class PlannedStream(IterableDataset):
         if self.batch_size is None:
             for table in tables:
                 yield from self.decoder.rows(table, context)
+            return
+        if self._batching:
+            yield from cast(BatchingDecoder, self.decoder).batches(tables, context)
             return
         for table in cut(tables, self.batch_size):
             yield self.decoder.batch(table, context)
