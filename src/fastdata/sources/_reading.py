@@ -4,9 +4,9 @@ A segment is a row range of one window (see :mod:`fastdata.sources.elastic`): it
 read from the reader in order, concatenated, permuted by the window's seed and cut to the
 range. With ``read_ahead``, the next segments are read on a thread pool while the current one
 is turned into items (Arrow reads and decodes without the GIL); tables come out in order, and
-a failed read raises in order, after the tables before it. :mod:`fastdata.sources._feed` then
-cuts them into batches across segment boundaries (:class:`RowFeed` is importable from here
-too).
+a failed read raises in order, after the tables before it. :func:`decoded` then turns them
+into a stream's items: rows, or batches cut across segment boundaries
+(:mod:`fastdata.sources._feed`; :class:`RowFeed` is importable from here too).
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
 from fastdata._stats import StageTimes
-from fastdata.sources._feed import RowFeed
-from fastdata.sources.base import INDEX, Reader
+from fastdata.sources._feed import RowFeed, cut
+from fastdata.sources.base import INDEX, BatchingDecoder, Context, Decoder, Reader
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import window_permutation
 
-__all__ = ["RowFeed", "read_segments"]
+__all__ = ["RowFeed", "decoded", "read_segments"]
 
 
 def read_segments(
@@ -86,3 +87,20 @@ def _read_piece(
     index = np.arange(first, first + stop - start, dtype=np.int64)
     column = pa.Array.from_buffers(pa.int64(), len(index), [None, pa.py_buffer(index)])
     return table.append_column(INDEX, column)
+
+
+def decoded(
+    decoder: Decoder, tables: Iterator[pa.Table], context: Context, *, batching: bool
+) -> Iterator[Any]:
+    """The items ``decoder`` makes of ``tables``: one per row when ``context.batch_size`` is
+    None, else batches of that many rows cut across tables (by the decoder itself where it
+    declares :class:`~fastdata.sources.base.BatchingDecoder`, ``batching``)."""
+    size = context.batch_size
+    if size is None:
+        for table in tables:
+            yield from decoder.rows(table, context)
+    elif batching:
+        yield from cast(BatchingDecoder, decoder).batches(tables, context)
+    else:
+        for table in cut(tables, size):
+            yield decoder.batch(table, context)
