@@ -253,11 +253,6 @@ class ParquetRowGroups:
         Without a filter, a read that ends before the row group does decodes only up to
         ``stop`` (pyarrow cannot start mid row group, so rows before ``start`` are decoded
         and dropped); with a filter, the row group is read whole and sliced.
-
-        A read decodes its columns on the calling thread, not on pyarrow's thread pool: a
-        stream reads several row groups at once on its read-ahead threads (and DataLoader
-        workers in their own processes), and pyarrow's threads on top of those only add
-        hand-offs (about a tenth more CPU per row group, measured on numeric columns).
         """
         f, rg, rows = self.units[unit]
         head = self.filter is None and stop < rows
@@ -300,11 +295,9 @@ class ParquetRowGroups:
         """A whole row group (its matching rows, with a filter). Without a filter it is read
         through ``ParquetFile``: about a fifth less CPU per row group than a dataset scan of
         the fragment, which sets up a scanner, projection and filter for every read."""
-        columns = self.schema.names
         if self.filter is None:
-            return self._file(f).read_row_group(rg, columns=columns, use_threads=False)
-        fragment = self._row_group(f, rg)
-        return fragment.to_table(columns=columns, filter=self.filter, use_threads=False)
+            return self._file(f).read_row_group(rg, columns=self.schema.names)
+        return self._row_group(f, rg).to_table(columns=self.schema.names, filter=self.filter)
 
     def _file(self, f: int) -> pq.ParquetFile:
         """File ``f`` opened for one read, on the footer already parsed: a ``ParquetFile``
@@ -316,7 +309,7 @@ class ParquetRowGroups:
         """The first ``stop`` rows of a row group, decoding no further."""
         columns = self.schema.names
         batches = self._file(f).iter_batches(
-            batch_size=max(stop, 1), row_groups=[rg], columns=columns, use_threads=False
+            batch_size=max(stop, 1), row_groups=[rg], columns=columns
         )
         first = next(batches, None)  # None: the row group is gone (the file changed)
         return self.schema.empty_table() if first is None else pa.table(first).slice(0, stop)
