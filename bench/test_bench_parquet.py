@@ -7,7 +7,9 @@ Groups (each: fastdata and its baselines on the same files, same run):
   with ``read_ahead=0`` (what reading ahead on background threads adds); the sides take
   turns within each round (``measure_interleaved``).
 - ``parquet-scan-small``: the stream and pyarrow's scan in batches of 1,024 rows, where
-  per-batch work shows; sides take turns likewise.
+  per-batch work shows; sides take turns likewise. Both scan groups also record each side's
+  median CPU time per scan (``extra_info["cpu_s"]``, all threads): the work itself, where the
+  wall-clock ratio on a shared machine also measures how much of the cores each side wins.
 - ``parquet-rows``: rows/s into 256-row batches through a DataLoader (num_workers=0):
   ParquetStream batches vs a per-row ``pq.read_table(...).slice(i, 1)`` map-style dataset
   and vs an in-memory map-style table with ``default_collate``.
@@ -20,9 +22,11 @@ Groups (each: fastdata and its baselines on the same files, same run):
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +70,29 @@ SCAN_DATA = {
 SMALL_BATCH = 1024
 
 
+def cpu_timed(sides: dict[str, Callable[[], int]]) -> tuple[dict, dict[str, list[float]]]:
+    """``sides`` each recording the process CPU time (all threads) of its calls: on the
+    shared machine, wall-clock ratios also measure how much of the cores each side's threads
+    win from other work; CPU time is the work itself."""
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+
+    def timed(name: str, fn: Callable[[], int]) -> Callable[[], int]:
+        def run() -> int:
+            start = time.process_time()
+            result = fn()
+            cpu[name].append(time.process_time() - start)
+            return result
+
+        return run
+
+    return {name: timed(name, fn) for name, fn in sides.items()}, cpu
+
+
+def cpu_medians(cpu: dict[str, list[float]]) -> dict[str, float]:
+    """Median CPU seconds per call of each side, the warm-up round left out."""
+    return {name: statistics.median(times[1:]) for name, times in cpu.items()}
+
+
 def scan_fastdata(root: Path, read_ahead: int = 2, batch_size: int = 4096) -> int:
     n = 0
     stream = ParquetStream(root, columns=COLUMNS, batch_size=batch_size, read_ahead=read_ahead)
@@ -87,17 +114,17 @@ def scan_pyarrow(root: Path, batch_size: int = 4096) -> int:
 def test_scan(benchmark, data: Path) -> None:
     """Batches of 4,096 rows against pyarrow's scan, and against the stream without reading
     ahead (what the background reads add); the sides take turns within each round."""
-    results = measure_interleaved(
-        benchmark,
-        lambda: scan_fastdata(data),
+    sides, cpu = cpu_timed(
         {
+            "fastdata": lambda: scan_fastdata(data),
             "pyarrow": lambda: scan_pyarrow(data),
             "read-ahead-0": lambda: scan_fastdata(data, read_ahead=0),
-        },
-        items=ROWS,
-        rounds=SCAN_ROUNDS,
+        }
     )
+    fastdata = sides.pop("fastdata")
+    results = measure_interleaved(benchmark, fastdata, sides, items=ROWS, rounds=SCAN_ROUNDS)
     benchmark.extra_info["data"] = SCAN_DATA | {"batch_size": 4096}
+    benchmark.extra_info["cpu_s"] = cpu_medians(cpu)
     assert set(results.values()) == {ROWS}
 
 
@@ -105,14 +132,16 @@ def test_scan(benchmark, data: Path) -> None:
 def test_scan_small_batches(benchmark, data: Path) -> None:
     """Batches of 1,024 rows, where the stream's per-batch work (cutting, converting,
     counting) shows, against pyarrow's scan at the same batch size; sides take turns."""
-    results = measure_interleaved(
-        benchmark,
-        lambda: scan_fastdata(data, batch_size=SMALL_BATCH),
-        {"pyarrow": lambda: scan_pyarrow(data, batch_size=SMALL_BATCH)},
-        items=ROWS,
-        rounds=SCAN_ROUNDS,
+    sides, cpu = cpu_timed(
+        {
+            "fastdata": lambda: scan_fastdata(data, batch_size=SMALL_BATCH),
+            "pyarrow": lambda: scan_pyarrow(data, batch_size=SMALL_BATCH),
+        }
     )
+    fastdata = sides.pop("fastdata")
+    results = measure_interleaved(benchmark, fastdata, sides, items=ROWS, rounds=SCAN_ROUNDS)
     benchmark.extra_info["data"] = SCAN_DATA | {"batch_size": SMALL_BATCH}
+    benchmark.extra_info["cpu_s"] = cpu_medians(cpu)
     assert set(results.values()) == {ROWS}
 
 

@@ -1,6 +1,10 @@
-"""Arrow columns to torch: zero-copy where Arrow allows, one conversion per column per batch.
+"""Arrow columns to torch: zero-copy where Arrow allows, one conversion per column per table.
 
-The choices, per Arrow type, in a batch (``to_batch``) and in a row (``iter_rows``):
+A stream's batches are cut from its tables' columns converted once
+(:mod:`fastdata.sources._columns`, cut by :func:`fastdata.sources._feed.cut_converted`); a
+batch that spans two tables, or one of a table whose columns do not all convert whole, is
+converted by itself (:func:`to_batch`), with the same result. The choices, per Arrow type, in
+a batch and in a row (:func:`iter_rows`), decided by :mod:`fastdata.sources._arrow_types`:
 
 | Arrow type | batch of N rows | row |
 |---|---|---|
@@ -14,9 +18,10 @@ The choices, per Arrow type, in a batch (``to_batch``) and in a row (``iter_rows
 (``Ragged`` is :class:`fastdata.Ragged`.) A temporal column's ticks are its stored integers, in
 its unit: days since 1970-01-01 for ``date32``, the unit since midnight for times, the unit
 since 1970-01-01 UTC for timestamps (a zone only labels them). Readers deliver tables of
-:func:`delivered_type`: dictionaries are decoded to their values, view types become their
-large types, extension types other than ``arrow.fixed_shape_tensor`` their storage type (so a
-``uuid`` is 16 bytes of fixed-size binary, ``json`` a string).
+:func:`~fastdata.sources._arrow_types.delivered_type`: dictionaries are decoded to their
+values, view types become their large types, extension types other than
+``arrow.fixed_shape_tensor`` their storage type (so a ``uuid`` is 16 bytes of fixed-size
+binary, ``json`` a string).
 
 Numbers are zero-copy from the Arrow buffer when the column is a single chunk without nulls
 (booleans and 32-bit temporals are converted). A Ragged's values are zero-copy from the Arrow
@@ -27,8 +32,8 @@ list / string rows are empty rows, False in the Ragged's ``valid``.
 Nulls in a column that becomes a tensor raise a :class:`fastdata.SourceError` naming the
 column; pass ``fill_null={"col": value}`` or filter them out (``pc.field("col").is_valid()``).
 So do nulls *inside* a list of numbers (``[1, null, 3]``), which no tensor can hold
-(:func:`refuses_nulls_inside`); inside lists whose values become Python objects (strings,
-lists of lists, decimals, structs) a null is a ``None``.
+(:func:`~fastdata.sources._arrow_types.refuses_nulls_inside`); inside lists whose values
+become Python objects (strings, lists of lists, decimals, structs) a null is a ``None``.
 One type is refused when the stream is made (a ``SchemaError`` naming the column): a
 fixed-shape tensor stored with permuted dimensions.
 """
@@ -36,8 +41,6 @@ fixed-shape tensor stored with permuted dimensions.
 from __future__ import annotations
 
 import functools
-import math
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,175 +48,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pat
-import torch
 
-from fastdata._torch_compat import in_worker_process
-from fastdata.errors import SchemaError, SourceError
-from fastdata.ragged import Ragged, RaggedKind
-from fastdata.workers import shared_batch
+from fastdata.errors import SourceError
+from fastdata.sources._arrow_types import ragged_kind, tensor_shape
+from fastdata.sources._columns import (
+    CONVERSION_ERRORS,
+    RaggedColumn,
+    WholeConverter,
+    arrays_of,
+    as_tensor,
+    numbers,
+    numpy_values,
+    whole_converter,
+    whole_converters,
+)
+from fastdata.sources._handover import handed_over
 
 Converter = Callable[[pa.Array], Any]
-
-
-def delivered_type(t: pa.DataType) -> pa.DataType:
-    """The type a reader hands out for a stored type ``t`` (see the module docstring):
-    dictionaries decoded, view types as large types, extension types (but fixed-shape
-    tensors) as their storage, at every level of nesting."""
-    if pat.is_dictionary(t):
-        return delivered_type(t.value_type)
-    if pat.is_string_view(t):
-        return pa.large_string()
-    if pat.is_binary_view(t):
-        return pa.large_binary()
-    if isinstance(t, pa.FixedShapeTensorType):
-        return t
-    if isinstance(t, pa.BaseExtensionType):
-        return delivered_type(t.storage_type)
-    if pat.is_list_view(t) or pat.is_large_list_view(t):
-        return pa.large_list(_delivered_field(t.value_field))
-    return rebuild(t, _delivered_field)
-
-
-def _delivered_field(field: pa.Field) -> pa.Field:
-    return field.with_type(delivered_type(field.type))
-
-
-def rebuild(t: pa.DataType, child: Callable[[pa.Field], pa.Field]) -> pa.DataType:
-    """``t`` with ``child`` applied to each of its child fields (``t`` itself if none)."""
-    if pat.is_list(t):
-        return pa.list_(child(t.value_field))
-    if pat.is_large_list(t):
-        return pa.large_list(child(t.value_field))
-    if pat.is_fixed_size_list(t):
-        return pa.list_(child(t.value_field), t.list_size)
-    if pat.is_map(t):
-        key = child(t.key_field).with_nullable(False)  # map keys are never null
-        return pa.map_(key, child(t.item_field), t.keys_sorted)
-    if pat.is_struct(t):
-        return pa.struct([child(t.field(i)) for i in range(t.num_fields)])
-    return t
-
-
-def _is_number(t: pa.DataType) -> bool:
-    """Whether values of ``t`` are one number each (a tensor element)."""
-    return (
-        pat.is_integer(t)
-        or pat.is_floating(t)
-        or pat.is_boolean(t)
-        or pat.is_date(t)
-        or pat.is_time(t)
-        or pat.is_timestamp(t)
-        or pat.is_duration(t)
-    )
-
-
-def _shape(t: pa.DataType) -> tuple[int, ...] | None:
-    """The per-row tensor shape of ``t`` (``()`` for a number), or None if it is no tensor."""
-    if isinstance(t, pa.FixedShapeTensorType):
-        return tuple(t.shape) if _is_number(t.value_type) else None
-    dims: list[int] = []
-    while pat.is_fixed_size_list(t):
-        dims.append(t.list_size)
-        t = t.value_type
-    return tuple(dims) if _is_number(t) else None
-
-
-def _numpy(array: pa.Array) -> np.ndarray:
-    t = array.type
-    if not (pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t)):  # temporal
-        array = array.view(pa.int32() if t.bit_width == 32 else pa.int64()).cast(pa.int64())
-    zero_copy = not pat.is_boolean(array.type)
-    return array.to_numpy(zero_copy_only=zero_copy, writable=False)
-
-
-_readonly_warning_seen = False
-
-
-def _tensor(values: np.ndarray) -> torch.Tensor:
-    """``torch.from_numpy`` without copying, also for Arrow's read-only buffers.
-
-    The tensor shares the Arrow buffer and nothing here writes to it. torch warns about
-    read-only arrays once per process; that one warning is silenced here, and later calls skip
-    the (costly) warning filter altogether.
-    """
-    global _readonly_warning_seen
-    if _readonly_warning_seen or values.flags.writeable:
-        return torch.from_numpy(values)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        tensor = torch.from_numpy(values)
-    _readonly_warning_seen = True
-    return tensor
-
-
-def _to_tensor(array: pa.Array, shape: tuple[int, ...] = ()) -> torch.Tensor:
-    """A number column (``shape == ()``) or a fixed-shape one as a tensor ``(N, *shape)``."""
-    if isinstance(array.type, pa.FixedShapeTensorType):
-        return _to_tensor(array.storage, (math.prod(shape),)).reshape(len(array), *shape)
-    values = array
-    for _ in shape:  # fixed-size lists: their values, cut to the rows of ``array``
-        values = values.flatten()
-    return _tensor(_numpy(values)).reshape(len(array), *shape)
-
-
-def _bounds(array: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
-    """Where each row's values start and end in ``array``'s values (or data buffer)."""
-    t = array.type
-    if pat.is_fixed_size_binary(t):
-        rows = np.arange(array.offset, array.offset + len(array) + 1, dtype=np.int64)
-        return rows * t.byte_width, array.buffers()[1]
-    large = pat.is_large_list(t) or pat.is_large_string(t) or pat.is_large_binary(t)
-    bounds = np.frombuffer(
-        array.buffers()[1],
-        np.int64 if large else np.int32,
-        len(array) + 1,
-        array.offset * (8 if large else 4),
-    )
-    return bounds, array.buffers()[-1]
-
-
-def _ragged(array: pa.Array, kind: RaggedKind, column: str) -> Ragged:
-    """A list, string or binary array (sliced or not) as a Ragged, values zero-copy."""
-    bounds, data = _bounds(array)
-    first, last = int(bounds[0]), int(bounds[-1])
-    if kind == "list":
-        child = array.values.slice(first, last - first)
-        if child.null_count:
-            raise SourceError(
-                f"{child.null_count} null(s) inside the lists of column {column!r}: a tensor "
-                f"cannot hold them; drop or fill them when writing the data",
-                column=column,
-            )
-        values = _numpy(child)
-    else:
-        values = (
-            np.frombuffer(data, np.uint8, last - first, first)
-            if last > first
-            else np.empty(0, np.uint8)
-        )
-    offsets = torch.from_numpy(bounds.astype(np.int64))
-    offsets -= first
-    valid = None
-    if array.null_count:
-        keep = array.is_valid().to_numpy(zero_copy_only=False)
-        lengths = np.diff(bounds)
-        if lengths[~keep].any():  # Arrow allows null rows over values: drop those values
-            values = values[np.repeat(keep, lengths)]
-        offsets = torch.zeros(len(array) + 1, dtype=torch.int64)
-        torch.cumsum(torch.from_numpy(np.where(keep, lengths, 0)), 0, out=offsets[1:])
-        valid = torch.from_numpy(keep)
-    return Ragged._unchecked(_tensor(values), offsets, valid, kind)
-
-
-def _ragged_kind(t: pa.DataType) -> RaggedKind | None:
-    """The Ragged kind a column of type ``t`` becomes, or None if it is no Ragged."""
-    if (pat.is_list(t) or pat.is_large_list(t)) and _is_number(t.value_type):
-        return "list"
-    if pat.is_string(t) or pat.is_large_string(t):
-        return "str"
-    if pat.is_binary(t) or pat.is_large_binary(t) or pat.is_fixed_size_binary(t):
-        return "bytes"
-    return None
 
 
 def converter(field: pa.Field) -> tuple[Converter, bool]:
@@ -225,35 +76,30 @@ def converter(field: pa.Field) -> tuple[Converter, bool]:
             are permuted in memory).
     """
     t = field.type
-    permuted = isinstance(t, pa.FixedShapeTensorType) and t.permutation is not None
-    if permuted and t.permutation != sorted(t.permutation):
-        raise SchemaError(
-            f"column {field.name!r} is a fixed-shape tensor stored with permuted dimensions "
-            f"(permutation {t.permutation}); write it with the default permutation, or "
-            "leave it out of `columns`",
-            column=field.name,
-        )
-    shape = _shape(t)
-    if shape == () and (pat.is_integer(t) or pat.is_floating(t)):  # _to_tensor, type decided
-        return (lambda a: _tensor(a.to_numpy(zero_copy_only=True, writable=False))), True
-    if shape is not None:
-        return (lambda a: _to_tensor(a, shape)), True
-    kind = _ragged_kind(field.type)
-    if kind is not None:
-        return (lambda a: _ragged(a, kind, field.name)), False
-    return (lambda a: a.to_pylist()), False
+    if tensor_shape(t) == () and (pat.is_integer(t) or pat.is_floating(t)):  # in one call
+        return (lambda a: as_tensor(a.to_numpy(zero_copy_only=True, writable=False))), True
+    whole = whole_converter(field)
+    if whole is None:
+        return (lambda a: a.to_pylist()), False
+    return (lambda a: whole(a).cut(0, len(a))), tensor_shape(t) is not None
 
 
-def becomes_objects(t: pa.DataType) -> bool:
-    """Whether a column of type ``t`` becomes Python objects (the one conversion that can
-    fail on valid data: a timestamp outside Python's datetime range, say)."""
-    return _shape(t) is None and _ragged_kind(t) is None
+class Conversions:
+    """A schema's column converters, chosen once: per batch (:func:`converter`), and whole
+    (:func:`~fastdata.sources._columns.whole_converters`; None: batch by batch).
+
+    Raises:
+        SchemaError: as :func:`converter`.
+    """
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.batch = {field.name: converter(field)[0] for field in schema}
+        self.whole: dict[str, WholeConverter] | None = whole_converters(schema)
 
 
 Locate = Callable[[int], dict[str, Any]]
 """Where a row of the table being converted is (:class:`fastdata.SourceError` keywords)."""
-
-_CONVERSION_ERRORS = (ArithmeticError, ValueError, TypeError, pa.ArrowException)
 
 
 def _converted(name: str, convert: Converter, array: pa.Array, locate: Locate | None) -> Any:
@@ -266,7 +112,7 @@ def _converted(name: str, convert: Converter, array: pa.Array, locate: Locate | 
             raise
         row = first_null_inside(pa.chunked_array([array])) or 0
         raise SourceError(exc.reason, column=name, **locate(row)) from exc
-    except _CONVERSION_ERRORS as exc:
+    except CONVERSION_ERRORS as exc:
         row = _first_failing(array)
         where = {} if locate is None else locate(row)
         raise SourceError(
@@ -283,7 +129,7 @@ def _first_failing(array: pa.Array) -> int:
     for row in range(len(array)):
         try:
             array[row].as_py()
-        except _CONVERSION_ERRORS:
+        except CONVERSION_ERRORS:
             return row
     return 0
 
@@ -296,21 +142,14 @@ def row_values(field: pa.Field, array: pa.Array) -> list[Any] | np.ndarray:
     one buffer; None for a null row), everything else Python objects (``str`` / ``bytes``
     for strings and binary).
     """
-    shape = _shape(field.type)
+    shape = tensor_shape(field.type)
     if shape == ():
-        return _numpy(array)
+        return numpy_values(array)
     if shape is not None:
-        return list(_to_tensor(array, shape))
-    if _ragged_kind(field.type) == "list":
-        return list(_ragged(array, "list", field.name))
+        return list(as_tensor(numbers(array, shape)))
+    if ragged_kind(field.type) == "list":
+        return list(RaggedColumn(array, "list", field.name).cut(0, len(array)))
     return array.to_pylist()
-
-
-def refuses_nulls_inside(t: pa.DataType) -> bool:
-    """Whether a null inside the lists of a column of type ``t`` is an error: its values
-    become tensor elements (a fixed-size list or fixed-shape tensor of numbers, a list of
-    numbers). Values that become Python objects hold a null as None."""
-    return bool(_shape(t)) or _ragged_kind(t) == "list"
 
 
 def first_null_inside(column: pa.ChunkedArray) -> int | None:
@@ -347,22 +186,13 @@ def _nulls_below(array: pa.Array) -> bool:
             return True
 
 
-def _arrays(table: pa.Table) -> list[pa.Array]:
-    """One array per column, copying only a column that really has several chunks; those of
-    the table's one record batch where there is one (a slice of a row group: cheaper)."""
-    batches = table.to_batches()
-    if len(batches) == 1:
-        return batches[0].columns
-    return [c.chunk(0) if c.num_chunks == 1 else c.combine_chunks() for c in table.columns]
-
-
 def iter_rows(table: pa.Table, locate: Locate | None = None) -> Iterator[dict[str, Any]]:
     """The rows of ``table`` as dicts, converting each column once (a failure names the
     column, and with ``locate`` where its row is)."""
     names = table.column_names
     columns = [
         _converted(field.name, functools.partial(row_values, field), array, locate)
-        for field, array in zip(table.schema, _arrays(table), strict=True)
+        for field, array in zip(table.schema, arrays_of(table), strict=True)
     ]
     for values in zip(*columns, strict=True):
         yield dict(zip(names, values, strict=True))
@@ -377,42 +207,14 @@ def to_batch(
 ) -> dict[str, Any]:
     """A table as one batch: ``{column: tensor | Ragged | list}``.
 
-    In a DataLoader worker, each Ragged is copied from the Arrow buffers straight into one
-    shared-memory segment (values, offsets and validity back to back), which is then handed
-    to the main process without another copy, and reused for a later batch once nothing
-    holds this one (see :mod:`fastdata.workers`; ``reuse=False`` where the main
-    process shares by ``file_system``). A fresh segment per batch would cost about as much
-    CPU as decoding the column: every page of it is zeroed and faulted in. A conversion that
+    In a DataLoader worker, each Ragged is copied into one shared-memory segment, reused for a
+    later batch once nothing holds this one (:func:`~fastdata.sources._handover.handed_over`;
+    ``reuse=False`` where the main process shares by ``file_system``). A conversion that
     fails is a :class:`SourceError` naming the column (and, with ``locate``, where the row
     is).
     """
     batch = {
         name: _converted(name, converters[name], array, locate)
-        for name, array in zip(table.column_names, _arrays(table), strict=True)
+        for name, array in zip(table.column_names, arrays_of(table), strict=True)
     }
-    if not in_worker_process():  # the main process or a thread worker: no hand-over copy
-        return batch
-    return {k: _shared(v, reuse) if isinstance(v, Ragged) else v for k, v in batch.items()}
-
-
-def _shared(ragged: Ragged, reuse: bool) -> Ragged:
-    """``ragged`` copied into one shared-memory segment.
-
-    Segments come in powers of two (at least 64 KiB), so batches of different sizes still
-    find a free segment of their size class; at most half of one is unused.
-    """
-    parts = [t for t in (ragged.values, ragged.offsets, ragged.valid) if t is not None]
-    starts, end = [], 0
-    for t in parts:
-        end = -(-end // 8) * 8  # aligned for int64 views
-        starts.append(end)
-        end += t.numel() * t.element_size()
-    segment, writable = shared_batch((1 << max(16, (end - 1).bit_length()),), reuse=reuse)
-    moved = []
-    for t, start in zip(parts, starts, strict=True):
-        stop = start + t.numel() * t.element_size()
-        # written through the worker's own mapping, which stays faulted in across reuses
-        writable[start:stop].view(t.numpy().dtype).reshape(t.shape)[...] = t.numpy()
-        moved.append(segment[start:stop].view(t.dtype).view(t.shape))
-    valid = moved[2] if len(moved) == 3 else None
-    return Ragged._unchecked(moved[0], moved[1], valid, ragged.kind)
+    return handed_over(batch, reuse)

@@ -4,8 +4,9 @@ A segment is a row range of one window (see :mod:`fastdata.sources.elastic`): it
 read from the reader in order, concatenated, permuted by the window's seed and cut to the
 range. With ``read_ahead``, the next segments are read on a thread pool while the current one
 is turned into items (Arrow reads and decodes without the GIL); tables come out in order, and
-a failed read raises in order, after the tables before it. :func:`cut` then makes tables of
-exactly ``batch_size`` rows across segment boundaries.
+a failed read raises in order, after the tables before it. :func:`decoded` then turns them
+into a stream's items: rows, or batches cut across segment boundaries
+(:mod:`fastdata.sources._feed`; :class:`RowFeed` is importable from here too).
 """
 
 from __future__ import annotations
@@ -14,16 +15,18 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
 from fastdata._stats import StageTimes
-from fastdata.sources.base import INDEX, Reader
+from fastdata.sources._feed import RowFeed, cut
+from fastdata.sources.base import INDEX, BatchingDecoder, Context, Decoder, Reader
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import window_permutation
 
-__all__ = ["RowFeed", "cut", "read_segments"]
+__all__ = ["RowFeed", "decoded", "read_segments"]
 
 
 def read_segments(
@@ -86,41 +89,18 @@ def _read_piece(
     return table.append_column(INDEX, column)
 
 
-class RowFeed:
-    """The rows of a sequence of tables, taken ``n`` at a time across table boundaries."""
-
-    def __init__(self, tables: Iterator[pa.Table]) -> None:
-        self._tables = tables
-        self._head: pa.Table | None = None
-        self._at = 0  # rows of the head table taken
-        self._rows = 0  # rows of the head table
-
-    def take(self, n: int) -> pa.Table | None:
-        """The next ``n`` rows (fewer when the tables end; None when none are left), as
-        zero-copy slices of the tables: one slice where the head table holds them all."""
-        pieces: list[pa.Table] = []
-        need = n
-        while need > 0:
-            if self._at >= self._rows:
-                self._head = next(self._tables, None)
-                if self._head is None:
-                    self._at = self._rows = 0
-                    break
-                self._at, self._rows = 0, self._head.num_rows
-                continue
-            assert self._head is not None
-            got = min(need, self._rows - self._at)
-            pieces.append(self._head.slice(self._at, got))
-            self._at += got
-            need -= got
-        if not pieces:
-            return None
-        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-
-
-def cut(tables: Iterator[pa.Table], size: int) -> Iterator[pa.Table]:
-    """Tables of exactly ``size`` rows across table boundaries (the plan makes only the
-    slot's last one partial)."""
-    feed = RowFeed(tables)
-    while (table := feed.take(size)) is not None:
-        yield table
+def decoded(
+    decoder: Decoder, tables: Iterator[pa.Table], context: Context, *, batching: bool
+) -> Iterator[Any]:
+    """The items ``decoder`` makes of ``tables``: one per row when ``context.batch_size`` is
+    None, else batches of that many rows cut across tables (by the decoder itself where it
+    declares :class:`~fastdata.sources.base.BatchingDecoder`, ``batching``)."""
+    size = context.batch_size
+    if size is None:
+        for table in tables:
+            yield from decoder.rows(table, context)
+    elif batching:
+        yield from cast(BatchingDecoder, decoder).batches(tables, context)
+    else:
+        for table in cut(tables, size):
+            yield decoder.batch(table, context)

@@ -18,12 +18,12 @@ Both are sent to DataLoader workers by pickling, so they hold plain data (thread
 open files are made again in each process).
 
 Optional capabilities are declared, not guessed: each is a small protocol below
-(:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacked`, :class:`SkipCounting`,
-:class:`SchemaReader`, :class:`SourceCounting`), and :func:`declares` is the one way the
-package asks whether an object has one. It checks every member and its type, and refuses a
-capability declared by halves (``varying = True`` without ``items``, an ``fs`` that is a
-string, a ``for_epochs`` typo) with a TypeError, where probing an attribute would have turned
-the feature off without a word.
+(:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`BatchingDecoder`,
+:class:`FileBacked`, :class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`), and
+:func:`declares` is the one way the package asks whether an object has one. It checks every
+member and its type, and refuses a capability declared by halves (``varying = True`` without
+``items``, an ``fs`` that is a string, a ``for_epochs`` typo) with a TypeError, where probing
+an attribute would have turned the feature off without a word.
 """
 
 from __future__ import annotations
@@ -38,13 +38,16 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata._stats import StageTimes
-from fastdata.sources._arrow import converter, iter_rows, to_batch
+from fastdata.sources._arrow import Conversions, iter_rows, to_batch
+from fastdata.sources._columns import batch_cutter
+from fastdata.sources._feed import cut, cut_converted
 from fastdata.workers import receiver_sharing
 
 __all__ = [
     "INDEX",
     "ORIGIN",
     "ArrowDecoder",
+    "BatchingDecoder",
     "Context",
     "Decoder",
     "FileBacked",
@@ -156,6 +159,19 @@ class VaryingDecoder(Protocol):
 
 
 @runtime_checkable
+class BatchingDecoder(Protocol):
+    """A decoder that makes a stream's batches from the reader's tables itself, where the
+    stream would otherwise cut the tables and call ``batch`` on each cut:
+    :class:`ArrowDecoder` converts each table's columns once and cuts the converted columns,
+    cheaper than converting every batch."""
+
+    def batches(self, tables: Iterator[pa.Table], context: Context) -> Iterator[Any]:
+        """What ``batch`` makes of each ``context.batch_size`` rows of ``tables``, cut across
+        table boundaries (the last cut may be shorter)."""
+        ...
+
+
+@runtime_checkable
 class FileBacked(Protocol):
     """A reader (or decoder) that opens files itself, through ``fs``: a cache wrapping that
     filesystem is found there (``DataLoader.stats()["cache"]``)."""
@@ -192,7 +208,7 @@ class SourceCounting(Protocol):
 # The capabilities a stream's reader and decoder may declare (SourceCounting is a stream's).
 _PART_CAPABILITIES = {
     "reader": (PerEpochReader, FileBacked, SkipCounting, SchemaReader),
-    "decoder": (VaryingDecoder, FileBacked, SkipCounting),
+    "decoder": (VaryingDecoder, BatchingDecoder, FileBacked, SkipCounting),
 }
 _TYPO_CHECKED = (PerEpochReader, VaryingDecoder)  # a typo there changes which rows come when
 
@@ -288,26 +304,57 @@ class ArrowDecoder:
         origin: add :data:`ORIGIN` to each item: where each row came from.
         index: ask for :data:`INDEX` without ``origin`` (so failed conversions are located;
             worth it where some column becomes Python objects, see
-            :func:`~fastdata.sources._arrow.becomes_objects`).
+            :func:`~fastdata.sources._arrow_types.becomes_objects`).
     """
 
     def __init__(self, *, origin: bool = False, index: bool = False) -> None:
         self.origin = origin
         self.needs_index = origin or index
-        self._converters: tuple[pa.Schema, dict[str, Any]] | None = None
+        self._converters: Conversions | None = None
         # The sharing strategy of the process that pickled this decoder for its workers:
         # ragged columns reuse shared-memory segments only where it shares by descriptor.
         self._receiver: str | None = None
 
+    def _conversions(self, schema: pa.Schema) -> Conversions:
+        """The converters of ``schema``'s columns, chosen once per schema."""
+        if self._converters is None or self._converters.schema != schema:
+            self._converters = Conversions(schema)
+        return self._converters
+
     def batch(self, table: pa.Table, context: Context) -> dict[str, Any]:
         table, index, locate = _split_index(table, context)
-        if self._converters is None or self._converters[0] != table.schema:
-            self._converters = (table.schema, {f.name: converter(f)[0] for f in table.schema})
-        reuse = self._receiver in (None, "file_descriptor")
-        batch = to_batch(table, self._converters[1], reuse=reuse, locate=locate)
+        converters = self._conversions(table.schema).batch
+        batch = to_batch(table, converters, reuse=self._reuse, locate=locate)
         if self.origin:
             batch[ORIGIN] = [context.locate(i) for i in _indexes(index)]
         return batch
+
+    def batches(self, tables: Iterator[pa.Table], context: Context) -> Iterator[dict[str, Any]]:
+        """What :meth:`batch` makes of each ``context.batch_size`` rows of ``tables``, with
+        each table's columns converted once and cut
+        (:func:`~fastdata.sources._feed.cut_converted`)."""
+        assert context.batch_size is not None  # streams ask for batches with a batch size
+        convert = functools.partial(self.batch, context=context)
+        if type(self).batch is not ArrowDecoder.batch:  # a subclass's own batch() decides
+            return map(convert, cut(tables, context.batch_size))
+        cutter = functools.partial(self._cutter, context=context)
+        return cut_converted(tables, context.batch_size, convert, cutter)
+
+    def _cutter(self, table: pa.Table, context: Context) -> Callable[[int, int], Any] | None:
+        """The batch of rows ``[start, stop)`` of ``table``, its columns converted once;
+        None where they do not all convert whole (then :meth:`batch`)."""
+        table, index, _ = _split_index(table, context)
+        rows = batch_cutter(table, self._conversions(table.schema).whole, self._reuse)
+        if rows is None or not self.origin:
+            return rows
+        where = _indexes(index)
+        return lambda a, b: rows(a, b) | {ORIGIN: [context.locate(i) for i in where[a:b]]}
+
+    @property
+    def _reuse(self) -> bool:
+        """Whether Ragged columns reuse shared-memory segments (where the receiving process
+        shares by descriptor)."""
+        return self._receiver in (None, "file_descriptor")
 
     def rows(self, table: pa.Table, context: Context) -> Iterator[dict[str, Any]]:
         table, index, locate = _split_index(table, context)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fastdata._validate import check_bool, keywords_checked
-from fastdata.sources._arrow import becomes_objects
+from fastdata.sources._arrow_types import becomes_objects
 from fastdata.sources._cache import start_fetching, with_cache
 from fastdata.sources.base import ORIGIN, ArrowDecoder
 from fastdata.sources.options import StreamOptions

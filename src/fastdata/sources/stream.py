@@ -25,13 +25,14 @@ from fastdata._stats import StageTimes
 from fastdata._validate import check_int, keywords_checked
 from fastdata.errors import ResumeError
 from fastdata.sources._cursors import Cursors
-from fastdata.sources._reading import cut, read_segments
+from fastdata.sources._reading import decoded, read_segments
 from fastdata.sources._state import MAX_EPOCH, Resume, check_state, resume_point, state_of
+from fastdata.sources._views import EpochView, EpochViews
 from fastdata.sources.base import (
     ArrowDecoder,
+    BatchingDecoder,
     Context,
     Decoder,
-    PerEpochReader,
     Reader,
     VaryingDecoder,
     check_parts,
@@ -40,12 +41,7 @@ from fastdata.sources.base import (
 )
 from fastdata.sources.elastic import Handover, Segment, after, slot_segments
 from fastdata.sources.options import StreamOptions, checked_options
-from fastdata.sources.plan import (
-    Layout,
-    Policy,
-    Summary,
-    plan_epoch,
-)
+from fastdata.sources.plan import Layout, Policy, Summary, plan_epoch
 from fastdata.workers import ThreadPools
 
 __all__ = ["PlannedStream"]
@@ -81,7 +77,7 @@ class PlannedStream(IterableDataset):
         self.decoder: Decoder = decoder if decoder is not None else ArrowDecoder()
         self.batch_size = None if options.get("batch_size") is None else self._policy.batch_size
         self._resolved_rank: tuple[int, int] | None = None
-        self._views: dict[int | None, tuple[Reader, tuple[int, ...], np.ndarray]] = {}
+        self._views = EpochViews(reader)
         self._times: StageTimes | None = None
         # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -92,25 +88,12 @@ class PlannedStream(IterableDataset):
         self._pools = ThreadPools()
         # A decoder taking a varying number of rows per item reports its position.
         self._cursors = Cursors() if varies(self.decoder) else None
-        self._per_epoch = declares(reader, PerEpochReader)
+        self._batching = declares(self.decoder, BatchingDecoder)
 
     # ----------------------------------------------------------------- units
-    def _view(self, epoch: int | None = None) -> tuple[Reader, tuple[int, ...], np.ndarray]:
-        """The reader of ``epoch`` (a :class:`~fastdata.sources.base.PerEpochReader`'s changes),
-        its unit rows (asked once; filters may make it costly) and each unit's first index."""
-        epoch = self.epoch if epoch is None else epoch
-        key = epoch if self._per_epoch else None
-        if key not in self._views:
-            by_epoch = cast(PerEpochReader, self.reader)
-            reader = self.reader if key is None else by_epoch.for_epoch(epoch)
-            rows = tuple(int(n) for n in reader.unit_rows())
-            if any(n < 0 for n in rows):
-                raise ValueError(f"{reader!r} counts a negative number of rows in a unit")
-            offsets = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)])
-            while len(self._views) >= 2:  # the epoch read and the one planned next
-                self._views.pop(next(iter(self._views)))
-            self._views[key] = (reader, rows, offsets)
-        return self._views[key]
+    def _view(self, epoch: int | None = None) -> EpochView:
+        """The reader of ``epoch`` (the current one when None), its unit rows and offsets."""
+        return self._views(self.epoch if epoch is None else epoch)
 
     def unit_rows(self, epoch: int | None = None) -> tuple[int, ...]:
         """Rows of every unit of the reader in ``epoch`` (the current one when None)."""
@@ -404,13 +387,8 @@ class PlannedStream(IterableDataset):
         return tables, context
 
     def _items(self, segments: list[Segment]) -> Iterator[Any]:
-        tables, context = self._tables(segments)
-        if self.batch_size is None:
-            for table in tables:
-                yield from self.decoder.rows(table, context)
-            return
-        for table in cut(tables, self.batch_size):
-            yield self.decoder.batch(table, context)
+        tables, context = self._tables(segments)  # on the first item: reads start there
+        yield from decoded(self.decoder, tables, context, batching=self._batching)
 
     def __repr__(self) -> str:
         return (

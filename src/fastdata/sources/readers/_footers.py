@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 from fastdata.errors import SchemaError, SourceError
-from fastdata.sources._arrow import delivered_type, rebuild
+from fastdata.sources._arrow_types import delivered_type, rebuild
 from fastdata.sources.readers._thrift import encrypted_leaves
 
 __all__ = ["ContentDigest", "Footer", "SchemaAgreement", "read_footer", "refuse_encrypted"]

@@ -26,11 +26,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from fastdata._validate import check_names
 from fastdata.errors import SchemaError, SourceError
-from fastdata.sources._arrow import converter, first_null_inside, refuses_nulls_inside
+from fastdata.sources._arrow import converter, first_null_inside
+from fastdata.sources._arrow_types import refuses_nulls_inside
 from fastdata.sources._files import paths_digest, resolve_files
 from fastdata.sources.readers._footers import (
     ContentDigest,
@@ -127,12 +129,14 @@ class ParquetRowGroups:
         groups: list[tuple[int, int, int]] = []
         # file schemas (with their encrypted columns) the filter was checked on
         checked: deque[tuple[pa.Schema, frozenset[str]]] = deque(maxlen=8)
-        with ThreadPoolExecutor(min(_METADATA_THREADS, len(self.files))) as pool:
+        # Local footers are read in line: each takes well under a millisecond, less than
+        # starting the threads that fetch remote ones several at a time.
+        local = isinstance(self.fs, pafs.LocalFileSystem)
+        with ThreadPoolExecutor(1 if local else min(_METADATA_THREADS, len(self.files))) as pool:
             for first in range(0, len(self.files), _FOOTER_BATCH):
                 paths = self.files[first : first + _FOOTER_BATCH]
-                for f, (footer, schema, encrypted) in enumerate(
-                    pool.map(self._footer, paths), first
-                ):
+                footers = map(self._footer, paths) if local else pool.map(self._footer, paths)
+                for f, (footer, schema, encrypted) in enumerate(footers, first):
                     if footer.num_rows:
                         refuse_encrypted(self.files[f], encrypted, names)
                         agreement.check(self.files[f], schema)
