@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from fastdata.sources._reading import RowFeed, cut, read_segments
+from fastdata.sources._feed import RowFeed, cut
+from fastdata.sources._reading import read_segments
 from fastdata.sources.base import INDEX
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import Piece, Window, window_permutation

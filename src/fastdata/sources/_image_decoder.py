@@ -33,9 +33,9 @@ from fastdata.decode import (
     reused_sample_rng,
     sample_rng,
 )
+from fastdata.sources._feed import RowFeed
 from fastdata.sources._image_errors import FAILURES, BadImages, OnError, naming
 from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
-from fastdata.sources._reading import RowFeed
 from fastdata.sources.base import INDEX, ArrowDecoder, Context
 from fastdata.workers import ThreadPools, batch_buffer, receiver_sharing
 

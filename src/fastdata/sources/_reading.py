@@ -6,7 +6,7 @@ range. With ``read_ahead``, the next segments are read on a thread pool while th
 is turned into items (Arrow reads and decodes without the GIL); tables come out in order, and
 a failed read raises in order, after the tables before it. :func:`decoded` then turns them
 into a stream's items: rows, or batches cut across segment boundaries
-(:mod:`fastdata.sources._feed`; :class:`RowFeed` is importable from here too).
+(:mod:`fastdata.sources._feed`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import numpy as np
 import pyarrow as pa
 
 from fastdata._stats import StageTimes
-from fastdata.sources._feed import RowFeed, cut
+from fastdata.sources._feed import cut
 from fastdata.sources.base import INDEX, BatchingDecoder, Context, Decoder, Reader
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import window_permutation
 
-__all__ = ["RowFeed", "decoded", "read_segments"]
+__all__ = ["decoded", "read_segments"]
 
 
 def read_segments(

@@ -23,16 +23,9 @@ from fastdata._state_checks import (
 )
 from fastdata.errors import ResumeError
 from fastdata.sources.elastic import Handover, remaining
-from fastdata.sources.state import MAX_EPOCH, STATE_VERSION, StreamFacts, state_of
+from fastdata.sources.state import MAX_EPOCH, STATE_VERSION, StreamFacts
 
-__all__ = [
-    "MAX_EPOCH",
-    "Resume",
-    "check_state",
-    "resume_point",
-    "state_of",  # stream.py imports it from here
-    "validate",
-]
+__all__ = ["Resume", "check_state", "resume_point", "validate"]
 
 
 def validate(state: Any, *, type_name: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from fastdata._validate import check_int, keywords_checked
 from fastdata.errors import ResumeError
 from fastdata.sources._cursors import Cursors
 from fastdata.sources._reading import decoded, read_segments
-from fastdata.sources._state import MAX_EPOCH, Resume, check_state, resume_point, state_of
+from fastdata.sources._state import Resume, check_state, resume_point
 from fastdata.sources._views import EpochView, EpochViews
 from fastdata.sources.base import (
     ArrowDecoder,
@@ -42,6 +42,7 @@ from fastdata.sources.base import (
 from fastdata.sources.elastic import Handover, Segment, after, slot_segments
 from fastdata.sources.options import StreamOptions, checked_options
 from fastdata.sources.plan import Layout, Policy, Summary, plan_epoch
+from fastdata.sources.state import MAX_EPOCH, state_of
 from fastdata.workers import ThreadPools
 
 __all__ = ["PlannedStream"]
