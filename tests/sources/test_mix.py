@@ -115,3 +115,19 @@ def test_the_mixed_reader_keeps_the_reader_contract(sources) -> None:
     reader = fd.mix(streams, weights={"web": 0.7, "code": 0.3}, epoch_rows=300).reader
     other = fd.mix(streams, weights={"web": 0.5, "code": 0.5}, epoch_rows=300).reader
     check_reader(reader, changed=other, batch_size=16, shuffle=True)
+
+
+@pytest.mark.parametrize("batch_size", [25, 64, 150])
+def test_mid_epoch_counts_are_the_rows_delivered_so_far(sources, batch_size: int) -> None:
+    """The counting decoder cuts batches through the inner decoder's own batching (tables
+    converted once) and counts each batch's rows as it is handed on, across row groups."""
+    from fastdata.sources.base import BatchingDecoder, declares
+
+    stream = mixed(sources, shuffle=True, batch_size=batch_size)
+    assert declares(stream.decoder, BatchingDecoder)
+    delivered: Counter = Counter()
+    for batch in stream:
+        delivered.update(batch["source"].tolist())
+        counts = stream.source_counts()
+        assert counts == {"web": delivered[0], "code": delivered[1]}
+    assert sum(delivered.values()) == 1000

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -28,7 +29,15 @@ from torch.utils.data import get_worker_info
 
 from fastdata._env import worker_slot
 from fastdata._validate import check_int, check_number, keywords_checked
-from fastdata.sources.base import Context, Decoder, Reader, VaryingDecoder, varies
+from fastdata.sources.base import (
+    BatchingDecoder,
+    Context,
+    Decoder,
+    Reader,
+    VaryingDecoder,
+    declares,
+    varies,
+)
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
 
@@ -158,13 +167,14 @@ class _Counting:
         return {**self.__dict__, "_row": None}
 
     def _count(self, table: pa.Table) -> None:
+        self._count_sources(_sources(table))
+
+    def _count_sources(self, sources: np.ndarray) -> None:
         if self._row is None or self._row[0] != os.getpid():  # a forked worker: its own row
             worker = worker_slot()[0] + 1 if get_worker_info() is not None else 0
             self._row = (os.getpid(), self.counts[worker % _MAX_READERS].numpy())
-        column = table.column(SOURCE)
-        chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         row = self._row[1]
-        row += np.bincount(chunk.to_numpy(), minlength=len(row))
+        row += np.bincount(sources, minlength=len(row))
 
     def batch(self, table: pa.Table, context: Context) -> Any:
         self._count(table)
@@ -184,6 +194,39 @@ class _Counting:
     def _counted(self, table: pa.Table) -> pa.Table:
         self._count(table)
         return table
+
+
+class _BatchingCounting(_Counting):
+    """:class:`_Counting` over a decoder that cuts its own batches (a
+    :class:`~fastdata.sources.base.BatchingDecoder`): the rows of each batch are counted as
+    the batch is handed on, as ``batch()`` counts them, so a mixed stream converts each table
+    once like a single stream does."""
+
+    def batches(self, tables: Iterator[pa.Table], context: Context) -> Iterator[Any]:
+        taken: deque[np.ndarray] = deque()  # sources of the rows taken and not yet counted
+
+        def take() -> Iterator[pa.Table]:
+            for table in tables:
+                taken.append(_sources(table))
+                yield table
+
+        size = cast(int, context.batch_size)
+        for batch in cast(BatchingDecoder, self.inner).batches(take(), context):
+            due = size  # a batch holds the next ``size`` rows taken (the last one may be short)
+            while due and taken:
+                head = taken.popleft()
+                self._count_sources(head[:due])
+                if len(head) > due:
+                    taken.appendleft(head[due:])
+                due -= min(due, len(head))
+            yield batch
+
+
+def _sources(table: pa.Table) -> np.ndarray:
+    """The ``source`` column of a table of a mixed reader, as numpy."""
+    column = table.column(SOURCE)
+    chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return chunk.to_numpy()
 
 
 class MixedStream(PlannedStream):
@@ -217,7 +260,8 @@ class MixedStream(PlannedStream):
         total = sum(s.num_rows for s in streams.values())
         rows = check_int("epoch_rows", epoch_rows, minimum=1, none="None: all rows of all sources")
         reader = MixedReader({n: s.reader for n, s in streams.items()}, shares_, rows or total)
-        super().__init__(reader, decoder=_Counting(decoder, len(streams)), **options)
+        counting = _BatchingCounting if declares(decoder, BatchingDecoder) else _Counting
+        super().__init__(reader, decoder=counting(decoder, len(streams)), **options)
         self.sources = list(streams)
         """The sources' names; a row's ``source`` column is an index into it."""
 
