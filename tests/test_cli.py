@@ -69,12 +69,3 @@ def test_demo_runs_with_the_old_workers_spelling(
                  "--epochs", "1", "--data", str(tmp_path)]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "2,000 rows" in out and "every row exactly once per epoch: yes" in out
-
-
-def test_run_demo_checks_its_arguments() -> None:
-    from fastdata.demo import run_demo
-
-    with pytest.raises(TypeError, match=r"rows='10': expected an integer >= 1, got str"):
-        run_demo(rows="10")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"epochs=0: expected an integer >= 1"):
-        run_demo(epochs=0)

@@ -394,31 +394,8 @@ def test_stats_time_the_transfer_to_the_device(tmp_path: Path) -> None:
     assert "transfer" not in plain.stats()["stages"]
 
 
-class Pinnable:
-    """A batch type with its own pin_memory(), which torch's pin step calls."""
-
-    def __init__(self, value: int, pinned: bool = False) -> None:
-        self.value, self.pinned = value, pinned
-
-    def pin_memory(self, device=None) -> Pinnable:
-        return Pinnable(self.value, pinned=True)
-
-
-def test_stats_time_the_pin_step_torch_runs() -> None:
-    from fastdata._stats import PinTimer, StageTimes, TimedCollate, WaitClock
-
-    times = StageTimes()
-    collate = TimedCollate(lambda items: Pinnable(sum(items)), times, pin=True)
-    wrapped = collate([1, 2, 3])
-    assert isinstance(wrapped, PinTimer)
-    # What torch's pin-memory thread does with each batch:
-    pinned = torch.utils.data._utils.pin_memory.pin_memory(wrapped, None)
-    assert (pinned.value, pinned.pinned) == (6, True)
-    assert times.totals()["pin"]["count"] == 1 and times.totals()["collate"]["count"] == 1
-    # Where torch does not pin, the loader takes the batch out unchanged.
-    unpinned = next(WaitClock([collate([4])]))
-    assert (unpinned.value, unpinned.pinned) == (4, False)
-    # With pin_memory=True and no accelerator, iteration still yields plain batches.
+def test_pin_memory_without_an_accelerator_yields_plain_batches_with_stats() -> None:
+    """The stats' pin timer (tests/test_stats.py) is taken off where torch does not pin."""
     loader = DataLoader(Squares(), batch_size=2, pin_memory=True, stats=True)
     assert [b["i"].tolist() for b in loader][:2] == [[0, 1], [2, 3]]
 
