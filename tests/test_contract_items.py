@@ -74,11 +74,6 @@ def test_fingerprint_walks_dicts_lists_and_tuples() -> None:
 int64s = st.lists(st.integers(-(2**63), 2**63 - 1), max_size=10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fingerprint keys a Ragged by its repr, a preview of its first rows: batches that "
-    "differ past the preview get one key, so check_reader cannot tell them apart",
-)
 def test_fingerprint_keys_ragged_columns_by_all_their_values() -> None:
     rows = [torch.arange(i, i + 5) for i in range(10)]
     changed = [*rows[:-1], torch.zeros(5, dtype=torch.int64)]  # the last row differs
@@ -86,11 +81,6 @@ def test_fingerprint_keys_ragged_columns_by_all_their_values() -> None:
     assert fingerprint({"tokens": a}) != fingerprint({"tokens": b})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fingerprint hashes an object array's bytes, which are pointers: equal strings "
-    "made apart (in another worker, another run) get other keys",
-)
 def test_fingerprint_keys_object_arrays_by_their_values() -> None:
     made_apart = "".join(["x"] * 30)  # equal to "x" * 30, another object
     a = np.array(["x" * 30], dtype=object)

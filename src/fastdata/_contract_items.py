@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from fastdata._env import worker_slot
+from fastdata.ragged import Ragged
 from fastdata.sources.base import INDEX, Context, Decoder, VaryingDecoder, varies
 
 __all__ = ["Probe", "fingerprint", "fingerprints", "tagged"]
@@ -31,8 +32,14 @@ def fingerprint(item: Any) -> list[Hashable]:
     """One key for an item: a hash of its contents (tensors and arrays by their bytes)."""
 
     def plain(value: Any) -> Any:
+        if isinstance(value, Ragged):  # every row, not the preview its repr shows
+            start, end = int(value.offsets[0]), int(value.offsets[-1])
+            rows = (value.values[start:end], value.offsets - start, value.valid)
+            return ("ragged", value.kind, [plain(part) for part in rows])
         if hasattr(value, "numpy"):
             value = value.numpy()
+        if isinstance(value, np.ndarray) and value.dtype.hasobject:  # bytes are pointers
+            return (value.dtype.str, value.shape, [plain(v) for v in value.ravel().tolist()])
         if isinstance(value, np.ndarray):
             return (value.dtype.str, value.shape, digest(value.tobytes().hex()))
         if isinstance(value, dict):
