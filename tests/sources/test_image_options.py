@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fastdata._transforms import ImageTransform
 
+from fastdata.decode import ImageTransform
 from fastdata.sources._image_options import DECODER_OPTIONS, image_decoder
 from fastdata.sources.base import ORIGIN
 
