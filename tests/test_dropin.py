@@ -8,6 +8,7 @@ loader gives on the same dataset, however and whenever the names were assigned.
 
 from __future__ import annotations
 
+import multiprocessing.queues
 import subprocess
 import sys
 import textwrap
@@ -409,6 +410,25 @@ def test_no_thread_of_ours_outlives_its_iterator(worker_method: str) -> None:
     while set(threading.enumerate()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not set(threading.enumerate()) - before
+
+
+def test_an_ended_epoch_leaves_no_queue_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch closes its queues as an epoch ends without joining the threads that fed them;
+    one still ending as the interpreter exits leaks a semaphore with spawned workers (the
+    resource tracker's warning, ``test_swapped_in_a_script_with_spawned_workers``). None may
+    be alive once the last batch is handed out, however slowly it ends (here 0.3 s late):
+    the test does not wait."""
+    feed = multiprocessing.queues.Queue._feed
+
+    def slow_to_end(*args: object) -> None:
+        feed(*args)
+        time.sleep(0.3)
+
+    monkeypatch.setattr(multiprocessing.queues.Queue, "_feed", staticmethod(slow_to_end))
+    before = set(threading.enumerate())
+    loader = fd.DataLoader(Squares(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    assert len(list(loader)) == 6
+    assert set(threading.enumerate()) <= before
 
 
 def test_docs_example_of_install_runs() -> None:

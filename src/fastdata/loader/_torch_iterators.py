@@ -15,13 +15,16 @@ and the worker init. On top of torch's code, the iterators here:
 - make two failure modes of worker processes loud and bounded: a worker that dies while
   handing a batch over is named, and ``timeout=`` also covers the receive
   (:mod:`fastdata.loader._watchdog`);
-- never shut down from a process forked from their owner, nor after a failed construction.
+- never shut down from a process forked from their owner, nor after a failed construction;
+- once they stop the workers, wait for the threads that fed their queues (torch leaves them
+  running, which at interpreter exit can leak a semaphore: :func:`_join_feeders`).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,7 +234,25 @@ class WorkerIterator(_Hooks, _dataloader._MultiProcessingDataLoaderIter):  # typ
                 watch.done.set()
                 if watch.unregistered:  # the watchdog took the pids out of torch's registry
                     self._worker_pids_set = False
+        stopping = not self._shutdown
         super()._shutdown_workers()
+        if stopping and self._shutdown:  # torch stopped the workers now (not at exit)
+            _join_feeders([*getattr(self, "_index_queues", ()), self._worker_result_queue])
+
+
+def _join_feeders(queues: list[Any]) -> None:
+    """Wait (at most ``_GRACE_S`` in all) for the feeder threads of ``queues``, which torch
+    closed without joining. A feeder holds two of its queue's semaphores, so the last one
+    to drop them may be the feeder, as it ends: with spawned or fork-server workers it then
+    unlinks them and tells multiprocessing's resource tracker. Should the interpreter exit
+    meanwhile (a script whose last epoch just ended), the thread is stopped between the two
+    and the tracker reports a leaked semaphore. Joined here, the thread is done before the
+    epoch's last ``next()`` returns."""
+    deadline = time.monotonic() + _GRACE_S
+    for queue in queues:
+        feeder = getattr(queue, "_thread", None)  # started by the queue's first put
+        if feeder is not None and feeder is not threading.current_thread():
+            feeder.join(max(deadline - time.monotonic(), 0))
 
 
 def make_iterator(loader: Any, setup: Setup) -> Any:
