@@ -140,7 +140,7 @@ PUBLIC_NAMES = {
     "fastdata.sources": (
         "ArrowDecoder Context Decoder FileBacked INDEX PerEpochReader PlannedStream Reader "
         "STATE_VERSION SchemaReader SkipCounting SourceCounting StreamOptions VaryingDecoder "
-        "cache_stats"
+        "cache_stats with_cache"
     ),
     "fastdata.synthetic": (
         "encode_image make_image_bytes make_image_parquet make_images make_parquet "

@@ -396,3 +396,53 @@ def test_an_open_file_is_never_evicted_by_its_process(tmp_path: Path) -> None:
         f.read()
     assert files[0].read_bytes() not in {p.read_bytes() for p in data_files(cache)}
     assert fs.handler.counts.totals()["evicted"] >= 2
+
+
+# --------------------------------------------------------------------------- any reader
+class Lines:
+    """A file-backed reader of one's own (as the writing-a-source guide writes them): a unit
+    per file, a row per line, every file opened through ``fs``."""
+
+    def __init__(self, paths: list[str], fs: pafs.FileSystem) -> None:
+        self.paths, self.fs = paths, fs
+        self.rows = [len(self.lines(path)) for path in paths]
+
+    def lines(self, path: str) -> list[str]:
+        with self.fs.open_input_stream(path) as f:
+            return f.read().decode().splitlines()
+
+    def unit_rows(self) -> list[int]:
+        return self.rows
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        return pa.table({"line": self.lines(self.paths[unit])[start:stop]})
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        return {"file": self.paths[unit], "row": row}
+
+    def identity(self) -> dict[str, Any]:
+        return {"files": self.paths, "rows": self.rows}
+
+
+def test_a_reader_of_ones_own_gets_the_cache_through_with_cache(tmp_path: Path) -> None:
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"part-{i}.txt"))
+        Path(paths[-1]).write_text("".join(f"{i}-{row}\n" for row in range(40)))
+    remote = pafs.PyFileSystem(SlowLocal(pause=0))  # a filesystem that is not the local disk
+    source, fs = fd.sources.with_cache(paths, remote, tmp_path / "cache", None)
+    reader = Lines(source, fs)
+    assert data_files(tmp_path / "cache") == []  # counting the lines read through the cache
+    stream = fd.PlannedStream(reader, batch_size=16, shuffle=True)
+    assert fs.handler.fetch  # planned: opening a file now fetches it whole
+    loader = fd.DataLoader(stream, batch_size=None, num_workers=2, stats=True)
+    lines = sorted(line for batch in loader for line in batch["line"].tolist())
+    assert lines == sorted(f"{i}-{row}" for i in range(3) for row in range(40))
+    assert len(data_files(tmp_path / "cache")) == 3
+    first = loader.stats()["cache"]
+    assert (first["misses"], first["invalid"]) == (3, 0)
+    stream.set_epoch(1)
+    assert sum(len(batch["line"]) for batch in loader) == 120
+    second = delta(loader.stats()["cache"], first)
+    assert second["misses"] == second["fetched_bytes"] == 0
+    assert second["hits"] >= 3

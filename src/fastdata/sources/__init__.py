@@ -7,12 +7,14 @@ may declare (:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacke
 :class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`).
 :func:`fastdata.check_reader` checks a reader against the contract the streams keep.
 
-Beside them, for the stages after the sources: :func:`cache_stats` (what a stream's file cache
-counted), :mod:`fastdata.sources.state` (a stream's resume state as plain data) and
-:mod:`fastdata.sources.filesystem` (the file helpers the dataset writer shares).
+:func:`with_cache` wraps a remote filesystem in the local file cache the built-in streams use
+(``cache_dir=``), for any file-backed reader. Beside them, for the stages after the sources:
+:func:`cache_stats` (what a stream's file cache counted), :mod:`fastdata.sources.state` (a
+stream's resume state as plain data) and :mod:`fastdata.sources.filesystem` (the file helpers
+the dataset writer shares).
 """
 
-from fastdata.sources._cache import cache_stats
+from fastdata.sources._cache import cache_stats, with_cache
 from fastdata.sources.base import (
     INDEX,
     ArrowDecoder,
@@ -46,4 +48,5 @@ __all__ = [
     "StreamOptions",
     "VaryingDecoder",
     "cache_stats",
+    "with_cache",
 ]

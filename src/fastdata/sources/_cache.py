@@ -253,11 +253,16 @@ def with_cache(
     *,
     whole_to_plan: bool = False,
 ) -> tuple[Any, Any]:
-    """``(source, filesystem)`` for a stream constructor: unchanged without ``cache_dir``;
-    with it, the source's remote filesystem wrapped in a :class:`CachingHandler` (and URIs
-    turned into that filesystem's paths). ``whole_to_plan``: planning fetches whole files
-    too, for sources whose planning reads all of each file (tar shards: their member
-    headers are spread through them, so one request for the file beats one per header).
+    """``(source, filesystem)`` with the source's remote filesystem wrapped in the local file
+    cache (a :class:`CachingHandler`; URIs turned into that filesystem's paths); unchanged
+    without ``cache_dir``. What ``cache_dir=`` and ``cache_limit=`` of the built-in streams
+    do, for any reader: give the filesystem returned to a reader that opens its files through
+    it and names it ``fs`` (:class:`~fastdata.sources.FileBacked`), and the
+    :class:`~fastdata.PlannedStream` over it fetches whole files into the cache once it has
+    planned, and counts hits and misses in ``DataLoader(stats=True).stats()["cache"]``.
+    ``whole_to_plan``: planning fetches whole files too, for sources whose planning reads all
+    of each file (tar shards: their member headers are spread through them, so one request
+    for the file beats one per header).
 
     Raises:
         ValueError: ``cache_limit`` without ``cache_dir``, or a source on the local disk

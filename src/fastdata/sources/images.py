@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 from fastdata._validate import check_bool, check_choice, check_names, keywords_checked
 from fastdata.decode import ImageTransform
 from fastdata.errors import SourceError
-from fastdata.sources._cache import start_fetching, with_cache
+from fastdata.sources._cache import with_cache
 from fastdata.sources._files import Listing, class_folders, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder
 from fastdata.sources._image_options import DECODER_OPTIONS, ImageOptions, image_decoder
@@ -131,7 +131,6 @@ class ImageStream(PlannedStream):
             options.pop(name, None)  # type: ignore[misc]
         options.setdefault("shuffle_buffer", 2048)
         super().__init__(reader, decoder=decoder, **options)  # type: ignore[misc]
-        start_fetching(self)
         self.classes: list[str] | None = None
         """Class names of :meth:`from_folder` (index = label), else None."""
         self.class_to_idx: dict[str, int] | None = None

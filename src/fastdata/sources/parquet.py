@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from fastdata._validate import check_bool, keywords_checked
 from fastdata.sources._arrow_types import becomes_objects
-from fastdata.sources._cache import start_fetching, with_cache
+from fastdata.sources._cache import with_cache
 from fastdata.sources.base import ORIGIN, ArrowDecoder
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.readers.parquet import ParquetRowGroups
@@ -89,7 +89,6 @@ class ParquetStream(PlannedStream):
         # conversion that can fail: its error then names the file and row group.
         index = any(becomes_objects(field.type) for field in reader.schema)
         super().__init__(reader, decoder=ArrowDecoder(origin=origin, index=index), **options)
-        start_fetching(self)
 
     @property
     def files(self) -> list[str]:

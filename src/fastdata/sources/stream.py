@@ -24,6 +24,7 @@ from fastdata._env import resolve_rank, worker_slot
 from fastdata._stats import StageTimes
 from fastdata._validate import check_int, keywords_checked
 from fastdata.errors import ResumeError
+from fastdata.sources._cache import start_fetching
 from fastdata.sources._cursors import Cursors
 from fastdata.sources._reading import decoded, read_segments
 from fastdata.sources._state import Resume, check_state, resume_point
@@ -90,6 +91,7 @@ class PlannedStream(IterableDataset):
         # A decoder taking a varying number of rows per item reports its position.
         self._cursors = Cursors() if varies(self.decoder) else None
         self._batching = declares(self.decoder, BatchingDecoder)
+        start_fetching(self)  # planned: a cache of a part's files now fetches whole files
 
     # ----------------------------------------------------------------- units
     def _view(self, epoch: int | None = None) -> EpochView:
