@@ -180,6 +180,13 @@ for pid, thread in loader:
 """
 
 
+def take_sigint_as_a_terminal_does() -> None:
+    """SIGINT back to its default in the child, whatever the runner left: a job a shell
+    starts in the background inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt (CI launched that way timed this test out)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_loop_and_its_workers(tmp_path: Path, worker_method: str) -> None:
     # Ctrl-C in a terminal sends SIGINT to the whole foreground process group; thread
     # workers (daemons, blocked in nothing the interrupt waits for) must not hold up the exit.
@@ -189,6 +196,7 @@ def test_ctrl_c_stops_the_loop_and_its_workers(tmp_path: Path, worker_method: st
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=take_sigint_as_a_terminal_does,
     )
     seen = {tuple(proc.stdout.readline().split()) for _ in range(6)}
     workers = {int(pid) for pid, _ in seen}
