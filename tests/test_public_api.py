@@ -148,8 +148,8 @@ PUBLIC_NAMES = {
     ),
     "fastdata.tune": ("LoaderConfig SimulatedStep Trial TuneError TuneResult tune"),
     "fastdata.workers": (
-        "SEGMENTS_PER_WORKER ThreadPools WorkerInit batch_buffer opencv_single_threaded_fork "
-        "receiver_sharing start_method"
+        "BatchOrderedPool SEGMENTS_PER_WORKER ThreadPools WorkerInit batch_buffer in_batch "
+        "item_pool opencv_single_threaded_fork receiver_sharing start_method"
     ),
     "fastdata.writer": (
         "BadImage Sample WriteProgress WriteResult folder_samples list_samples split_by_bytes "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from concurrent.futures import wait as futures_wait
 
 import numpy as np
 import pytest
@@ -188,3 +189,102 @@ def test_no_held_batch_ever_changes(operations: list[tuple[str, int]]) -> None:
             held.pop(arg % len(held))
         assert all((t == value).all() for t, value in held)
         assert len(segments._pool) <= SEGMENTS_PER_WORKER
+
+
+# ----------------------------------------------------------------- the thread workers' pool
+def test_the_earliest_batchs_tasks_run_first_each_batch_in_submission_order() -> None:
+    pool = segments.BatchOrderedPool("test-ordered")
+    pool.grow(1)
+    gate = threading.Event()
+    ran: list[tuple[int, int]] = []
+    blocker = pool.submit(gate.wait)  # holds the one thread while the batches queue up
+
+    def submit(batch: int) -> list:
+        with segments.in_batch(pool, (0, batch)):
+            return [pool.submit(ran.append, (batch, i)) for i in range(5)]
+
+    futures = submit(2) + submit(0) + submit(1)
+    outside = pool.submit(ran.append, (99, 0))  # from no batch: after every batch
+    gate.set()
+    for future in [blocker, *futures, outside]:
+        future.result(timeout=5)
+    assert ran == [(b, i) for b in (0, 1, 2) for i in range(5)] + [(99, 0)]
+    pool.shutdown()
+
+
+def test_a_task_sees_the_worker_info_of_the_thread_that_submitted_it() -> None:
+    from torch.utils.data import get_worker_info
+    from torch.utils.data._utils.worker import WorkerInfo
+
+    from fastdata._torch_compat import install_thread_worker_info, set_thread_worker_info
+
+    install_thread_worker_info()
+    pool = segments.BatchOrderedPool("test-info")
+    pool.grow(2)
+    info = WorkerInfo(id=1, num_workers=2, seed=7, dataset=None)
+    set_thread_worker_info(info)
+    try:
+        seen = pool.submit(get_worker_info).result(timeout=5)
+    finally:
+        set_thread_worker_info(None)
+    assert seen is info
+    assert pool.submit(get_worker_info).result(timeout=5) is None
+    pool.shutdown()
+
+
+def test_shutdown_cancels_what_has_not_started_and_ends_every_thread() -> None:
+    pool = segments.BatchOrderedPool("test-shutdown")
+    pool.grow(2)
+    gate, started = threading.Event(), threading.Semaphore(0)
+
+    def hold() -> bool:
+        started.release()
+        return gate.wait()
+
+    running = [pool.submit(hold) for _ in range(2)]
+    waiting = [pool.submit(int, "7") for _ in range(3)]
+    for _ in running:
+        assert started.acquire(timeout=5)
+    waiter = threading.Thread(target=futures_wait, args=(waiting,), daemon=True)
+    waiter.start()
+    pool.shutdown(wait=False)
+    assert all(future.cancelled() for future in waiting)
+    waiter.join(timeout=5)
+    assert not waiter.is_alive()  # a cancelled task wakes whoever waits on it
+    gate.set()
+    pool.shutdown()
+    assert all(future.result(timeout=5) for future in running)
+    assert not [t for t in threading.enumerate() if t.name.startswith("test-shutdown")]
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(int, "1")
+
+
+def test_an_error_in_a_task_reaches_its_future() -> None:
+    pool = segments.BatchOrderedPool("test-error")
+    pool.grow(1)
+    with pytest.raises(ValueError, match="invalid literal"):
+        pool.submit(int, "not a number").result(timeout=5)
+    assert pool.submit(int, "3").result(timeout=5) == 3  # the thread goes on
+    pool.shutdown()
+
+
+def test_item_pool_is_the_shared_one_only_in_a_thread_worker() -> None:
+    from torch.utils.data._utils.worker import WorkerInfo
+
+    from fastdata._torch_compat import set_thread_worker_info
+
+    own = segments.ThreadPools()
+    assert segments.item_pool(own, "decode", 1) is None  # one thread: inline
+    assert segments.item_pool(own, "decode", 3) is own.get("decode", 3)
+    shared = segments.BatchOrderedPool("test-item-pool")
+    set_thread_worker_info(WorkerInfo(id=0, num_workers=2, seed=0, dataset=None))
+    try:
+        with segments.in_batch(shared, (0, 0)):
+            assert segments.item_pool(own, "decode", 1) is shared
+            assert len(shared._threads) == 2  # 1 thread per worker x 2 workers
+            segments.item_pool(own, "decode", 3)
+            assert len(shared._threads) == 6
+        assert segments.item_pool(own, "decode", 1) is None  # outside a batch: its own
+    finally:
+        set_thread_worker_info(None)
+        shared.shutdown()

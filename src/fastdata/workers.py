@@ -6,7 +6,9 @@
   workers inherit it from the parent, which holds the cap only while it forks them
   (reconfiguring OpenCV inside a forked child deadlocks).
 - **Thread pools** (:class:`ThreadPools`): each process starts its own (a forked worker
-  inherits the pool objects but not their threads).
+  inherits the pool objects but not their threads). Thread workers share one
+  (:class:`BatchOrderedPool`, found through :func:`item_pool`) that runs the earliest batch's
+  tasks first.
 - **Batch buffers** (:func:`batch_buffer`): a batch built in a worker lives in shared memory,
   in a reused segment where that is safe (below).
 
@@ -49,15 +51,18 @@ detected: set the strategy before iterating, as torch advises.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import mmap
 import multiprocessing
 import os
+import queue
 import struct
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
 from typing import Any
 
 import numpy as np
@@ -67,8 +72,10 @@ import torch.multiprocessing
 from fastdata._torch_compat import (
     WorkerPool,
     in_worker_process,
+    set_thread_worker_info,
     shared_fd_storage,
     shared_storage,
+    thread_worker_info,
 )
 
 try:
@@ -78,9 +85,12 @@ except ImportError:  # Windows
 
 __all__ = [
     "SEGMENTS_PER_WORKER",
+    "BatchOrderedPool",
     "ThreadPools",
     "WorkerInit",
     "batch_buffer",
+    "in_batch",
+    "item_pool",
     "opencv_single_threaded_fork",
     "receiver_sharing",
     "start_method",
@@ -157,6 +167,118 @@ class ThreadPools:
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_pools": {}}
+
+
+_LAST = (math.inf, math.inf)  # after every task: where a thread is told to stop
+_thread = threading.local()  # a thread worker's shared pool and the batch it is making
+
+
+class BatchOrderedPool(Executor):
+    """Threads that the thread workers of one loader share, running earlier batches' tasks
+    first.
+
+    Each thread worker makes its own batches; handing a batch's per-item work (one image's
+    decode) to threads of its own, it would decode the first batch alone while the other
+    workers decode batches not yet wanted, and the first batch would wait for one thread's
+    whole batch. Here every thread takes the task of the earliest batch in flight (the batch
+    each submitting worker is making, :func:`in_batch`; tasks from outside a batch come last),
+    so the first batch is decoded by all of them at once; once the pipeline is full, every
+    thread is busy either way. A task sees the ``get_worker_info()`` of the thread that
+    submitted it, as :class:`~fastdata._torch_compat.WorkerPool`'s do. Threads start as the
+    pool grows (:meth:`grow`) and end at :meth:`shutdown`, which cancels the tasks not yet
+    started.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._tasks: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()  # ties (one batch's tasks) run in submission order
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def grow(self, threads: int) -> None:
+        """At least ``threads`` threads from now on."""
+        with self._lock:
+            while not self._closed and len(self._threads) < threads:
+                thread = threading.Thread(
+                    target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        """``fn(*args, **kwargs)`` on the pool, ordered by the submitting thread's batch."""
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit to a pool that was shut down")
+            key = getattr(_thread, "batch", None) or (math.inf, 0)
+            call = (future, fn, args, kwargs, thread_worker_info())
+            self._tasks.put((key, next(self._order), call))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            key, _, (future, fn, args, kwargs, info) = self._tasks.get()
+            if key == _LAST:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            set_thread_worker_info(info)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as error:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+            finally:
+                set_thread_worker_info(None)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = True) -> None:
+        """Cancel the tasks not started (unless ``cancel_futures=False``), let the running
+        ones finish and, with ``wait``, join the threads (a second of grace for a task stuck
+        in C code, as the thread workers get). Idempotent."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                while cancel_futures:
+                    try:
+                        _, _, (future, *_) = self._tasks.get_nowait()
+                    except queue.Empty:
+                        break
+                    future.cancel()
+                    future.set_running_or_notify_cancel()  # wakes concurrent.futures.wait()
+                for _ in self._threads:
+                    self._tasks.put((_LAST, next(self._order), (None, None, (), {}, None)))
+        if wait:
+            for thread in self._threads:
+                if thread is not threading.current_thread():
+                    thread.join(timeout=1.0)
+
+
+@contextlib.contextmanager
+def in_batch(pool: BatchOrderedPool, key: tuple[int, int]) -> Iterator[None]:
+    """Inside the block, this thread is a thread worker making the batch ``key`` (epoch,
+    task): :func:`item_pool` answers ``pool``, and its tasks rank by ``key``."""
+    _thread.pool, _thread.batch = pool, key
+    try:
+        yield
+    finally:
+        _thread.pool = _thread.batch = None
+
+
+def item_pool(pools: ThreadPools, name: str, threads: int) -> Executor | None:
+    """Where a stage runs its per-item tasks (each image's decode) with ``threads`` threads
+    per worker: in a thread worker, the pool the loader's thread workers share, grown to
+    ``threads`` x ``num_workers`` (:class:`BatchOrderedPool`); elsewhere this process's pool
+    ``name`` of ``pools``, or None (run them inline) for one thread."""
+    shared: BatchOrderedPool | None = getattr(_thread, "pool", None)
+    info = thread_worker_info()
+    if shared is not None and info is not None and threads * info.num_workers > 1:
+        shared.grow(threads * info.num_workers)
+        return shared
+    return pools.get(name, threads) if threads > 1 else None
 
 
 def receiver_sharing() -> str:

@@ -279,3 +279,64 @@ def test_stats_count_each_threads_work_in_its_own_row(tmp_path: Path) -> None:
     assert rows[1] > 0 and rows[2] > 0  # worker 0 and worker 1 each in its own row
     settle()
     assert threads_alive() == []
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from fastdata.synthetic import make_images
+
+    root = tmp_path_factory.mktemp("photos")
+    make_images(root, 24, classes=2, seed=0)
+    return root
+
+
+def photo_loader(root: Path, **options: Any) -> fd.DataLoader:
+    stream = fd.ImageStream.from_folder(
+        root, size=32, crop="random-resized", flip=True, batch_size=8, shuffle=True, seed=1
+    )
+    return fd.DataLoader(stream, batch_size=None, **options)
+
+
+def test_thread_workers_decode_each_batch_on_all_their_threads(
+    photos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers share their decode threads, the earliest batch first: the first batch is
+    decoded by more than one thread, and every batch is what worker processes make."""
+    from fastdata.sources import _image_decoder
+
+    decoded_on: dict[int, set[str]] = {}
+    decode_for = _image_decoder.decode_for
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        info = tud.get_worker_info()
+        time.sleep(0.002)  # long enough that one thread cannot take every image
+        decoded_on.setdefault(info.id, set()).add(threading.current_thread().name)
+        return decode_for(*args, **kwargs)
+
+    monkeypatch.setattr(_image_decoder, "decode_for", spying)
+    threads = [b[0].clone() for b in photo_loader(photos, num_workers=2, worker_method="thread")]
+    monkeypatch.undo()
+    processes = [b[0] for b in photo_loader(photos, num_workers=2)]
+    assert len(threads) == len(processes) == 3
+    assert all(torch.equal(a, b) for a, b in zip(threads, processes, strict=True))
+    names = set().union(*decoded_on.values())
+    assert all(name.startswith("fastdata-worker-items") for name in names), names
+    assert all(len(names) == 2 for names in decoded_on.values()), decoded_on
+    settle()
+    assert threads_alive() == []
+
+
+@pytest.mark.parametrize("how", ["break", "step-error", "del"])
+def test_no_decode_thread_is_left_however_the_iteration_ends(photos: Path, how: str) -> None:
+    loader = photo_loader(photos, num_workers=2, worker_method="thread")
+    if how == "step-error":
+        with pytest.raises(ZeroDivisionError):
+            train(loader, how)
+    elif how == "break":
+        train(loader, how)
+    else:
+        iterator = iter(loader)
+        next(iterator)
+        del iterator
+    settle()
+    assert threads_alive() == []

@@ -51,6 +51,7 @@ from fastdata._torch_compat import (
 )
 from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerStart, _Hooks
 from fastdata.loader._worker_side import IterableSide, ReportingCollate
+from fastdata.workers import BatchOrderedPool, in_batch
 
 __all__ = ["ThreadIterator", "thread_copy"]
 
@@ -106,6 +107,7 @@ class _Worker:
         self.inbox: queue.Queue = queue.Queue()
         self.results = results
         self.done = iterator._fd_done
+        self.pool = iterator._fd_pool
         dataset, collate, self.init_fn = _worker_parts(iterator._fd, iterator._dataset)
         self.info = WorkerInfo(
             id=worker_id,
@@ -151,7 +153,8 @@ class _Worker:
                     if task_epoch != epoch:  # a new epoch: a new iterator over the dataset
                         fetcher = _dataloader._DatasetKind.create_fetcher(*self.fetcher_args)
                         epoch = task_epoch
-                    data = fetcher.fetch(index)  # type: ignore[union-attr]
+                    with in_batch(self.pool, (task_epoch, index_id)):
+                        data = fetcher.fetch(index)  # type: ignore[union-attr]
                 except StopIteration:
                     data = _EXHAUSTED
                 except Exception:
@@ -184,6 +187,8 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
         self._prefetch = view.prefetch_factor * self._num_workers
         self._in_order = view.in_order
         self._fd_done = threading.Event()
+        # The workers' shared threads for per-item work (decoding), earliest batch first.
+        self._fd_pool = BatchOrderedPool("fastdata-worker-items")
         self._fd_epoch = 0
         self._results: queue.Queue = queue.Queue()
         self._fd_workers = [_Worker(i, self, self._results) for i in range(self._num_workers)]
@@ -301,9 +306,11 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
         done.set()
         for worker in self._fd_workers:
             worker.inbox.put(None)
+        self._fd_pool.shutdown(wait=False)  # a worker waiting on its items wakes up
         for worker in self._fd_workers:
             if worker.thread is not threading.current_thread():
                 worker.thread.join(timeout=_POLL_S * 10)
+        self._fd_pool.shutdown(wait=True)
 
     def __del__(self) -> None:
         self._shutdown_workers()

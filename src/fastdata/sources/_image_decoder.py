@@ -37,7 +37,7 @@ from fastdata.sources._feed import RowFeed
 from fastdata.sources._image_errors import FAILURES, BadImages, OnError, naming
 from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
 from fastdata.sources.base import INDEX, ArrowDecoder, Context
-from fastdata.workers import ThreadPools, batch_buffer, receiver_sharing
+from fastdata.workers import ThreadPools, batch_buffer, item_pool, receiver_sharing
 
 __all__ = ["ImageDecoder", "OnError"]
 
@@ -222,12 +222,13 @@ class ImageDecoder:
 
     # ----------------------------------------------------------------- many images
     def _map(self, fn: Callable[..., Any], *args: Sequence[Any]) -> list:
-        """``list(map(fn, *args))`` on the decode threads. Returns, or raises the first
+        """``list(map(fn, *args))`` on the decode threads (in thread workers, the threads
+        they share, which take the earliest batch's images first). Returns, or raises the first
         error, only once every call has finished: none still writes into a batch that is
         being dropped (whose shared-memory segment may then be reused)."""
-        if self.decode_threads == 1 or len(args[0]) <= 1:
+        pool = item_pool(self._pools, "decode", self.decode_threads)
+        if pool is None or len(args[0]) <= 1:
             return list(map(fn, *args))
-        pool = self._pools.get("decode", self.decode_threads)
         futures = [pool.submit(fn, *call) for call in zip(*args, strict=True)]
         wait(futures)
         return [future.result() for future in futures]
