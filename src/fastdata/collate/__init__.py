@@ -26,15 +26,10 @@ equal lengths included; ``keys=`` narrows it to the named fields.
 
 from __future__ import annotations
 
-from fastdata.collate._collate import (
-    Padded,
-    PaddingStats,
-    Ragged,
-    bucket_by_length,
-    nested_collate,
-    pad_collate,
-    padding_stats,
-)
+from fastdata._padding import Padded
+from fastdata.collate._bucket import PaddingStats, bucket_by_length, padding_stats
+from fastdata.collate._collate import nested_collate, pad_collate
+from fastdata.ragged import Ragged
 
 __all__ = [
     "Padded",

@@ -10,19 +10,10 @@ from typing import Any, Literal
 import torch
 
 from fastdata._padding import Padded, pad_ragged, pad_spec, pad_tensors
-from fastdata.collate._bucket import PaddingStats, bucket_by_length, padding_stats
 from fastdata.collate._walk import KeyPath, Walk, collate_batch
 from fastdata.ragged import Ragged
 
-__all__ = [
-    "Padded",
-    "PaddingStats",
-    "Ragged",
-    "bucket_by_length",
-    "nested_collate",
-    "pad_collate",
-    "padding_stats",
-]
+__all__ = ["nested_collate", "pad_collate"]
 
 
 def pad_collate(
