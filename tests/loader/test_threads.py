@@ -340,3 +340,43 @@ def test_no_decode_thread_is_left_however_the_iteration_ends(photos: Path, how: 
         del iterator
     settle()
     assert threads_alive() == []
+
+
+class Unpicklable(tud.IterableDataset):
+    """An iterable dataset holding a lock: it cannot be pickled, so each thread gets a
+    shallow copy."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __iter__(self):
+        info = tud.get_worker_info()
+        yield from range(info.id, 12, info.num_workers)
+
+
+def test_a_dataset_that_does_not_pickle_is_shared_shallowly_with_one_warning() -> None:
+    loader = fd.DataLoader(Unpicklable(), batch_size=None, num_workers=3, worker_method="thread")
+    with pytest.warns(UserWarning, match="cannot be pickled") as warned:
+        got = sorted(int(x) for x in loader)
+    assert got == list(range(12))
+    assert len([w for w in warned if "cannot be pickled" in str(w.message)]) == 1
+
+
+class Holder:
+    def __init__(self) -> None:
+        self.counts = torch.zeros(4).share_memory_()
+        self.plain = torch.zeros(4)
+        self.seen: list[int] = []
+
+
+def test_each_thread_gets_its_own_copy_sharing_only_shared_memory_tensors() -> None:
+    from fastdata.loader._threads import ThreadCopies
+
+    original = Holder()
+    copies = ThreadCopies(original)
+    a, b = copies.make(), copies.make()
+    assert a is not b and a.seen is not b.seen and a.plain is not original.plain
+    a.counts[0] = 5  # the shared tensor is the same storage everywhere
+    assert b.counts[0] == 5 and original.counts[0] == 5
+    a.plain[0] = 5
+    assert b.plain[0] == 0

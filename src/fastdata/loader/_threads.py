@@ -53,7 +53,7 @@ from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerSta
 from fastdata.loader._worker_side import IterableSide, ReportingCollate
 from fastdata.workers import BatchOrderedPool, in_batch
 
-__all__ = ["ThreadIterator", "thread_copy"]
+__all__ = ["ThreadCopies", "ThreadIterator"]
 
 _POLL_S = 0.1  # how often a waiting thread looks whether the iterator went away
 
@@ -67,48 +67,67 @@ class _Exhausted:
 _EXHAUSTED = _Exhausted()
 
 
-def thread_copy(dataset: Any) -> Any:
-    """A copy of ``dataset`` for one thread worker: pickled as for a worker process (its
-    ``__getstate__`` applies), shared-memory tensors passed by reference (they are the
-    workers' channel to the main process). A dataset that does not pickle is copied shallowly
-    (with a warning: its mutable state is then shared)."""
-    buffer = io.BytesIO()
-    shared: list[Any] = []
+class ThreadCopies:
+    """Copies of ``dataset``, one per thread worker: pickled once as for a worker process (its
+    ``__getstate__`` applies) and unpickled for each thread, shared-memory tensors passed by
+    reference (they are the workers' channel to the main process). A dataset that does not
+    pickle is copied shallowly (with a warning: its mutable state is then shared)."""
 
-    class _Pickler(pickle.Pickler):
-        def persistent_id(self, obj: Any) -> Any:
-            if isinstance(obj, torch.Tensor) and obj.is_shared():
-                shared.append(obj)
-                return len(shared) - 1
-            return None
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self._shared: list[Any] = []
+        self._pickled: bytes | None = None
 
-    class _Unpickler(pickle.Unpickler):
-        def persistent_load(self, pid: Any) -> Any:
-            return shared[pid]
+    def make(self) -> Any:
+        """One more copy (the first call pickles)."""
+        if self._pickled is None:
+            self._pickled = self._pickle()
+        if not self._pickled:
+            return copy.copy(self.dataset)
+        shared = self._shared
 
-    try:
-        _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(dataset)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        warnings.warn(
-            f"{type(dataset).__name__} cannot be pickled ({exc}): each thread worker gets a "
-            "shallow copy, which shares the dataset's mutable attributes between threads",
-            stacklevel=3,
-        )
-        return copy.copy(dataset)
-    buffer.seek(0)
-    return _Unpickler(buffer).load()
+        class _Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid: Any) -> Any:
+                return shared[pid]
+
+        return _Unpickler(io.BytesIO(self._pickled)).load()
+
+    def _pickle(self) -> bytes:
+        """The dataset pickled, or b"" (warned) when it does not pickle."""
+        buffer, shared = io.BytesIO(), self._shared
+
+        class _Pickler(pickle.Pickler):
+            def persistent_id(self, obj: Any) -> Any:
+                if isinstance(obj, torch.Tensor) and obj.is_shared():
+                    shared.append(obj)
+                    return len(shared) - 1
+                return None
+
+        try:
+            _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(self.dataset)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            warnings.warn(
+                f"{type(self.dataset).__name__} cannot be pickled ({exc}): each thread worker "
+                "gets a shallow copy, which shares the dataset's mutable attributes between "
+                "threads",
+                stacklevel=5,
+            )
+            return b""
+        return buffer.getvalue()
 
 
 class _Worker:
     """One thread worker: its inbox, its dataset and the loop that serves it."""
 
-    def __init__(self, worker_id: int, iterator: ThreadIterator, results: queue.Queue) -> None:
+    def __init__(
+        self, worker_id: int, iterator: ThreadIterator, results: queue.Queue, copies: ThreadCopies
+    ) -> None:
         self.id = worker_id
         self.inbox: queue.Queue = queue.Queue()
         self.results = results
         self.done = iterator._fd_done
         self.pool = iterator._fd_pool
-        dataset, collate, self.init_fn = _worker_parts(iterator._fd, iterator._dataset)
+        dataset, collate, self.init_fn = _worker_parts(iterator._fd, copies)
         self.info = WorkerInfo(
             id=worker_id,
             num_workers=iterator._num_workers,
@@ -163,18 +182,24 @@ class _Worker:
         set_thread_worker_info(None)
 
 
-def _worker_parts(setup: Setup, dataset: Any) -> tuple[Any, Any, Any]:
+def _worker_parts(setup: Setup, copies: ThreadCopies) -> tuple[Any, Any, Any]:
     """One thread's dataset, collate function and start: a map-style dataset shared, any
-    other copied (:func:`thread_copy`); the resume-and-report duties its own
+    other copied (``copies``, of :func:`_copied`); the resume-and-report duties its own
     (:class:`~fastdata.loader._worker_side.WorkerSide`), without the global generators,
     which are the process's."""
     side = setup.side
     if side is None:  # a fastdata stream: its copy resumes and reports itself
-        return thread_copy(dataset), setup.collate_fn, setup.worker_init_fn
-    own = side.for_thread(side.dataset if side.kind == "map" else thread_copy(side.dataset))
+        return copies.make(), setup.collate_fn, setup.worker_init_fn
+    own = side.for_thread(side.dataset if side.kind == "map" else copies.make())
     ours = IterableSide(own) if side.kind == "iterable" else own.dataset
     collate = ReportingCollate(setup.collate_fn.collate, own, hide_worker=True)
     return ours, collate, WorkerStart(own, setup.worker_init_fn)
+
+
+def _copied(setup: Setup, dataset: Any) -> Any:
+    """What each thread worker gets a copy of: the stream, or the user's dataset the
+    worker side wraps (a map-style one is shared, never copied)."""
+    return dataset if setup.side is None else setup.side.dataset
 
 
 class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[misc]
@@ -191,7 +216,10 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
         self._fd_pool = BatchOrderedPool("fastdata-worker-items")
         self._fd_epoch = 0
         self._results: queue.Queue = queue.Queue()
-        self._fd_workers = [_Worker(i, self, self._results) for i in range(self._num_workers)]
+        copies = ThreadCopies(_copied(setup, self._dataset))
+        self._fd_workers = [
+            _Worker(i, self, self._results, copies) for i in range(self._num_workers)
+        ]
         for worker in self._fd_workers:
             worker.thread.start()
         self._reset(view, first_iter=True)
