@@ -41,9 +41,10 @@ of percent within minutes, which two separate blocks of rounds would read as a d
 
 - ``images-train-threads``: the images-train epoch with ``worker_method="thread"`` against
   the same loader with worker processes (fork), same workers and decode threads, alternating
-  rounds. ``images-train-threads-memory``: what the loader adds to the whole process tree's
-  memory over an epoch (PSS: a page shared by forked workers counts once; RSS sums, which
-  count it once per process, in ``extra_info``), each kind of workers in fresh interpreters,
+  rounds. ``images-train-threads-memory``: what the loader allocates in the whole process tree
+  over an epoch (anonymous and shared-memory pages by PSS: a page shared by forked workers
+  counts once; the whole PSS and RSS sums, which count it once per process, in
+  ``extra_info``), each kind of workers in fresh interpreters,
   alternating; process workers started by fork and by a fork server (Python 3.14's default
   on Linux, which re-imports torch in every worker). ``images-train-threads-first-batch``:
   from a new loader's ``iter()`` to its first batch, the same three kinds. Both record the
@@ -363,15 +364,21 @@ MEMORY_ROUNDS = scaled(3, 5)
 FIRST_BATCH_ROUNDS = scaled(9, 15)
 
 
-def tree_memory(pid: int) -> tuple[int, int]:
-    """RSS and PSS in bytes of a process and all its descendants, summed. RSS counts a page
-    shared by forked workers once per process; PSS splits it between them, so its sum is
-    the memory the tree really holds."""
-    rss = pss = 0
+MEMORY_FIELDS = ("Rss", "Pss", "Pss_Anon", "Pss_Shmem")
+
+
+def tree_memory(pid: int) -> dict[str, int]:
+    """RSS, PSS and the anonymous and shared-memory parts of PSS, in bytes, of a process and
+    all its descendants, summed. RSS counts a page shared by forked workers once per process;
+    PSS splits it between them, so its sum is the memory the tree really holds. Its file part
+    (libraries' pages) is split with every process on the machine that maps the same files,
+    so it moves when unrelated processes start or end; ``Pss_Anon`` + ``Pss_Shmem`` (heap,
+    batches, shared-memory segments) is what the tree itself allocated."""
+    got = dict.fromkeys(MEMORY_FIELDS, 0)
     try:
         tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
     except psutil.Error:
-        return 0, 0
+        return got
     for process in tree:
         try:
             rollup = Path(f"/proc/{process.pid}/smaps_rollup").read_text()
@@ -379,16 +386,21 @@ def tree_memory(pid: int) -> tuple[int, int]:
             continue
         for line in rollup.splitlines():
             field, _, value = line.partition(":")
-            if field in ("Rss", "Pss"):
-                kb = int(value.split()[0]) * 1024
-                rss, pss = (rss + kb, pss) if field == "Rss" else (rss, pss + kb)
-    return rss, pss
+            if field in got:
+                got[field] += int(value.split()[0]) * 1024
+    return got
+
+
+def allocated(memory: dict[str, int]) -> int:
+    """What a process tree allocated itself (:func:`tree_memory`): anonymous and
+    shared-memory pages, by PSS."""
+    return memory["Pss_Anon"] + memory["Pss_Shmem"]
 
 
 def epoch_memory(root: Path, workers: str) -> dict[str, float]:
     """One training epoch in a fresh interpreter, its process tree sampled every 5 ms: the
-    peak RSS and PSS (MB) and their rise over the tree before the loader starts (imports
-    and the stream built), i.e. what the loader itself adds."""
+    peak RSS, PSS and allocated memory (MB, :func:`allocated`) and their rise over the tree
+    before the loader starts (imports and the stream built), i.e. what the loader adds."""
     child = subprocess.Popen(
         [sys.executable, "-c", EPOCH_SCRIPT, str(Path(__file__).parent), str(root), workers],
         stdin=subprocess.PIPE,
@@ -398,20 +410,23 @@ def epoch_memory(root: Path, workers: str) -> dict[str, float]:
     assert child.stdin is not None and child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
     before = tree_memory(child.pid)
-    peak = before
+    measures: dict[str, Callable[[dict[str, int]], int]] = {
+        "rss": lambda m: m["Rss"],
+        "pss": lambda m: m["Pss"],
+        "allocated": allocated,
+    }
+    peak = {name: measure(before) for name, measure in measures.items()}
     child.stdin.write("go\n")
     child.stdin.flush()
     while child.poll() is None:
         now = tree_memory(child.pid)
-        peak = (max(peak[0], now[0]), max(peak[1], now[1]))
+        peak = {name: max(peak[name], measure(now)) for name, measure in measures.items()}
         time.sleep(0.005)
     assert child.returncode == 0 and int(child.stdout.read()) == IMAGES
     mb = 2**20
     return {
-        "peak_rss_mb": peak[0] / mb,
-        "peak_pss_mb": peak[1] / mb,
-        "rss_rise_mb": (peak[0] - before[0]) / mb,
-        "pss_rise_mb": (peak[1] - before[1]) / mb,
+        **{f"peak_{name}_mb": value / mb for name, value in peak.items()},
+        **{f"{name}_rise_mb": (peak[name] - m(before)) / mb for name, m in measures.items()},
     }
 
 
@@ -477,17 +492,19 @@ def test_train_threads(benchmark: Any, folder: Path, paths: list[Path]) -> None:
 
 @pytest.mark.benchmark(group="images-train-threads-memory")
 def test_train_threads_memory(benchmark: Any, folder: Path) -> None:
-    """What the loader adds to the process tree's memory over an epoch, by PSS (a page
-    shared by forked workers counts once), thread workers against forked and fork-server
-    process workers, each the median of alternating fresh interpreters. Recorded as 1/GB:
-    the ratio is the process workers' memory over the thread workers'. The RSS sums (which
-    count a shared page once per process, as adding up ``ps`` does) are in ``extra_info``."""
+    """What the loader allocates in the process tree over an epoch (anonymous and
+    shared-memory pages by PSS, a page shared by forked workers counted once; see
+    :func:`tree_memory`), thread workers against forked and fork-server process workers,
+    each the median of alternating fresh interpreters. Recorded as 1/GB: the ratio is the
+    process workers' memory over the thread workers'. The rise of the whole PSS and of the
+    RSS sums (which count a shared page once per process, as adding up ``ps`` does) are in
+    ``extra_info``."""
     runs = alternate(MEMORY_ROUNDS, lambda kind: epoch_memory(folder, kind))
     summary = {
         kind: {key: statistics.median(run[key] for run in got) for key in got[0]}
         for kind, got in runs.items()
     }
-    record_paired(benchmark, {k: v["pss_rise_mb"] / 1024 for k, v in summary.items()}, "1/GB")
+    record_paired(benchmark, {k: v["allocated_rise_mb"] / 1024 for k, v in summary.items()}, "1/GB")
     benchmark.extra_info["memory_mb"] = summary
     print(f"\nmemory over one epoch (MB, medians of {MEMORY_ROUNDS}): {summary}")
 
