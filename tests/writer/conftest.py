@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from writer_helpers import SMALL
 
 import fastdata as fd
+
+from .writer_helpers import SMALL
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from writer_helpers import SMALL
 
 import fastdata as fd
 from fastdata.errors import DecodeError
@@ -30,6 +29,8 @@ from fastdata.writer._shard_files import (
     member,
     write_shard,
 )
+
+from .writer_helpers import SMALL
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),

@@ -21,7 +21,6 @@ import pyarrow.fs as pafs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from writer_helpers import SMALL, tree_bytes
 
 import fastdata as fd
 from fastdata.cli import main
@@ -32,6 +31,8 @@ from fastdata.writer import (
     split_by_bytes,
     write_shards,
 )
+
+from .writer_helpers import SMALL, tree_bytes
 
 
 def decoded(stream: fd.ImageStream) -> Counter[tuple[str, int]]:
