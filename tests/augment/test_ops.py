@@ -136,7 +136,7 @@ def test_colour_ops_agree_with_torchvision_on_any_image_and_factor(
 
 
 @settings(max_examples=60, deadline=None)
-@given(image=IMAGES, bits=st.integers(1, 8), threshold=st.floats(0.0, 256.0))
+@given(image=IMAGES, bits=st.integers(1, 8), threshold=st.floats(0.0, 255.0))
 def test_value_ops_agree_with_torchvision_exactly(
     image: np.ndarray, bits: int, threshold: float
 ) -> None:
