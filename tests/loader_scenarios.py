@@ -1,5 +1,5 @@
 """Datasets and DataLoader arguments that torch's loader and fastdata's must treat alike:
-``tests/test_loader.py`` compares them directly, ``tests/test_dropin.py`` with fastdata's
+``tests/loader/test_loader.py`` compares them directly, ``tests/test_dropin.py`` with fastdata's
 loader installed in torch's names."""
 
 from __future__ import annotations

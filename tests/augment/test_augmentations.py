@@ -6,14 +6,12 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-import threading
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torchvision.transforms.v2.functional as tvf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchvision.transforms import v2
@@ -21,9 +19,8 @@ from torchvision.transforms import v2
 import fastdata.augment._augmentations as augment_module
 from fastdata import DataLoader, ImageStream
 from fastdata.augment import BatchAugment, RandomErasing, TrivialAugmentWide
-from fastdata.augment._augmentations import _WIDE, _apply_op
-from fastdata.augment._base import torch_seeded
-from fastdata.synthetic import make_images, synth_image
+from fastdata.augment._augmentations import _WIDE
+from fastdata.synthetic import make_images
 
 from resume_helper import check_resume
 
@@ -37,93 +34,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(scope="module")
-def photo() -> np.ndarray:
-    return np.ascontiguousarray(synth_image(np.random.default_rng(1), 60, 76))
-
-
 def digest(image: torch.Tensor) -> str:
     return hashlib.sha1(image.contiguous().numpy().tobytes()).hexdigest()[:12]
-
-
-# ----------------------------------------------------------------- the operations
-def torchvision_op(x: torch.Tensor, op: str, m: float, interpolation: str) -> torch.Tensor:
-    """What torchvision's auto-augment policies do for ``op`` at magnitude ``m`` (public
-    functional API), on a uint8 CHW tensor."""
-    mode = v2.InterpolationMode(interpolation)
-    shear = math.degrees(math.atan(m))
-    corner = {"interpolation": mode, "center": [0, 0], "angle": 0.0, "scale": 1.0}
-    plain = {"interpolation": mode, "angle": 0.0, "scale": 1.0, "shear": [0.0, 0.0]}
-    table = {
-        "Identity": lambda: x,
-        "ShearX": lambda: tvf.affine(x, translate=[0, 0], shear=[shear, 0.0], **corner),
-        "ShearY": lambda: tvf.affine(x, translate=[0, 0], shear=[0.0, shear], **corner),
-        "TranslateX": lambda: tvf.affine(x, translate=[int(m), 0], **plain),
-        "TranslateY": lambda: tvf.affine(x, translate=[0, int(m)], **plain),
-        "Rotate": lambda: tvf.rotate(x, m, interpolation=mode),
-        "Brightness": lambda: tvf.adjust_brightness(x, 1.0 + m),
-        "Color": lambda: tvf.adjust_saturation(x, 1.0 + m),
-        "Contrast": lambda: tvf.adjust_contrast(x, 1.0 + m),
-        "Sharpness": lambda: tvf.adjust_sharpness(x, 1.0 + m),
-        "Posterize": lambda: tvf.posterize(x, int(m)),
-        "Solarize": lambda: tvf.solarize(x, 255.0 * m),
-        "AutoContrast": lambda: tvf.autocontrast(x),
-        "Equalize": lambda: tvf.equalize(x),
-    }
-    return table[op]()
-
-
-def test_the_op_space_is_torchvisions_trivial_augment_wide() -> None:
-    theirs = v2.TrivialAugmentWide._AUGMENTATION_SPACE
-    assert [op for op, _, _ in _WIDE] == list(theirs)
-    for op, magnitudes, signed in _WIDE:
-        fn, their_signed = theirs[op]
-        assert signed == their_signed, op
-        expected = fn(31, 224, 224)
-        if expected is None:
-            assert magnitudes is None, op
-        else:
-            np.testing.assert_allclose(magnitudes(31), expected.numpy(), rtol=1e-6, err_msg=op)
-
-
-CASES = [
-    (op, float(sign * (0.0 if mags is None else mags(31)[k])), interpolation)
-    for op, mags, signed in _WIDE
-    for k in ([0] if mags is None else [1, 12, 30])
-    for sign in ([1, -1] if signed else [1])
-    for interpolation in ("nearest", "bilinear")
-]
-
-
-@pytest.mark.parametrize(("op", "magnitude", "interpolation"), CASES)
-def test_each_op_gives_torchvisions_pixels(
-    photo: np.ndarray, op: str, magnitude: float, interpolation: str
-) -> None:
-    ours = _apply_op(photo.copy(), op, magnitude, interpolation=interpolation, fill=(0, 0, 0))
-    x = torch.from_numpy(photo).permute(2, 0, 1).contiguous()
-    theirs = torchvision_op(x, op, magnitude, interpolation).permute(1, 2, 0).numpy()
-    assert ours.shape == theirs.shape and ours.dtype == np.uint8
-    diff = np.abs(ours.astype(int) - theirs)
-    if op == "Rotate" and interpolation == "nearest":
-        # A point half-way between two pixels (as on the diagonals through the centre at
-        # 45 degrees) is rounded up by OpenCV and to even by torch: a few lines of pixels
-        differing = int((diff > 1).any(axis=2).sum())
-        assert differing <= 2 * sum(photo.shape[:2]), f"{differing} pixels differ"
-    else:
-        assert diff.max() <= 1, f"{op} at {magnitude}: {diff.max()} grey levels off"
-
-
-def test_the_input_is_never_changed_by_the_ops(photo: np.ndarray) -> None:
-    for op, mags, _ in _WIDE:
-        image = photo.copy()
-        _apply_op(
-            image,
-            op,
-            0.5 if mags is None else float(mags(31)[20]),
-            interpolation="nearest",
-            fill=(0,) * 3,
-        )
-        assert np.array_equal(image, photo), op
 
 
 def test_trivial_augment_draws_op_magnitude_and_sign_from_the_sample_generator(
@@ -314,27 +226,7 @@ def test_bad_augment_options_and_results_are_explained(folder: Path) -> None:
         next(iter(stream(folder, v2.Resize(20), batch_size=2)))
 
 
-# ----------------------------------------------------------------- seeding and batches
-def test_seeded_scopes_on_threads_see_only_their_own_seed() -> None:
-    expected = {}
-    for seed in range(8):
-        with torch_seeded(seed):
-            expected[seed] = torch.rand(64)
-    got = {}
-
-    def draw(seed: int) -> None:
-        for _ in range(20):
-            with torch_seeded(seed):
-                got[seed] = torch.rand(64)
-
-    threads = [threading.Thread(target=draw, args=(s,)) for s in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(torch.equal(got[s], expected[s]) for s in range(8))
-
-
+# ----------------------------------------------------------------- per batch
 MIX = v2.RandomChoice([v2.MixUp(num_classes=3), v2.CutMix(num_classes=3)])
 
 

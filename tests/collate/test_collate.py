@@ -1,75 +1,44 @@
-"""Tests of fastdata.collate: padding, nesting, bucketing and padding statistics.
+"""pad_collate and nested_collate (fastdata.collate._collate) of lists of samples: padding and
+nesting. Bucketing and padding statistics: test_bucket.py; the structure walk: test_walk.py.
 
 The properties are checked against independent references: each item cut back out of the
-padded batch, ``torch.utils.data.default_collate`` where every item has one size,
-``torch.nested.to_padded_tensor`` for nested batches, and a ``Counter`` for exactly-once.
+padded batch, ``torch.utils.data.default_collate`` where every item has one size, and
+``torch.nested.to_padded_tensor`` for nested batches.
 """
 
 from __future__ import annotations
 
 import math
-import random
 import warnings
-from collections import Counter, OrderedDict, namedtuple
-from collections.abc import Iterator
+from collections import OrderedDict
 from typing import Any
 from unittest import mock
 
 import numpy as np
 import pytest
 import torch
+from collate_helpers import (
+    DTYPES,
+    Point,
+    assert_same,
+    make_tensor,
+    ragged_batches,
+    tokens,
+    var_len_samples,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
+from torch.utils.data import DataLoader, default_collate
 
 from fastdata import _padding
 from fastdata.collate import (
     Padded,
-    bucket_by_length,
     nested_collate,
     pad_collate,
-    padding_stats,
 )
 
-DTYPES = [
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int64,
-    torch.int32,
-    torch.int8,
-    torch.uint8,
-    torch.bool,
-]
 # Both padding strategies: one slice copy per item (threshold 0) and the masked scatter.
 PATHS = pytest.mark.parametrize("scatter_max", [0, 10**9], ids=["copy", "scatter"])
-Point = namedtuple("Point", ["x", "y"])
-
-
-def make_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    """Random values of any dtype, never equal to the pad value 0 for integers, so a misplaced
-    pad is visible."""
-    if dtype.is_floating_point:
-        return torch.rand(shape, generator=gen).to(dtype) + 1
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=gen).bool()
-    return torch.randint(1, 100, shape, generator=gen).to(dtype)
-
-
-@st.composite
-def ragged_batches(draw: Any, max_ndim: int = 3) -> list[torch.Tensor]:
-    """A batch of 1-6 tensors of one rank and dtype whose sizes vary independently per dim."""
-    ndim = draw(st.integers(1, max_ndim))
-    dtype = draw(st.sampled_from(DTYPES))
-    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31)))
-    fixed = draw(st.lists(st.booleans(), min_size=ndim, max_size=ndim))  # dims all items share
-    base = draw(st.tuples(*[st.integers(0, 5)] * ndim))
-    batch = []
-    for _ in range(draw(st.integers(1, 6))):
-        shape = tuple(b if f else draw(st.integers(0, 5)) for b, f in zip(base, fixed, strict=True))
-        batch.append(make_tensor(shape, dtype, gen))
-    return batch
 
 
 def cut_out(padded: Padded, i: int, left: bool) -> torch.Tensor:
@@ -84,28 +53,6 @@ def cut_out(padded: Padded, i: int, left: bool) -> torch.Tensor:
 
 def round_up(n: int, m: int | None) -> int:
     return n if m is None else math.ceil(n / m) * m
-
-
-def assert_same(got: Any, want: Any, where: str = "out") -> None:
-    """Equal structure, types, dtypes and values (nested tensors: row by row)."""
-    assert type(got) is type(want), f"{where}: {type(got)} != {type(want)}"
-    if isinstance(want, torch.Tensor) and want.is_nested:
-        assert got.is_nested and got.layout == want.layout, where
-        assert_same(list(got.unbind()), list(want.unbind()), where)
-    elif isinstance(want, torch.Tensor):
-        assert got.dtype == want.dtype, f"{where}: {got.dtype} != {want.dtype}"
-        assert got.shape == want.shape, f"{where}: {got.shape} != {want.shape}"
-        assert torch.equal(got, want), f"{where}: values differ"
-    elif isinstance(want, dict):
-        assert list(got) == list(want), where
-        for k in want:
-            assert_same(got[k], want[k], f"{where}[{k!r}]")
-    elif isinstance(want, (list, tuple)):
-        assert len(got) == len(want), where
-        for i, (g, w) in enumerate(zip(got, want, strict=True)):
-            assert_same(g, w, f"{where}[{i}]")
-    else:
-        assert got == want, where
 
 
 # --- pad_collate: properties -------------------------------------------------------------
@@ -372,72 +319,6 @@ def test_agrees_with_default_collate_except_padded_fields(
     assert_same(nested_collate(batch), by_type_reference(schema, want, nested=True))
 
 
-# --- errors name the position ------------------------------------------------------------
-
-
-def tokens(*lengths: int, dtype: torch.dtype = torch.int64) -> list[dict[str, Any]]:
-    return [{"tokens": torch.ones(n, dtype=dtype)} for n in lengths]
-
-
-ERRORS = {
-    "empty batch": (lambda: [], ValueError, ["empty batch"]),
-    "one sample": (lambda: {"tokens": torch.ones(2)}, TypeError, ["no Ragged", "pad_collate(["]),
-    "a tensor": (lambda: torch.ones(2), TypeError, ["pad_collate([sample])"]),
-    "rank": (
-        lambda: [*tokens(1, 2, 3), {"tokens": torch.ones(2, 2, dtype=torch.int64)}],
-        ValueError,
-        ["batch[3]['tokens']", "2 dims", "batch[0]['tokens']"],
-    ),
-    "dtype": (
-        lambda: [*tokens(1, 2), *tokens(3, dtype=torch.int32)],
-        TypeError,
-        ["batch[2]['tokens']", "torch.int32", "x.to(torch.int64)"],
-    ),
-    "string for tensor": (
-        lambda: [*tokens(1), {"tokens": "oops"}],
-        TypeError,
-        ["batch[1]['tokens']", "'oops'", "same type"],
-    ),
-    "missing key": (
-        lambda: [*tokens(1), {"token": torch.ones(1)}],
-        ValueError,
-        ["batch[1]", "missing"],
-    ),
-    "tuple length": (lambda: [(1, 2), (1,)], ValueError, ["batch[1]", "length 1", "length 2"]),
-    "namedtuple field": (
-        lambda: [Point(torch.ones(1), 1), Point(torch.ones(1, dtype=torch.int8), 2)],
-        TypeError,
-        ["batch[1].x"],
-    ),
-    "nested position": (
-        lambda: [{"a": [torch.ones(1)]}, {"a": [None]}],
-        TypeError,
-        ["batch[1]['a'][0]", "NoneType"],
-    ),
-    "numpy strings": (lambda: [np.array(["a", "b"])], TypeError, ["batch[0]", "<U1"]),
-    "device": (
-        lambda: [torch.ones(2), torch.ones(3, device="meta")],
-        ValueError,
-        ["batch[1]", "meta", "one device"],
-    ),
-    "nested tensor": (
-        lambda: [torch.nested.nested_tensor([torch.ones(2)], layout=torch.jagged)],
-        TypeError,
-        ["batch[0]", "dense"],
-    ),
-}
-
-
-@pytest.mark.parametrize("fn", [pad_collate, nested_collate])
-@pytest.mark.parametrize("case", list(ERRORS))
-def test_errors_name_the_position_the_value_and_the_fix(fn: Any, case: str) -> None:
-    make_batch, exc, fragments = ERRORS[case]
-    with pytest.raises(exc) as info:
-        fn(make_batch())
-    for fragment in fragments:
-        assert fragment.replace("pad_collate", fn.__name__) in str(info.value)
-
-
 @pytest.mark.parametrize(
     ("batch", "kwargs", "fragments"),
     [
@@ -474,22 +355,6 @@ def test_keys_must_be_a_collection() -> None:
 # --- DataLoader --------------------------------------------------------------------------
 
 
-def var_len_samples() -> list[dict[str, Any]]:
-    """Sample ``i`` holds ``i % 7 + 1`` tokens, each equal to ``i``. A list is a map-style
-    dataset that spawned workers unpickle without importing this module."""
-    return [{"tokens": torch.full((i % 7 + 1,), i), "id": i} for i in range(24)]
-
-
-class BucketedStream(IterableDataset):
-    """Each worker buckets its own share (every ``num_workers``-th) of var_len_samples()."""
-
-    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
-        info = get_worker_info()
-        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
-        share = var_len_samples()[worker::workers]
-        return bucket_by_length(share, length_fn=lambda s: len(s["tokens"]), batch_size=4)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_works_as_collate_fn_in_worker_processes(context: str) -> None:
@@ -506,154 +371,3 @@ def test_works_as_collate_fn_in_worker_processes(context: str) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         assert_same(g, w)
-
-
-@pytest.mark.slow
-def test_bucketed_iterable_dataset_with_workers_is_exactly_once() -> None:
-    loader = DataLoader(BucketedStream(), batch_size=None, collate_fn=pad_collate, num_workers=2)
-    seen = Counter()
-    for batch in loader:
-        assert batch["tokens"].shape[0] == batch["id"].shape[0] <= 4
-        for row, n, i in zip(batch["tokens"], batch["tokens_lengths"], batch["id"], strict=True):
-            assert n == i % 7 + 1
-            assert row[:n].eq(i).all()
-        seen.update(batch["id"].tolist())
-    assert seen == Counter(range(24))
-
-
-# --- bucket_by_length --------------------------------------------------------------------
-
-
-@st.composite
-def bucket_setups(draw: Any) -> dict[str, Any]:
-    batch_size = draw(st.integers(1, 12))
-    mode = draw(st.sampled_from(["pool", "auto", "list"]))
-    if mode == "list":
-        boundaries: Any = sorted(draw(st.sets(st.integers(1, 40), min_size=1, max_size=5)))
-        held = (len(boundaries) + 1) * (batch_size - 1) + 1
-        buffer = draw(st.one_of(st.none(), st.integers(held, held + 30)))
-    else:
-        boundaries = None if mode == "pool" else "auto"
-        buffer = draw(st.one_of(st.none(), st.integers(batch_size, batch_size * 6)))
-    return {
-        "batch_size": batch_size,
-        "boundaries": boundaries,
-        "buffer_size": buffer,
-        "seed": draw(st.integers(0, 3)),
-        "drop_last": draw(st.booleans()),
-    }
-
-
-@settings(max_examples=300, deadline=None)
-@given(lengths=st.lists(st.integers(0, 40), max_size=150), setup=bucket_setups())
-def test_bucketing_yields_every_sample_exactly_once(lengths: list[int], setup: Any) -> None:
-    consumed = 0
-
-    def stream() -> Iterator[int]:
-        nonlocal consumed
-        for i in range(len(lengths)):
-            consumed += 1
-            yield i
-
-    batches, held = [], []
-    for batch in bucket_by_length(stream(), length_fn=lengths.__getitem__, **setup):
-        held.append(consumed - sum(map(len, batches)))
-        batches.append(batch)
-    size = setup["batch_size"]
-    counts = Counter(i for b in batches for i in b)
-    assert all(c == 1 for c in counts.values())  # never twice
-    missing = set(range(len(lengths))) - set(counts)
-    if setup["drop_last"]:
-        assert len(missing) < size
-        assert all(len(b) == size for b in batches)
-    else:
-        assert not missing
-        assert all(len(b) == size for b in batches[:-1])
-        assert all(0 < len(b) <= size for b in batches[-1:])
-    bound = setup["buffer_size"] or (
-        32 * size
-        if not isinstance(setup["boundaries"], list)
-        else (len(setup["boundaries"]) + 1) * (size - 1) + 1
-    )
-    assert max(held, default=0) <= bound
-
-
-@settings(max_examples=50, deadline=None)
-@given(lengths=st.lists(st.integers(0, 40), max_size=100), setup=bucket_setups())
-def test_bucketing_is_deterministic_and_ignores_the_global_rng(
-    lengths: list[int], setup: Any
-) -> None:
-    def run(global_seed: int) -> list[list[int]]:
-        random.seed(global_seed)
-        np.random.seed(global_seed)
-        torch.manual_seed(global_seed)
-        return list(bucket_by_length(range(len(lengths)), length_fn=lengths.__getitem__, **setup))
-
-    assert run(0) == run(1)
-
-
-def test_seed_changes_the_order() -> None:
-    lengths = [i % 13 for i in range(200)]
-    orders = {
-        str(list(bucket_by_length(lengths, length_fn=int, batch_size=4, seed=s))) for s in range(3)
-    }
-    assert len(orders) == 3
-
-
-def long_tailed(n: int, seed: int = 0) -> list[int]:
-    gen = np.random.default_rng(seed)
-    return np.clip((gen.pareto(1.5, n) * 20).astype(int) + 1, 1, 512).tolist()
-
-
-@pytest.mark.parametrize("boundaries", [None, "auto", [8, 16, 32, 64, 128, 256]])
-def test_bucketing_cuts_padding_on_long_tailed_lengths(boundaries: Any) -> None:
-    lengths = long_tailed(4096)
-    random_batches = [lengths[i : i + 32] for i in range(0, len(lengths), 32)]
-    bucketed = bucket_by_length(lengths, length_fn=int, batch_size=32, boundaries=boundaries)
-    baseline = padding_stats(random_batches, length_fn=int)
-    stats = padding_stats(bucketed, length_fn=int)
-    assert stats.samples == baseline.samples == 4096
-    assert stats.valid_elements == baseline.valid_elements
-    assert stats.padded_fraction * 3 <= baseline.padded_fraction
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"batch_size": 0}, r"batch_size=0: expected an integer >= 1"),
-        ({"batch_size": 4, "buffer_size": 3}, r"buffer_size=3: expected an integer >= 4"),
-        ({"batch_size": 4, "boundaries": "sorted"}, "None, 'auto' or a list"),
-        ({"batch_size": 4, "boundaries": [8, 4]}, "strictly increasing"),
-        ({"batch_size": 4, "boundaries": [0, 4]}, "positive"),
-        ({"batch_size": 4, "boundaries": [4, 8], "buffer_size": 9}, "buffer_size>=10"),
-    ],
-)
-def test_bucketing_checks_arguments_at_the_call(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        bucket_by_length([], length_fn=len, **kwargs)
-
-
-@pytest.mark.parametrize(("length", "exc"), [("3", TypeError), (-1, ValueError), (True, TypeError)])
-def test_bad_lengths_name_the_stream_item(length: Any, exc: type[Exception]) -> None:
-    values = [1, 2, length]
-    with pytest.raises(exc, match="stream item 2"):
-        list(bucket_by_length(range(3), length_fn=values.__getitem__, batch_size=2))
-
-
-# --- padding_stats -----------------------------------------------------------------------
-
-
-@settings(max_examples=100, deadline=None)
-@given(batches=st.lists(ragged_batches(), min_size=1, max_size=4))
-def test_padding_stats_agree_with_the_masks(batches: list[list[torch.Tensor]]) -> None:
-    stats = padding_stats(batches, length_fn=lambda t: t.shape)
-    masks = [pad_collate(b, keys=[()]).mask for b in batches]
-    assert stats.batches == len(batches)
-    assert stats.samples == sum(map(len, batches))
-    assert stats.valid_elements == sum(int(m.sum()) for m in masks)
-    assert stats.total_elements == sum(m.numel() for m in masks)
-
-
-def test_padding_stats_of_nothing() -> None:
-    stats = padding_stats([])
-    assert (stats.batches, stats.padded_fraction) == (0, 0.0)

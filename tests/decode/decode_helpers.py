@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import struct
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+import torch
 from hypothesis import settings
 from PIL import Image, ImageOps
 
+import fastdata
 from fastdata.decode import (
     JPEG_EXTENSION,
     ImageTransform,
@@ -34,6 +40,11 @@ def photo(h: int, w: int, seed: int = 0) -> np.ndarray:
         cx, cy = int(rng.integers(0, w)), int(rng.integers(0, h))
         cv2.circle(img, (cx, cy), int(rng.integers(1, max(2, min(h, w) // 3))), color, -1)
     return np.clip(img + rng.normal(0, 3, img.shape), 0, 255).astype(np.uint8)
+
+
+def chw(img: np.ndarray) -> torch.Tensor:
+    """An HWC image as torchvision takes it: a CHW tensor sharing its memory."""
+    return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)
 
 
 def cv_encode(rgb: np.ndarray, ext: str = ".jpg", *params: int) -> bytes:
@@ -201,3 +212,18 @@ CORPUS = {
     for case, damaged in corrupt_jpegs(data, seed).items()
 }
 """``"kind/case"`` -> the damaged file: :func:`corrupt_jpegs` of each clean JPEG."""
+
+
+def opencv(data: bytes, factor: int) -> np.ndarray:
+    """OpenCV's RGB decode of a JPEG at ``1 / factor``, in its stored orientation."""
+    flags = cv2.IMREAD_COLOR_RGB | cv2.IMREAD_IGNORE_ORIENTATION | _libjpeg.REDUCED_FLAGS[factor]
+    return cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter that imports fastdata and these tests' helpers."""
+    path = [str(Path(fastdata.__file__).parents[1]), str(Path(__file__).parent)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )

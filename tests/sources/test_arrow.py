@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from fastdata import Ragged, SourceError
 from fastdata.sources import INDEX, ArrowDecoder, Context
 from fastdata.sources._arrow import Conversions, converter, iter_rows, row_values, to_batch
-from fastdata.sources._arrow_types import becomes_objects, delivered_type, refuses_nulls_inside
 from fastdata.sources._feed import cut
 
 
@@ -240,37 +239,6 @@ def test_rows_are_dicts_of_numpy_scalars_tensors_and_objects() -> None:
     assert [r["s"] for r in rows] == ["x", "yz"]
     fixed = pa.array([[1, 2], [3, 4]], pa.list_(pa.int8(), 2))
     assert [v.tolist() for v in row_values(pa.field("f", fixed.type), fixed)] == [[1, 2], [3, 4]]
-
-
-# --------------------------------------------------------------------- types
-@pytest.mark.parametrize(
-    ("stored", "delivered"),
-    [
-        (pa.dictionary(pa.int32(), pa.string()), pa.string()),
-        (pa.string_view(), pa.large_string()),
-        (pa.list_(pa.dictionary(pa.int8(), pa.int64())), pa.list_(pa.int64())),
-        (pa.struct([("a", pa.binary_view())]), pa.struct([("a", pa.large_binary())])),
-        (pa.int16(), pa.int16()),
-    ],
-)
-def test_readers_deliver_decoded_dictionaries_and_large_types(stored, delivered) -> None:
-    assert delivered_type(stored) == delivered
-
-
-@pytest.mark.parametrize(
-    ("arrow_type", "objects", "refuses_inner_nulls"),
-    [
-        (pa.int64(), False, False),
-        (pa.list_(pa.float32()), False, True),
-        (pa.list_(pa.int8(), 4), False, True),
-        (pa.string(), False, False),
-        (pa.list_(pa.string()), True, False),
-        (pa.decimal128(5, 2), True, False),
-    ],
-)
-def test_what_a_type_becomes(arrow_type, objects, refuses_inner_nulls) -> None:
-    assert becomes_objects(arrow_type) is objects
-    assert refuses_nulls_inside(arrow_type) is refuses_inner_nulls
 
 
 def test_batches_of_every_size_cover_every_row_once() -> None:

@@ -28,25 +28,11 @@ from fastdata.writer import (
     Sample,
     WriteProgress,
     folder_samples,
-    list_samples,
     split_by_bytes,
     write_shards,
 )
 
-SMALL = {"texture": "smooth", "min_short": 32, "max_short": 64}
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("writer") / "train"
-    fd.synthetic.make_images(root, 60, classes=3, **SMALL)
-    fd.synthetic.make_images(root / "class_01" / "nested", 4, classes=1, seed=7, fmt="png",
-                             **SMALL)  # fmt: skip
-    return root
-
-
-def tree_bytes(root: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(root.iterdir()) if p.is_file()}
+from .writer_helpers import SMALL, tree_bytes
 
 
 def decoded(stream: fd.ImageStream) -> Counter[tuple[str, int]]:
@@ -168,16 +154,6 @@ def test_bad_samples_are_refused_with_the_reason(folder: Path, tmp_path: Path) -
         write_shards([Sample(str(tmp_path / "gone.jpg"))], tmp_path / "o")
     with pytest.raises(ValueError, match="format='zip'"):
         write_shards([Sample(str(image))], tmp_path, format="zip")  # type: ignore[arg-type]
-
-
-def test_list_samples_reads_paths_and_labels(folder: Path, tmp_path: Path) -> None:
-    images = sorted(folder.rglob("*.jpg"))[:3]
-    listing = tmp_path / "list.txt"
-    listing.write_text(f"{images[0]}\t2\n\n{os.path.relpath(images[1], tmp_path)}\t0\n")
-    assert list_samples(listing) == [Sample(str(images[0]), 2), Sample(str(images[1]), 0)]
-    listing.write_text(f"{images[2]}\tcat\n")
-    with pytest.raises(ValueError, match=r"line 1: label 'cat' is not an integer"):
-        list_samples(listing)
 
 
 # --------------------------------------------------------------------------- determinism, resume

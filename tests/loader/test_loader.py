@@ -257,7 +257,7 @@ def test_map_style_resume_with_seeded_random_sampler(num_workers: int) -> None:
 MAP_RESUME = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[3])
-from test_loader import Squares
+from loader_scenarios import Squares
 from fastdata import DataLoader
 loader = DataLoader(Squares(), batch_size=3, shuffle=True, num_workers=int(sys.argv[2]),
                     generator=torch.Generator().manual_seed(int(sys.argv[4])))
@@ -291,7 +291,7 @@ def test_map_style_resume_in_a_new_process(tmp_path: Path, num_workers: int) -> 
             MAP_RESUME,
             str(tmp_path / "s.json"),
             str(num_workers),
-            str(Path(__file__).parent),
+            str(Path(__file__).parents[1]),  # tests/, where loader_scenarios is
             "999",
         ],
         capture_output=True,

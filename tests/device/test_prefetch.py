@@ -1,14 +1,5 @@
-"""Tests of fastdata.device: DeviceNormalize's numerics and the device prefetcher.
-
-Everything but the tests marked ``cuda`` runs on the CPU. Tolerances of the normalization are
-derived, not tuned: for pixels in [0, scale] every output is bounded by
-``M = max_c (1 + |mean_c|) / std_c``. Computing ``x * a + b`` with ``a`` and ``b`` rounded to
-the output dtype and one final rounding errs by at most ``eps(dtype) * M`` (three roundings of
-half an ulp each, relative to terms bounded by ``M``); the float32 torchvision reference adds up
-to ``2 * eps(float32) * M`` of its own. For float32 with ImageNet statistics that bound is
-2.3e-6 and the measured error is 4.8e-7, inside the 1e-6 the issue asks for, which is checked
-exhaustively over all 256 pixel values.
-"""
+"""The device prefetcher (fastdata.device._prefetch): what moves and what is normalized,
+the read-ahead queue, and on CUDA the copies on a side stream under memory reuse."""
 
 from __future__ import annotations
 
@@ -20,185 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from torchvision.transforms import Normalize, ToTensor
+from device_helpers import cuda, random_images
 
-from fastdata.device import IMAGENET, DeviceNormalize, DevicePrefetcher, MeanStd, to_device
+from fastdata.device import IMAGENET, DeviceNormalize, DevicePrefetcher, to_device
 from fastdata.device._prefetch import _ahead
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
 Pair = namedtuple("Pair", ["image", "label"])
-
-
-def reference(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """The standard recipe: ToTensor-style conversion, then torchvision's Normalize."""
-    return Normalize(mean, std)(x.float() / 255)
-
-
-def tolerance(dtype: torch.dtype, mean: tuple[float, ...], std: tuple[float, ...]) -> float:
-    """The derived bound of the module docstring."""
-    bound = max((1 + abs(m)) / s for m, s in zip(mean, std, strict=True))
-    return (torch.finfo(dtype).eps + 2 * torch.finfo(torch.float32).eps) * bound
-
-
-def all_pixel_values(channels: int = 3) -> torch.Tensor:
-    """A (2, C, 16, 16) uint8 batch holding every value 0..255 in every channel."""
-    values = torch.arange(256, dtype=torch.uint8).view(16, 16)
-    return torch.stack([values.expand(channels, 16, 16), values.flip(0).expand(channels, 16, 16)])
-
-
-def random_images(seed: int, shape: tuple[int, ...] = (4, 3, 8, 8)) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator)
-
-
-# --- DeviceNormalize --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_float32_matches_torchvision_within_1e6_for_every_pixel_value(channels_last: bool) -> None:
-    x = all_pixel_values()
-    out = DeviceNormalize(*IMAGENET, channels_last=channels_last)(x)
-    assert out.dtype == torch.float32
-    assert (out - reference(x, *IMAGENET)).abs().max().item() <= 1e-6
-
-
-def test_matches_totensor_on_hwc_images() -> None:
-    """The same numbers as ToTensor + Normalize on the HWC arrays a decoder produces."""
-    hwc = random_images(0, (2, 8, 8, 3))
-    expected = torch.stack([Normalize(*IMAGENET)(ToTensor()(img.numpy())) for img in hwc])
-    out = DeviceNormalize(*IMAGENET)(hwc.permute(0, 3, 1, 2))
-    assert (out - expected).abs().max().item() <= 1e-6
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_low_precision_within_derived_tolerance_for_every_pixel_value(dtype: torch.dtype) -> None:
-    x = all_pixel_values()
-    out = DeviceNormalize(*IMAGENET, dtype=dtype)(x)
-    assert out.dtype == dtype
-    error = (out.float() - reference(x, *IMAGENET)).abs().max().item()
-    assert error <= tolerance(dtype, *IMAGENET)
-
-
-@settings(deadline=None, max_examples=60)
-@given(
-    batch=st.integers(1, 3),
-    channels=st.integers(1, 4),
-    height=st.integers(1, 7),
-    width=st.integers(1, 7),
-    data=st.data(),
-    dtype=st.sampled_from(DTYPES),
-    channels_last=st.booleans(),
-    unbatched=st.booleans(),
-    seed=st.integers(0, 2**31 - 1),
-)
-def test_matches_reference_for_any_shape_and_statistics(
-    batch: int,
-    channels: int,
-    height: int,
-    width: int,
-    data: st.DataObject,
-    dtype: torch.dtype,
-    channels_last: bool,
-    unbatched: bool,
-    seed: int,
-) -> None:
-    means = st.floats(0.0, 1.0, allow_nan=False)
-    stds = st.floats(0.05, 1.0, allow_nan=False)
-    mean = tuple(data.draw(st.lists(means, min_size=channels, max_size=channels)))
-    std = tuple(data.draw(st.lists(stds, min_size=channels, max_size=channels)))
-    x = random_images(seed, (batch, channels, height, width))
-    x[0, 0, 0, 0], x[-1, -1, -1, -1] = 0, 255
-    if unbatched:
-        x = x[0]
-    out = DeviceNormalize(mean, std, dtype=dtype, channels_last=channels_last)(x)
-    assert out.shape == x.shape
-    assert out.dtype == dtype
-    expected = reference(x, mean, std)
-    assert (out.float() - expected).abs().max().item() <= tolerance(dtype, mean, std)
-    if channels_last:
-        assert (out if not unbatched else out.unsqueeze(0)).is_contiguous(
-            memory_format=torch.channels_last
-        )
-    else:
-        assert out.is_contiguous()
-
-
-def test_channels_last_layout_and_values() -> None:
-    x = random_images(1)
-    out = DeviceNormalize(*IMAGENET, channels_last=True)(x)
-    assert out.is_contiguous(memory_format=torch.channels_last)
-    assert not out.is_contiguous()
-    assert torch.equal(out, DeviceNormalize(*IMAGENET)(x))
-    single = DeviceNormalize(*IMAGENET, channels_last=True)(x[0])
-    assert single.permute(1, 2, 0).is_contiguous()  # (H, W, C) in memory
-    assert torch.equal(single, out[0])
-
-
-def test_input_layout_does_not_change_the_result() -> None:
-    x = random_images(2)
-    from_hwc = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # a channels-last view
-    normalize = DeviceNormalize(*IMAGENET)
-    assert torch.equal(normalize(from_hwc), normalize(x))
-
-
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_batches_larger_than_a_cpu_slice_match(channels_last: bool) -> None:
-    x = random_images(4, (3, 3, 300, 300)).permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
-    out = DeviceNormalize(*IMAGENET, channels_last=channels_last)(x)
-    assert (out - reference(x, *IMAGENET)).abs().max().item() <= 1e-6
-
-
-@pytest.mark.parametrize("shape", [(0, 3, 4, 4), (2, 3, 0, 4), (2, 3, 4, 0)])
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_empty_batches(shape: tuple[int, ...], channels_last: bool) -> None:
-    out = DeviceNormalize(*IMAGENET, channels_last=channels_last)(
-        torch.zeros(shape, dtype=torch.uint8)
-    )
-    assert out.shape == shape
-
-
-def test_scale_1_takes_statistics_in_pixel_units() -> None:
-    x = all_pixel_values()
-    pixel_units = DeviceNormalize(
-        [m * 255 for m in IMAGENET.mean], [s * 255 for s in IMAGENET.std], scale=1
-    )
-    assert (pixel_units(x) - reference(x, *IMAGENET)).abs().max().item() <= 1e-6
-
-
-def test_is_a_module_that_composes() -> None:
-    model = torch.nn.Sequential(DeviceNormalize(*IMAGENET), torch.nn.Flatten())
-    assert model(random_images(3)).shape == (4, 3 * 8 * 8)
-    assert "mean=(0.485, 0.456, 0.406)" in repr(model)
-
-
-def test_bad_input_is_rejected_with_the_fix() -> None:
-    normalize = DeviceNormalize(*IMAGENET)
-    with pytest.raises(TypeError, match=r"uint8.*drop ToTensor"):
-        normalize(torch.rand(2, 3, 4, 4))
-    with pytest.raises(ValueError, match=r"\(B, 3, H, W\).*got \(2, 4, 4, 3\)"):
-        normalize(random_images(0, (2, 4, 4, 3)))
-    with pytest.raises(ValueError, match="got"):
-        normalize(random_images(0, (3, 4)))
-
-
-@pytest.mark.parametrize(
-    ("args", "kwargs", "message"),
-    [
-        (((0.5,), (0.5, 0.5)), {}, "one mean and one std per channel"),
-        (((), ()), {}, "one mean and one std per channel"),
-        (((0.5,), (0.0,)), {}, "finite and > 0"),
-        (((float("nan"),), (1.0,)), {}, "finite"),
-        (((0.5,), (0.5,)), {"dtype": torch.float64}, "torch.float32, torch.float16"),
-        (((0.5,), (0.5,)), {"scale": 0}, "scale=0"),
-    ],
-)
-def test_bad_settings_are_rejected(args: tuple, kwargs: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        DeviceNormalize(*args, **kwargs)
 
 
 # --- the prefetcher on the CPU -----------------------------------------------------------------
@@ -343,14 +161,6 @@ def test_len_passes_through() -> None:
     assert list(to_device(iter([1, "a"]), "cpu")) == [1, "a"]
 
 
-def test_imagenet_is_a_frozen_pair_of_statistics() -> None:
-    mean, std = IMAGENET
-    assert isinstance(IMAGENET, MeanStd)
-    assert len(mean) == len(std) == 3
-    with pytest.raises(AttributeError):
-        IMAGENET.mean = (0.0,)  # type: ignore[misc]
-
-
 # --- the prefetch queue --------------------------------------------------------------------------
 
 
@@ -446,21 +256,6 @@ def test_prefetcher_follows_the_consumers_stream_and_pinned_input() -> None:
     with torch.cuda.stream(torch.cuda.Stream(device)):
         results = consume(to_device(pinned, "cuda", normalize=normalize, prefetch=2), device)
     assert_same(results, expected_results(batches, normalize, device))
-
-
-@pytest.mark.cuda
-@cuda
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_normalize_within_tolerance(dtype: torch.dtype) -> None:
-    x = all_pixel_values()
-    for channels_last in (False, True):
-        out = DeviceNormalize(*IMAGENET, dtype=dtype, channels_last=channels_last)(x.cuda())
-        assert out.dtype == dtype
-        assert out.is_cuda
-        error = (out.float().cpu() - reference(x, *IMAGENET)).abs().max().item()
-        assert error <= (1e-6 if dtype == torch.float32 else tolerance(dtype, *IMAGENET))
-        memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        assert out.is_contiguous(memory_format=memory_format)
 
 
 @pytest.mark.cuda

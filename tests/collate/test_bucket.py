@@ -1,0 +1,200 @@
+"""Length bucketing of a stream of samples and padding statistics
+(fastdata.collate._bucket): exactly once, bounded memory, deterministic, less padding."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from collate_helpers import ragged_batches, raggeds, var_len_samples
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from fastdata.collate import bucket_by_length, pad_collate, padding_stats
+from fastdata.collate._bucket import PaddingStats
+
+
+@st.composite
+def bucket_setups(draw: Any) -> dict[str, Any]:
+    batch_size = draw(st.integers(1, 12))
+    mode = draw(st.sampled_from(["pool", "auto", "list"]))
+    if mode == "list":
+        boundaries: Any = sorted(draw(st.sets(st.integers(1, 40), min_size=1, max_size=5)))
+        held = (len(boundaries) + 1) * (batch_size - 1) + 1
+        buffer = draw(st.one_of(st.none(), st.integers(held, held + 30)))
+    else:
+        boundaries = None if mode == "pool" else "auto"
+        buffer = draw(st.one_of(st.none(), st.integers(batch_size, batch_size * 6)))
+    return {
+        "batch_size": batch_size,
+        "boundaries": boundaries,
+        "buffer_size": buffer,
+        "seed": draw(st.integers(0, 3)),
+        "drop_last": draw(st.booleans()),
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), max_size=150), setup=bucket_setups())
+def test_bucketing_yields_every_sample_exactly_once(lengths: list[int], setup: Any) -> None:
+    consumed = 0
+
+    def stream() -> Iterator[int]:
+        nonlocal consumed
+        for i in range(len(lengths)):
+            consumed += 1
+            yield i
+
+    batches, held = [], []
+    for batch in bucket_by_length(stream(), length_fn=lengths.__getitem__, **setup):
+        held.append(consumed - sum(map(len, batches)))
+        batches.append(batch)
+    size = setup["batch_size"]
+    counts = Counter(i for b in batches for i in b)
+    assert all(c == 1 for c in counts.values())  # never twice
+    missing = set(range(len(lengths))) - set(counts)
+    if setup["drop_last"]:
+        assert len(missing) < size
+        assert all(len(b) == size for b in batches)
+    else:
+        assert not missing
+        assert all(len(b) == size for b in batches[:-1])
+        assert all(0 < len(b) <= size for b in batches[-1:])
+    bound = setup["buffer_size"] or (
+        32 * size
+        if not isinstance(setup["boundaries"], list)
+        else (len(setup["boundaries"]) + 1) * (size - 1) + 1
+    )
+    assert max(held, default=0) <= bound
+
+
+@settings(max_examples=50, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), max_size=100), setup=bucket_setups())
+def test_bucketing_is_deterministic_and_ignores_the_global_rng(
+    lengths: list[int], setup: Any
+) -> None:
+    def run(global_seed: int) -> list[list[int]]:
+        random.seed(global_seed)
+        np.random.seed(global_seed)
+        torch.manual_seed(global_seed)
+        return list(bucket_by_length(range(len(lengths)), length_fn=lengths.__getitem__, **setup))
+
+    assert run(0) == run(1)
+
+
+def test_seed_changes_the_order() -> None:
+    lengths = [i % 13 for i in range(200)]
+    orders = {
+        str(list(bucket_by_length(lengths, length_fn=int, batch_size=4, seed=s))) for s in range(3)
+    }
+    assert len(orders) == 3
+
+
+def long_tailed(n: int, seed: int = 0) -> list[int]:
+    gen = np.random.default_rng(seed)
+    return np.clip((gen.pareto(1.5, n) * 20).astype(int) + 1, 1, 512).tolist()
+
+
+@pytest.mark.parametrize("boundaries", [None, "auto", [8, 16, 32, 64, 128, 256]])
+def test_bucketing_cuts_padding_on_long_tailed_lengths(boundaries: Any) -> None:
+    lengths = long_tailed(4096)
+    random_batches = [lengths[i : i + 32] for i in range(0, len(lengths), 32)]
+    bucketed = bucket_by_length(lengths, length_fn=int, batch_size=32, boundaries=boundaries)
+    baseline = padding_stats(random_batches, length_fn=int)
+    stats = padding_stats(bucketed, length_fn=int)
+    assert stats.samples == baseline.samples == 4096
+    assert stats.valid_elements == baseline.valid_elements
+    assert stats.padded_fraction * 3 <= baseline.padded_fraction
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0}, r"batch_size=0: expected an integer >= 1"),
+        ({"batch_size": 4, "buffer_size": 3}, r"buffer_size=3: expected an integer >= 4"),
+        ({"batch_size": 4, "boundaries": "sorted"}, "None, 'auto' or a list"),
+        ({"batch_size": 4, "boundaries": [8, 4]}, "strictly increasing"),
+        ({"batch_size": 4, "boundaries": [0, 4]}, "positive"),
+        ({"batch_size": 4, "boundaries": [4, 8], "buffer_size": 9}, "buffer_size>=10"),
+    ],
+)
+def test_bucketing_checks_arguments_at_the_call(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        bucket_by_length([], length_fn=len, **kwargs)
+
+
+@pytest.mark.parametrize(("length", "exc"), [("3", TypeError), (-1, ValueError), (True, TypeError)])
+def test_bad_lengths_name_the_stream_item(length: Any, exc: type[Exception]) -> None:
+    values = [1, 2, length]
+    with pytest.raises(exc, match="stream item 2"):
+        list(bucket_by_length(range(3), length_fn=values.__getitem__, batch_size=2))
+
+
+# --- padding_stats -----------------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches=st.lists(ragged_batches(), min_size=1, max_size=4))
+def test_padding_stats_agree_with_the_masks(batches: list[list[torch.Tensor]]) -> None:
+    stats = padding_stats(batches, length_fn=lambda t: t.shape)
+    masks = [pad_collate(b, keys=[()]).mask for b in batches]
+    assert stats.batches == len(batches)
+    assert stats.samples == sum(map(len, batches))
+    assert stats.valid_elements == sum(int(m.sum()) for m in masks)
+    assert stats.total_elements == sum(m.numel() for m in masks)
+
+
+def test_padding_stats_of_nothing() -> None:
+    stats = padding_stats([])
+    assert (stats.batches, stats.padded_fraction) == (0, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases=st.lists(raggeds(max_inner=1), min_size=1, max_size=4))
+def test_padding_stats_of_raggeds_equal_those_of_their_rows(cases: list) -> None:
+    raggeds_, rows = zip(*cases, strict=True)
+    want = padding_stats(rows, length_fn=lambda t: t.shape)
+    assert padding_stats(raggeds_) == want
+    assert padding_stats([{"x": {"t": r}} for r in raggeds_], key=("x", "t")) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(valid=st.integers(0, 1000), extra=st.integers(0, 1000), batches=st.integers(0, 9))
+def test_the_padded_fraction_is_the_share_of_pad_elements(
+    valid: int, extra: int, batches: int
+) -> None:
+    stats = PaddingStats(batches, batches, valid, valid + extra)
+    want = 0.0 if valid + extra == 0 else extra / (valid + extra)
+    assert stats.padded_fraction == pytest.approx(want)
+
+
+# --- in DataLoader workers ---------------------------------------------------------------
+
+
+class BucketedStream(IterableDataset):
+    """Each worker buckets its own share (every ``num_workers``-th) of var_len_samples()."""
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        share = var_len_samples()[worker::workers]
+        return bucket_by_length(share, length_fn=lambda s: len(s["tokens"]), batch_size=4)
+
+
+@pytest.mark.slow
+def test_bucketed_iterable_dataset_with_workers_is_exactly_once() -> None:
+    loader = DataLoader(BucketedStream(), batch_size=None, collate_fn=pad_collate, num_workers=2)
+    seen = Counter()
+    for batch in loader:
+        assert batch["tokens"].shape[0] == batch["id"].shape[0] <= 4
+        for row, n, i in zip(batch["tokens"], batch["tokens_lengths"], batch["id"], strict=True):
+            assert n == i % 7 + 1
+            assert row[:n].eq(i).all()
+        seen.update(batch["id"].tolist())
+    assert seen == Counter(range(24))

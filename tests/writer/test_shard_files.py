@@ -1,0 +1,200 @@
+"""Writing one shard (fastdata.writer._shard_files): extra fields as members and columns, image
+suffixes, the plan of a sample, the destination's staging, claim and publish, and a shard
+whose images are checked as the streams check them."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import fastdata as fd
+from fastdata.errors import DecodeError
+from fastdata.writer._shard_files import (
+    MANIFEST,
+    BadImage,
+    Destination,
+    Item,
+    ShardTask,
+    column_value,
+    image_suffix,
+    member,
+    write_shard,
+)
+
+from .writer_helpers import SMALL
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=8,
+)
+
+
+@given(text=st.text(), data=st.binary(), value=JSON)
+def test_members_are_utf8_text_bytes_as_they_are_or_json(text: str, data: bytes, value) -> None:
+    assert member(text) == text.encode()
+    assert member(data) == data
+    if not isinstance(value, str):
+        assert json.loads(member(value)) == value
+    assert column_value(data) == data and column_value(text) == text
+
+
+@given(value=st.dictionaries(st.text(max_size=4), st.integers(), max_size=5))
+def test_dicts_give_the_same_bytes_whatever_their_order(value: dict[str, int]) -> None:
+    reordered = dict(reversed(list(value.items())))
+    assert member(value) == member(reordered)
+    assert column_value(value) == column_value(reordered) == member(value).decode()
+
+
+def test_the_suffix_is_the_files_extension_or_the_bytes_format() -> None:
+    assert image_suffix("/data/a/IMG_1.JPEG", "k") == "jpeg"
+    assert image_suffix("b.png", "k") == "png"
+    with pytest.raises(ValueError, match="extension 'txt'"):
+        image_suffix("notes.txt", "k")
+    for fmt, suffix in (("jpeg", "jpg"), ("png", "png"), ("webp", "webp")):
+        data = fd.synthetic.make_image_bytes(1, fmt=fmt, **SMALL)[0][0]
+        assert image_suffix(data, "k") == suffix
+    with pytest.raises(ValueError, match="sample 'k': the bytes are not a jpeg"):
+        image_suffix(b"GIF89a" + bytes(20), "k")
+
+
+def test_the_plan_changes_with_anything_that_changes_the_shards() -> None:
+    base = Item("k", b"image", 5, 1, "jpg", (("txt", "1"),))
+    others = [
+        base._replace(key="j"),
+        base._replace(image=b"other"),
+        base._replace(label=2),
+        base._replace(suffix="png"),
+        base._replace(extras=(("txt", 1),)),  # the same member, another Parquet column
+        base._replace(image="/path/k.jpg"),
+    ]
+    plans = [json.dumps(item.plan()) for item in [base, *others]]
+    assert len(set(plans)) == len(plans)
+    assert base.plan() == Item("k", b"image", 5, 1, "jpg", (("txt", "1"),)).plan()
+
+
+def test_opening_a_destination_removes_only_its_prefixes_temporary_files(tmp_path: Path) -> None:
+    root = tmp_path / "out" / "deep"
+    root.mkdir(parents=True)
+    stale = root / ".shard-000001.tar.tmp-99-deadbeef"
+    other = root / ".other-000001.tar.tmp-99-deadbeef"
+    done = root / "shard-000000.tar"
+    for path in (stale, other, done):
+        path.write_bytes(b"x")
+    dest = Destination.open(root, None, "shard")
+    assert (dest.root, dest.staging) == (str(root), str(root))
+    assert not stale.exists() and other.exists() and done.exists()
+    assert dest.finished(["shard-000000.tar", "shard-000001.tar"]) == {"shard-000000.tar"}
+    assert Destination.open(tmp_path / "new", None, "shard").finished(["a"]) == set()
+
+
+def test_a_staged_file_is_published_whole_under_its_name(tmp_path: Path) -> None:
+    dest = Destination.open(tmp_path, pafs.LocalFileSystem(), "shard")
+    staged = dest.staged("shard-000000.tar")
+    assert Path(staged).name.startswith(".shard-000000.tar.tmp-")
+    Path(staged).write_bytes(b"contents")
+    dest.publish(staged, "shard-000000.tar")
+    assert (tmp_path / "shard-000000.tar").read_bytes() == b"contents"
+    assert not Path(staged).exists()
+
+
+def test_a_claim_records_the_plan_and_refuses_another(tmp_path: Path) -> None:
+    dest = Destination.open(tmp_path, None, "shard")
+    dest.claim(json.dumps({"plan": "abc", "shards": []}))
+    assert json.loads((tmp_path / MANIFEST).read_text())["plan"] == "abc"
+    dest.claim(json.dumps({"plan": "abc", "shards": ["more"]}))  # the same plan: resumed
+    with pytest.raises(ValueError, match="holds the shards of another conversion"):
+        dest.claim(json.dumps({"plan": "xyz"}))
+
+
+def images(n: int) -> list[bytes]:
+    return [data for data, _ in fd.synthetic.make_image_bytes(n, fmt="png", **SMALL)]
+
+
+def task(tmp_path: Path, items: list[Item], format: str, **options: Any) -> ShardTask:
+    return ShardTask(
+        name=f"shard-000000.{format}",
+        items=items,
+        format=format,
+        row_groups=[range(0, 2), range(2, len(items))],
+        source=pafs.LocalFileSystem(),
+        destination=Destination.open(tmp_path, None, "shard"),
+        **options,
+    )
+
+
+def test_a_tar_shard_holds_each_samples_members_in_order(tmp_path: Path) -> None:
+    data = images(3)
+    items = [
+        Item(f"s{i}", image, len(image), i, "png", (("txt", f"caption {i}"),))
+        for i, image in enumerate(data)
+    ]
+    samples, size, bad = write_shard(task(tmp_path, items, "tar"))
+    path = tmp_path / "shard-000000.tar"
+    assert (samples, size, bad) == (3, path.stat().st_size, [])
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+        contents = [tar.extractfile(name).read() for name in names]  # type: ignore[union-attr]
+    assert names == [f"s{i}.{ext}" for i in range(3) for ext in ("png", "cls", "txt")]
+    assert contents[0::3] == data
+    assert contents[1::3] == [b"0", b"1", b"2"]
+    assert contents[2::3] == [f"caption {i}".encode() for i in range(3)]
+
+
+def test_a_parquet_shard_has_its_row_groups_and_extra_columns(tmp_path: Path) -> None:
+    data = images(3)
+    items = [
+        Item(f"s{i}", image, len(image), None, "png", (("meta", {"i": i}),))
+        for i, image in enumerate(data)
+    ]
+    field = pa.field("meta", pa.string())
+    write_shard(task(tmp_path, items, "parquet", extra_fields=(field,)))
+    file = pq.ParquetFile(tmp_path / "shard-000000.parquet")
+    assert [file.metadata.row_group(g).num_rows for g in range(2)] == [2, 1]
+    table = file.read()
+    assert table.column_names == ["key", "image", "meta"]  # no labels: no label column
+    assert table["image"].to_pylist() == data
+    assert table["meta"].to_pylist() == [f'{{"i":{i}}}' for i in range(3)]
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_images_the_decode_check_refuses_are_skipped_and_listed_or_raised(
+    tmp_path: Path, format: str
+) -> None:
+    good = images(3)
+    broken = good[1][: len(good[1]) // 2]  # a truncated PNG
+    items = [
+        Item(f"s{i}", image, len(image), 0, "png")
+        for i, image in enumerate([good[0], broken, good[2]])
+    ]
+    samples, _, bad = write_shard(task(tmp_path, items, format, on_error="skip"))
+    assert samples == 2 and [(b.key, b.image) for b in bad] == [("s1", "sample 's1'")]
+    assert str(bad[0]).startswith("sample 's1': ")
+    with pytest.raises(DecodeError, match="on_error='skip'") as info:
+        write_shard(task(tmp_path / "raise", items, format))
+    assert "sample 's1'" in str(info.value)
+    assert not list((tmp_path / "raise").glob("*.tmp-*"))  # nothing half-written stays
+
+
+def test_an_image_file_that_changed_since_the_plan_is_refused(tmp_path: Path) -> None:
+    image = tmp_path / "a.png"
+    image.write_bytes(images(1)[0])
+    item = Item("a", str(image), image.stat().st_size + 1, 0, "png")
+    with pytest.raises(fd.SourceError, match="changed during the conversion"):
+        write_shard(task(tmp_path / "out", [item], "tar"))
+    gone = item._replace(image=str(tmp_path / "gone.png"))
+    with pytest.raises(fd.SourceError, match="cannot read the image"):
+        write_shard(task(tmp_path / "out", [gone], "tar"))
+
+
+def test_a_bad_image_reads_as_its_place_and_reason() -> None:
+    assert str(BadImage("k", "/x/k.jpg", "truncated")) == "/x/k.jpg: truncated"
