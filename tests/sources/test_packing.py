@@ -134,6 +134,7 @@ def test_packing_equals_a_plain_reference(
             assert batch[name].tolist() == expected[name], (k, name)
         assert batch["tokens"].dtype == token_dtype
         assert batch["position_ids"].dtype == batch["document_ids"].dtype == torch.int32
+        assert batch["cu_seqlens"].dtype == torch.int32
         assert batch["max_seqlen"] == expected["max_seqlen"]
         cursor += sum(len(piece) for row in rows_k for piece in row)
         # documents read: those ending before the cursor, and one ending at it, not empty

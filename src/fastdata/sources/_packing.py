@@ -24,7 +24,7 @@ import torch
 from fastdata.errors import SchemaError
 from fastdata.sources._columns import RaggedColumn, arrays_of
 
-__all__ = ["Docs", "Window", "documents", "packed_batch"]
+__all__ = ["Docs", "Window", "documents", "packed_batch", "row_bounds"]
 
 
 @dataclass
@@ -218,7 +218,7 @@ def packed_batch(window: Window, bounds: list[int], seq_len: int, pad_id: int) -
     inner = ends[ends.searchsorted(first, "right") : ends.searchsorted(last, "left")]
     cuts = np.concatenate((np.asarray(bounds[:-1], np.int64), inner))  # every piece's start
     cuts.sort()
-    if len(cuts) > 1:  # a document ending where a row does, or empty ones: one piece each
+    if len(cuts) > 1:  # a document ending where a row starts, or empty ones: one cut each
         cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1]))]
     sizes = np.empty_like(cuts)
     sizes[:-1] = cuts[1:] - cuts[:-1]
