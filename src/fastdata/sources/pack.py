@@ -42,6 +42,7 @@ from torch.utils.data import get_worker_info
 from fastdata._env import worker_slot
 from fastdata._validate import check_bool, check_choice, check_int, keywords_checked
 from fastdata.errors import SchemaError
+from fastdata.sources._packing import Window, documents, packed_batch, row_bounds
 from fastdata.sources.base import Context, SchemaReader, declares
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.stream import PlannedStream
@@ -55,51 +56,6 @@ __all__ = ["PackedStream", "Packer", "pack"]
 Overlong = Literal["split", "drop", "truncate"]
 _MAX_READERS = 257  # rows of the shared counts: the main process and 256 workers
 _TOKENS, _PAD, _DROPPED = 0, 1, 2
-
-
-class _Documents:
-    """The documents of a row stream, one at a time, and the position reached:
-    ``(documents fully taken, tokens taken of the next one)``."""
-
-    def __init__(self, packer: Packer, tables: Iterator[pa.Table], offset: int) -> None:
-        self.packer = packer
-        self.tables = tables
-        self.position = (0, offset)
-        self.current: np.ndarray | None = None  # what is left of the document being taken
-        self._table: tuple[np.ndarray, np.ndarray, int] | None = None  # starts, values, next
-
-    def peek(self) -> np.ndarray | None:
-        """What is left of the next document (None: no more)."""
-        while self.current is None or not len(self.current):
-            if self.current is not None:  # an empty document (or one dropped) is done
-                self.position = (self.position[0] + 1, 0)
-            self.current = self._next()
-            if self.current is None:
-                return None
-        return self.current
-
-    def take(self, n: int) -> np.ndarray:
-        """The next ``n`` tokens of the current document (which ``peek`` showed)."""
-        assert self.current is not None  # peek() came first
-        piece, self.current = self.current[:n], self.current[n:]
-        done, into = self.position
-        self.position = (done + 1, 0) if not len(self.current) else (done, into + n)
-        if not len(self.current):
-            self.current = None
-        return piece
-
-    def _next(self) -> np.ndarray | None:
-        while self._table is None or self._table[2] >= len(self._table[0]) - 1:
-            table = next(self.tables, None)
-            if table is None:
-                return None
-            starts, values = self.packer.documents(table)
-            self._table = (starts, values, 0)
-        starts, values, i = self._table
-        self._table = (starts, values, i + 1)
-        doc = self.packer.policy(values[starts[i] : starts[i + 1]])
-        first = self.position[1]  # a resume's start, into its first document
-        return doc[first:] if first else doc
 
 
 class Packer:
@@ -139,83 +95,32 @@ class Packer:
     ) -> Iterator[tuple[dict[str, Any], tuple[int, int]]]:
         """Packed batches from the documents of ``tables``, each with the position after it:
         ``(documents fully packed, tokens of the next one packed)``, counted from where this
-        reader started (``offset`` tokens into its first document)."""
-        documents = _Documents(self, tables, offset)
+        reader started (``offset`` tokens into its first document). Each table is converted
+        once and the batches cut from it (:mod:`fastdata.sources._packing`)."""
+        docs = (
+            documents(table, self.column, self.seq_len, self.overlong)
+            for table in tables
+            if table.num_rows
+        )
+        window = Window(docs, offset, lambda n: self._count(_DROPPED, n))
+        size = self.batch_rows * self.seq_len
         while True:
-            rows = (self._row_of(documents) for _ in range(self.batch_rows))
-            batch = [row for row in rows if row]
-            if not batch:
+            window.fill(size)
+            bounds = row_bounds(window, self.batch_rows, self.seq_len, self.split_documents)
+            if len(bounds) == 1:
+                window.finish()
                 return
-            yield self._emit(batch), documents.position
-            if len(batch) < self.batch_rows:
+            batch = packed_batch(window, bounds, self.seq_len, self.pad_id)
+            real = bounds[-1] - bounds[0]
+            self._count(_TOKENS, real)
+            self._count(_PAD, batch["tokens"].numel() - real)
+            position = window.position()
+            last = len(bounds) <= self.batch_rows  # the reader's last rows
+            if last:
+                window.finish()  # overlong documents after them count with them
+            yield batch, position
+            if last:
                 return
-
-    def documents(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """The start of every document in the values, and the values, of ``table``."""
-        column = table.column(self.column)
-        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-        if array.null_count:
-            raise SchemaError(
-                f"{array.null_count} null document(s) in {self.column!r}; filter them out "
-                f"(filter=pc.field({self.column!r}).is_valid())",
-                column=self.column,
-            )
-        offsets = array.offsets.to_numpy()
-        values = array.values.to_numpy(zero_copy_only=False)
-        return offsets, values
-
-    def policy(self, doc: np.ndarray) -> np.ndarray:
-        """A document as packed: as is, or dropped / cut when longer than a row."""
-        if len(doc) <= self.seq_len or self.overlong == "split":
-            return doc
-        self._count(_DROPPED, 1)
-        return doc[:0] if self.overlong == "drop" else doc[: self.seq_len]
-
-    def _row_of(self, documents: _Documents) -> list[np.ndarray]:
-        """The pieces of the next row (empty: no documents left)."""
-        pieces: list[np.ndarray] = []
-        room = self.seq_len
-        while room:
-            doc = documents.peek()
-            if doc is None:
-                break
-            if not self.split_documents and pieces and len(doc) > room:
-                break  # it starts the next row; the rest of this one is padding
-            pieces.append(documents.take(min(room, len(doc))))
-            room -= len(pieces[-1])
-        return pieces
-
-    def _emit(self, batch: list[list[np.ndarray]]) -> dict[str, Any]:
-        rows, length = len(batch), self.seq_len
-        dtype = batch[0][0].dtype
-        tokens = np.full((rows, length), self.pad_id, dtype=dtype)
-        positions = np.zeros((rows, length), dtype=np.int32)
-        documents = np.full((rows, length), -1, dtype=np.int32)
-        starts: list[int] = []
-        piece = 0
-        for r, row in enumerate(batch):
-            at = 0
-            for part in row:
-                n = len(part)
-                tokens[r, at : at + n] = part
-                positions[r, at : at + n] = np.arange(n, dtype=np.int32)
-                documents[r, at : at + n] = piece
-                starts.append(r * length + at)
-                piece, at = piece + 1, at + n
-            if at < length:
-                starts.append(r * length + at)  # a padding run
-        starts.append(rows * length)
-        cu = np.asarray(starts, dtype=np.int32)
-        real = int((documents >= 0).sum())
-        self._count(_TOKENS, real)
-        self._count(_PAD, rows * length - real)
-        return {
-            "tokens": torch.from_numpy(tokens),
-            "position_ids": torch.from_numpy(positions),
-            "document_ids": torch.from_numpy(documents),
-            "cu_seqlens": torch.from_numpy(cu),
-            "max_seqlen": int(np.diff(cu).max()),
-        }
 
     def _count(self, what: int, n: int) -> None:
         if self._row is None or self._row[0] != os.getpid():  # a forked worker: its own row
