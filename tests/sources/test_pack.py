@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -179,6 +180,7 @@ sys.path.insert(0, sys.argv[3])
 from test_pack import packed
 import fastdata as fd
 from pathlib import Path
+from typing import Any
 states = json.loads(Path(sys.argv[2]).read_text())
 out = []
 for state in states:
@@ -256,3 +258,27 @@ def test_pack_checks_its_arguments(tmp_path: Path) -> None:
         fd.pack(stream, seq_len=8, batch_size=4)
     with pytest.raises(ValueError, match="seq_len=0"):
         fd.pack(stream, seq_len=0)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (None, fd.SchemaError, "null document"),
+        ([7, None, 9], fd.SourceError, "inside the lists.*first in row 3 "),
+    ],
+)
+def test_a_bad_document_is_named_by_file_row_group_and_row(
+    tmp_path: Path, bad: Any, error: type, message: str
+) -> None:
+    docs: list[Any] = [[d * 10 + p for p in range(5)] for d in range(30)]
+    docs[23] = bad
+    pq.write_table(
+        pa.table({"tokens": pa.array(docs, pa.list_(pa.int64()))}),
+        tmp_path / "part-0.parquet",
+        row_group_size=10,
+    )
+    with pytest.raises(error, match=message) as caught:
+        list(packed(tmp_path, seq_len=16, rows=2))
+    got = caught.value
+    assert (Path(got.path).name, got.row_group, got.column) == ("part-0.parquet", 2, "tokens")
+    assert got.row in (3, None)  # the row read from its group: 23 = 2 x 10 + 3

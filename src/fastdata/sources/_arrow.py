@@ -102,7 +102,7 @@ Locate = Callable[[int], dict[str, Any]]
 """Where a row of the table being converted is (:class:`fastdata.SourceError` keywords)."""
 
 
-def _converted(name: str, convert: Converter, array: pa.Array, locate: Locate | None) -> Any:
+def converted(name: str, convert: Converter, array: pa.Array, locate: Locate | None) -> Any:
     """``convert(array)``, a failure raised as a :class:`SourceError` naming the column and,
     with ``locate``, the first row that fails (its file, row group / member, row)."""
     try:
@@ -191,7 +191,7 @@ def iter_rows(table: pa.Table, locate: Locate | None = None) -> Iterator[dict[st
     column, and with ``locate`` where its row is)."""
     names = table.column_names
     columns = [
-        _converted(field.name, functools.partial(row_values, field), array, locate)
+        converted(field.name, functools.partial(row_values, field), array, locate)
         for field, array in zip(table.schema, arrays_of(table), strict=True)
     ]
     for values in zip(*columns, strict=True):
@@ -214,7 +214,7 @@ def to_batch(
     is).
     """
     batch = {
-        name: _converted(name, converters[name], array, locate)
+        name: converted(name, converters[name], array, locate)
         for name, array in zip(table.column_names, arrays_of(table), strict=True)
     }
     return handed_over(batch, reuse)

@@ -19,10 +19,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from fastdata.errors import SchemaError
+from fastdata.sources._arrow import converted
 from fastdata.sources._columns import RaggedColumn, arrays_of
+from fastdata.sources.base import Context, split_index
 
 __all__ = ["Docs", "Window", "documents", "packed_batch", "row_bounds"]
 
@@ -61,23 +64,28 @@ class Docs:
         return Docs(values, np.concatenate([self.ends, other.ends + len(self.values)]), over)
 
 
-def documents(table: pa.Table, column: str, seq_len: int, overlong: str) -> Docs:
+def documents(table: pa.Table, column: str, seq_len: int, overlong: str, context: Context) -> Docs:
     """The documents of ``table``'s ``column`` (a list of integers) under the ``overlong``
     policy: a document longer than ``seq_len`` kept whole (``"split"``), left empty
-    (``"drop"``) or cut to ``seq_len`` tokens (``"truncate"``).
+    (``"drop"``) or cut to ``seq_len`` tokens (``"truncate"``). With the table's
+    :data:`~fastdata.sources.base.INDEX`, an error names the file, row group and row of the
+    first bad document (``context.locate``).
 
     Raises:
         SchemaError: a null document.
         SourceError: a null inside a document (no tensor can hold it).
     """
+    table, _, locate = split_index(table, context)
     (array,) = arrays_of(table.select([column]))
     if array.null_count:
+        row = pc.index(array.is_null(), True).as_py()
         raise SchemaError(
             f"{array.null_count} null document(s) in {column!r}; filter them out "
             f"(filter=pc.field({column!r}).is_valid())",
             column=column,
+            **({} if locate is None else locate(row)),
         )
-    ragged = RaggedColumn(array, "list", column)
+    ragged = converted(column, lambda a: RaggedColumn(a, "list", column), array, locate)
     values, bounds = ragged.values, ragged.bounds
     if overlong == "split":
         return Docs(values, bounds[1:], None)

@@ -322,7 +322,7 @@ class ArrowDecoder:
         return self._converters
 
     def batch(self, table: pa.Table, context: Context) -> dict[str, Any]:
-        table, index, locate = _split_index(table, context)
+        table, index, locate = split_index(table, context)
         converters = self._conversions(table.schema).batch
         batch = to_batch(table, converters, reuse=self._reuse, locate=locate)
         if self.origin:
@@ -343,7 +343,7 @@ class ArrowDecoder:
     def _cutter(self, table: pa.Table, context: Context) -> Callable[[int, int], Any] | None:
         """The batch of rows ``[start, stop)`` of ``table``, its columns converted once;
         None where they do not all convert whole (then :meth:`batch`)."""
-        table, index, _ = _split_index(table, context)
+        table, index, _ = split_index(table, context)
         rows = batch_cutter(table, self._conversions(table.schema).whole, self._reuse)
         if rows is None or not self.origin:
             return rows
@@ -357,7 +357,7 @@ class ArrowDecoder:
         return self._receiver in (None, "file_descriptor")
 
     def rows(self, table: pa.Table, context: Context) -> Iterator[dict[str, Any]]:
-        table, index, locate = _split_index(table, context)
+        table, index, locate = split_index(table, context)
         rows = iter_rows(table, locate)
         if not self.origin:
             return rows
@@ -368,7 +368,7 @@ class ArrowDecoder:
         return {**self.__dict__, "_converters": None, "_receiver": receiver_sharing()}
 
 
-def _split_index(
+def split_index(
     table: pa.Table, context: Context
 ) -> tuple[pa.Table, pa.ChunkedArray | None, Callable[[int], dict[str, Any]] | None]:
     """``table`` without :data:`INDEX`, that column (None if absent), and where a row of

@@ -62,7 +62,7 @@ class Packer:
     """The decoder of a packed stream: documents -> packed batches, with the position after
     each batch (see :meth:`items`); the options are :func:`pack`'s."""
 
-    needs_index = False
+    needs_index = True  # an error names the file, row group and row of its document
     varying = True
 
     def __init__(
@@ -98,7 +98,7 @@ class Packer:
         reader started (``offset`` tokens into its first document). Each table is converted
         once and the batches cut from it (:mod:`fastdata.sources._packing`)."""
         docs = (
-            documents(table, self.column, self.seq_len, self.overlong)
+            documents(table, self.column, self.seq_len, self.overlong, context)
             for table in tables
             if table.num_rows
         )
