@@ -189,6 +189,8 @@ class BatchOrderedPool(Executor):
     started.
     """
 
+    _EMPTY = queue.Empty  # a shutdown at interpreter exit may outlive the module globals
+
     def __init__(self, name: str) -> None:
         self._name = name
         self._tasks: queue.PriorityQueue = queue.PriorityQueue()
@@ -245,7 +247,7 @@ class BatchOrderedPool(Executor):
                 while cancel_futures:
                     try:
                         _, _, (future, *_) = self._tasks.get_nowait()
-                    except queue.Empty:
+                    except self._EMPTY:
                         break
                     future.cancel()
                     future.set_running_or_notify_cancel()  # wakes concurrent.futures.wait()

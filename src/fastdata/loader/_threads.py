@@ -28,6 +28,7 @@ touched by the consumer thread only. Nothing assumes the GIL serialises anything
 
 from __future__ import annotations
 
+import atexit
 import copy
 import io
 import itertools
@@ -36,6 +37,7 @@ import queue
 import threading
 import time
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -56,6 +58,17 @@ from fastdata.workers import BatchOrderedPool, in_batch
 __all__ = ["ThreadCopies", "ThreadIterator"]
 
 _POLL_S = 0.1  # how often a waiting thread looks whether the iterator went away
+_LIVE: weakref.WeakSet[ThreadIterator] = weakref.WeakSet()  # iterators whose threads may run
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At interpreter exit, stop the threads of every iterator still alive while the
+    interpreter is whole: a daemon thread still inside C++ code (OpenCV, pyarrow) when the
+    interpreter finalizes can abort the process, and a ``__del__`` run that late meets
+    modules already torn down."""
+    for iterator in list(_LIVE):
+        iterator._shutdown_workers()
 
 
 class _Exhausted:
@@ -207,6 +220,7 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
 
     def __init__(self, view: LoaderView, setup: Setup) -> None:
         self._fd = setup
+        _LIVE.add(self)
         install_thread_worker_info()
         super().__init__(view)  # type: ignore[arg-type]
         self._prefetch = view.prefetch_factor * self._num_workers
