@@ -123,8 +123,13 @@ class WorkerInit:
 def opencv_single_threaded_fork(loader: Any) -> Iterator[None]:
     """While forking workers, cap OpenCV's pool at one thread so each forked worker runs
     single-threaded OpenCV (the workers are the parallelism); the parent's setting is put
-    back once they are started."""
-    forking = loader.num_workers > 0 and start_method(loader.multiprocessing_context) == "fork"
+    back once they are started. Thread workers share the process's setting: nothing to do
+    (capping it while they start would change it under their first batches)."""
+    forking = (
+        loader.num_workers > 0
+        and getattr(loader, "worker_method", "multiprocessing") == "multiprocessing"
+        and start_method(loader.multiprocessing_context) == "fork"
+    )
     if "cv2" not in sys.modules or not forking:
         yield
         return
@@ -177,16 +182,13 @@ class BatchOrderedPool(Executor):
     """Threads that the thread workers of one loader share, running earlier batches' tasks
     first.
 
-    Each thread worker makes its own batches; handing a batch's per-item work (one image's
-    decode) to threads of its own, it would decode the first batch alone while the other
-    workers decode batches not yet wanted, and the first batch would wait for one thread's
-    whole batch. Here every thread takes the task of the earliest batch in flight (the batch
-    each submitting worker is making, :func:`in_batch`; tasks from outside a batch come last),
-    so the first batch is decoded by all of them at once; once the pipeline is full, every
-    thread is busy either way. A task sees the ``get_worker_info()`` of the thread that
-    submitted it, as :class:`~fastdata._torch_compat.WorkerPool`'s do. Threads start as the
-    pool grows (:meth:`grow`) and end at :meth:`shutdown`, which cancels the tasks not yet
-    started.
+    With threads of its own, a worker would decode the first batch alone while the others
+    decode batches not yet wanted. Here every thread takes the task of the earliest batch in
+    flight (the batch its submitter is making, :func:`in_batch`; tasks from outside a batch
+    last), so all of them decode the first batch; a full pipeline keeps them busy either way.
+    A task sees the ``get_worker_info()`` of its submitter (as
+    :class:`~fastdata._torch_compat.WorkerPool`'s do). Threads start as the pool grows
+    (:meth:`grow`) and end at :meth:`shutdown`, which cancels the tasks not yet started.
     """
 
     _EMPTY = queue.Empty  # a shutdown at interpreter exit may outlive the module globals

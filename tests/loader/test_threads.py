@@ -419,3 +419,73 @@ def test_a_script_ending_with_thread_workers_alive_exits_quietly(photos: Path, s
             timeout=120,
         )
         assert (result.returncode, result.stderr) == (0, "")
+
+
+class Handles(tud.Dataset):
+    """Items served with the handle that ``open_handle`` set on the worker's dataset: the
+    usual per-worker file handle or connection."""
+
+    handle: str | None = None
+
+    def __init__(self) -> None:
+        self.rows = list(range(20))  # data: shared between the threads' copies
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[int, int, str | None]:
+        time.sleep(0.002)  # both threads serve at once
+        return self.rows[i], tud.get_worker_info().id, self.handle
+
+
+def open_handle(worker_id: int) -> None:
+    info = tud.get_worker_info()
+    info.dataset.handle = f"handle of worker {worker_id}"
+    assert info.dataset.rows is DATA.rows  # the copy is shallow: no data duplicated
+
+
+DATA = Handles()
+
+
+def test_what_worker_init_fn_sets_on_a_map_style_dataset_stays_with_its_thread() -> None:
+    loader = fd.DataLoader(
+        DATA, batch_size=None, num_workers=2, worker_method="thread", worker_init_fn=open_handle
+    )
+    items = [(int(i), int(w), h) for i, w, h in loader]
+    assert sorted(i for i, _, _ in items) == DATA.rows
+    assert {w for _, w, _ in items} == {0, 1}
+    assert all(h == f"handle of worker {w}" for _, w, h in items)
+    assert DATA.handle is None  # the user's object is untouched, as with worker processes
+
+
+class OpenCVThreads(tud.Dataset):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> int:
+        import cv2
+
+        return cv2.getNumThreads()
+
+
+def test_thread_workers_see_the_processs_opencv_setting() -> None:
+    """OpenCV's pool size is one setting of the process: thread workers leave it as the
+    training code set it (worker processes get theirs capped at one)."""
+    import cv2
+
+    before = cv2.getNumThreads()
+    cv2.setNumThreads(3)
+    at_start: list[int] = []  # as the threads start, while the loader is making its iterator
+    try:
+        loader = fd.DataLoader(
+            OpenCVThreads(),
+            batch_size=None,
+            num_workers=2,
+            worker_method="thread",
+            worker_init_fn=lambda _: at_start.append(cv2.getNumThreads()),
+        )
+        assert [int(n) for n in loader] == [3] * 16
+        assert at_start == [3, 3]
+        assert cv2.getNumThreads() == 3
+    finally:
+        cv2.setNumThreads(before)

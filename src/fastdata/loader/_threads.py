@@ -14,10 +14,13 @@ in the consumer with its type and where it happened, ``timeout=`` bounds each wa
 
 What a thread worker sees: ``torch.utils.data.get_worker_info()`` answers per thread (id,
 ``num_workers``, ``seed`` = base seed + id, its dataset); the ``worker_init_fn`` runs in the
-thread. A map-style dataset is shared by the threads (its ``__getitem__`` must be safe to call
-from several at once, as it must be for torch's own thread workers); an iterable dataset (and a
-fastdata stream) gets a copy per thread, made as a worker process gets one — pickled — except
-that shared-memory tensors stay shared (a stream's epoch, its counters). The global random
+thread. A map-style dataset gets a shallow copy per thread (``copy.copy``): what
+``worker_init_fn`` sets on ``get_worker_info().dataset`` (a file handle, a connection) is that
+thread's own, as in a worker process, while the data the dataset holds is shared, not
+duplicated (its ``__getitem__`` must be safe to call from several threads at once on it); an
+iterable dataset (and a fastdata stream) gets a copy per thread, made as a worker process gets
+one — pickled — except that shared-memory tensors stay shared (a stream's epoch, its
+counters). The global random
 generators are the process's: threads do not seed them, and their draws interleave (see the
 loader guide); :func:`fastdata.worker_generator` is a generator of the thread's own.
 
@@ -196,23 +199,39 @@ class _Worker:
 
 
 def _worker_parts(setup: Setup, copies: ThreadCopies) -> tuple[Any, Any, Any]:
-    """One thread's dataset, collate function and start: a map-style dataset shared, any
-    other copied (``copies``, of :func:`_copied`); the resume-and-report duties its own
+    """One thread's dataset, collate function and start: a map-style dataset copied
+    shallowly (:func:`_shallow`), any other copied whole (``copies``, of :func:`_copied`);
+    the resume-and-report duties its own
     (:class:`~fastdata.loader._worker_side.WorkerSide`), without the global generators,
     which are the process's."""
     side = setup.side
     if side is None:  # a fastdata stream: its copy resumes and reports itself
         return copies.make(), setup.collate_fn, setup.worker_init_fn
-    own = side.for_thread(side.dataset if side.kind == "map" else copies.make())
+    own = side.for_thread(_shallow(side.dataset) if side.kind == "map" else copies.make())
     ours = IterableSide(own) if side.kind == "iterable" else own.dataset
     collate = ReportingCollate(setup.collate_fn.collate, own, hide_worker=True)
     return ours, collate, WorkerStart(own, setup.worker_init_fn)
 
 
 def _copied(setup: Setup, dataset: Any) -> Any:
-    """What each thread worker gets a copy of: the stream, or the user's dataset the
-    worker side wraps (a map-style one is shared, never copied)."""
+    """What each thread worker gets a whole copy of: the stream, or the user's dataset the
+    worker side wraps (a map-style one is only ever copied shallowly)."""
     return dataset if setup.side is None else setup.side.dataset
+
+
+def _shallow(dataset: Any) -> Any:
+    """A thread's own copy of a map-style dataset: its attributes are the thread's (what a
+    ``worker_init_fn`` sets on it stays with that worker), the objects they refer to shared.
+    A dataset that cannot be copied is shared, with a warning."""
+    try:
+        return copy.copy(dataset)
+    except Exception as exc:  # any failure of a user's __copy__ or __reduce__
+        warnings.warn(
+            f"{type(dataset).__name__} cannot be copied ({exc}): the thread workers share it, "
+            "so what worker_init_fn sets on it is seen by every thread",
+            stacklevel=5,
+        )
+        return dataset
 
 
 class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[misc]
