@@ -96,3 +96,17 @@ def test_the_demo_is_tuned_in_a_fresh_process_and_writes_config_and_plot(tmp_pat
     assert "demo images (32 images in 8 classes x 128 per pass)" in result.data
     assert "config='tuned.json'" in done.stdout.splitlines()[-1]
     assert (tmp_path / "tuned.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("method", ["multiprocessing", "thread"])
+def test_worker_method_keeps_the_search_to_one_method(
+    loaders: str, tmp_path: Path, method: str
+) -> None:
+    status = main(["tune", "--factory", f"{loaders}:torch_loader", "--budget-s", "3",
+                   "--step-ms", "1", "--max-workers", "1", "--worker-method", method,
+                   "--out", "out.json", "--quiet"])  # fmt: skip
+    assert status == 0
+    result = TuneResult.load(tmp_path / "out.json")
+    with_workers = [t for t in result.trials if t.params["num_workers"] > 0]
+    assert with_workers, result.report()
+    assert {t.params.get("worker_method", "multiprocessing") for t in with_workers} == {method}

@@ -56,9 +56,11 @@ def _add_tune(subparsers: Any) -> None:
     source.add_argument(
         "--factory",
         metavar="MODULE:FUNCTION",
-        help="your loader: FUNCTION(num_workers=, prefetch_factor=, pin_memory=) returns it, "
-        "or FUNCTION() returns a torch DataLoader that is rebuilt with each setting "
-        "(MODULE is imported from the current directory too)",
+        help="your loader: FUNCTION(num_workers=, prefetch_factor=, pin_memory=) returns it "
+        "(thread workers are searched too when it also takes worker_method=), or FUNCTION() "
+        "returns a torch DataLoader that is rebuilt as a fastdata.DataLoader with each "
+        "setting, thread workers included (MODULE is imported from the current directory "
+        "too)",
     )
     parser.add_argument(
         "--demo",
@@ -91,6 +93,12 @@ def _add_tune(subparsers: Any) -> None:
         "--max-workers",
         type=int,
         help="search num_workers 0..N (default: 2 x the usable cores)",
+    )
+    parser.add_argument(
+        "--worker-method",
+        choices=("multiprocessing", "thread"),
+        help="search only this worker method (default: both; keep 'multiprocessing' for a "
+        "dataset that is not safe to call from several threads)",
     )
     parser.add_argument("--device", help="move batches there, e.g. cuda (default: no transfer)")
     parser.add_argument("--out", "--output", metavar="JSON", help="save the result here")
@@ -161,7 +169,11 @@ def run_tune(args: argparse.Namespace) -> int:
     from fastdata.tune import TuneError, tune
     from fastdata.tune.progress import Progress
 
-    space = None if args.max_workers is None else {"num_workers": range(args.max_workers + 1)}
+    space: dict[str, Any] = {}
+    if args.max_workers is not None:
+        space["num_workers"] = range(args.max_workers + 1)
+    if args.worker_method is not None:
+        space["worker_method"] = (args.worker_method,)
     try:
         with tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch:
             factory, source = loader_factory(args, Path(scratch))
@@ -175,7 +187,7 @@ def run_tune(args: argparse.Namespace) -> int:
                     budget_s=args.budget_s,
                     target_utilization=args.target,
                     max_memory=args.max_memory,
-                    search_space=space,
+                    search_space=space or None,
                     device=args.device,
                     on_trial=progress,
                     data=source,
