@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -220,11 +221,17 @@ def test_a_killed_conversion_resumes_to_the_same_shards(folder: Path, tmp_path: 
 
 
 # --------------------------------------------------------------------------- object storage
-def test_shards_written_to_s3_stream_back_once(folder: Path, s3fs_pyarrow, tmp_path) -> None:
+def test_shards_written_to_s3_stream_back_once(
+    folder: Path, s3fs_pyarrow, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bucket = f"writer-{uuid.uuid4().hex[:12]}"
     samples, classes = folder_samples(folder)
+    staging = tmp_path / "tmp"  # where shards for a remote destination are written first
+    staging.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(staging))
     result = write_shards(samples, f"{bucket}/out", filesystem=s3fs_pyarrow, format="tar",
                           target_shard_bytes="40kB", classes=classes)  # fmt: skip
+    assert list(staging.iterdir()) == []  # nothing left behind
     assert result.paths[0] == f"{bucket}/out/shard-000000.tar"
     infos = s3fs_pyarrow.get_file_info(pafs.FileSelector(f"{bucket}/out"))
     assert sorted(i.base_name for i in infos) == sorted(

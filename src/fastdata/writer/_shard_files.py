@@ -155,6 +155,13 @@ class Destination:
     def final(self, name: str) -> str:
         return f"{self.root}/{name}"
 
+    def done(self) -> None:
+        """The conversion finished: a local staging folder of a remote destination goes
+        (its temporary files were each moved to the destination)."""
+        if self.staging != self.root:
+            with contextlib.suppress(OSError):  # not empty: another conversion is writing
+                os.rmdir(self.staging)
+
     def staged(self, name: str) -> str:
         return os.path.join(self.staging, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 

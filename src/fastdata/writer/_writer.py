@@ -185,6 +185,7 @@ def write_shards(
             except BaseException:
                 pool.shutdown(cancel_futures=True)  # a failed shard stops the conversion
                 raise
+    destination.done()
     paths = [destination.final(name) for name in names]
     bad = tuple(image for name in names for image in progress.bad.get(name, []))
     return WriteResult(paths, len(tasks), len(done), progress.samples, progress.bytes, bad)
