@@ -35,7 +35,8 @@ def explain(
     what = "GPU utilization (NVML)" if pick.gpu_util is not None else "consumer busy"
     again = [t.throughput for t in trials if counts(t) and t.params == pick.params]
     rounds_seen = (
-        f"; its {len(again)} paired rounds ran at a median of {median(again):.1f} batches/s"
+        f"; its {len(again)} paired round{'s' if len(again) != 1 else ''} ran at a median of "
+        f"{median(again):.1f} batches/s"
         if again
         else ""
     )
