@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
 import fastdata as fd
 from fastdata import check_reader
+from fastdata.sources import RowReader
+from fastdata.sources.base import declares
 
 SMALL = {"min_short": 16, "max_short": 24}
 
@@ -68,6 +71,20 @@ def test_a_tables_images_are_the_files_bytes_read_by_the_reader(folder: Path) ->
     assert table.column_names == ["image", "label"]
     assert table.column("image").to_pylist() == [p.read_bytes() for p in paths[1:4]]
     assert table.column("label").to_pylist() == [1, 2, 3]
+
+
+def test_any_files_are_read_in_any_order_as_a_row_reader(folder: Path) -> None:
+    paths = sorted(folder.rglob("*.jpg"))[:12]
+    reader = fd.ImageStream.from_files(paths, list(range(12)), files_per_unit=5).reader
+    assert declares(reader, RowReader)  # a shuffled window is read in its order, not copied
+    units, rows = np.array([2, 0, 1, 0]), np.array([1, 4, 0, 0])  # files 11, 4, 5, 0
+    table = reader.read_rows(units, rows)
+    assert table.column("label").to_pylist() == [11, 4, 5, 0]
+    assert table.column("image").to_pylist() == [paths[i].read_bytes() for i in (11, 4, 5, 0)]
+    assert (
+        reader.read(1, 0, 1).to_pylist()
+        == reader.read_rows(np.array([1]), np.array([0])).to_pylist()
+    )
 
 
 def test_files_on_a_remote_filesystem_are_read_on_threads_in_order(folder: Path) -> None:

@@ -15,6 +15,7 @@ leaves out as a bad image; the cause is logged here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -45,8 +46,9 @@ _UNREADABLE = (OSError, pa.ArrowException)  # what opening or reading a file rai
 
 
 class ImageFiles:
-    """Image files as a :class:`fastdata.sources.Reader`: columns ``image`` (the file's
-    bytes, ``large_binary``) and, with labels, ``label``.
+    """Image files as a :class:`fastdata.sources.Reader` (and a
+    :class:`~fastdata.sources.RowReader`: any file is as cheap to read as the next): columns
+    ``image`` (the file's bytes, ``large_binary``) and, with labels, ``label``.
 
     Args:
         listing: the files (:func:`fastdata.sources._files.resolve_files`).
@@ -81,13 +83,21 @@ class ImageFiles:
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
         first = unit * self.per_unit
-        rows = range(first + start, first + stop)
+        return self._table(range(first + start, first + stop))
+
+    def read_rows(self, units: np.ndarray, rows: np.ndarray) -> pa.Table:
+        """The files of rows ``rows[i]`` of units ``units[i]`` (:class:`RowReader`): a
+        shuffled window is read file by file in its order, not copied to be permuted."""
+        return self._table((units * self.per_unit + rows).tolist())
+
+    def _table(self, rows: Sequence[int]) -> pa.Table:
+        """The table of the files ``rows`` (indices into :attr:`paths`)."""
         columns = {"image": self._images(rows)}
         if self.labels is not None:
-            columns["label"] = pa.array(self.labels[first + start : first + stop], pa.int64())
+            columns["label"] = pa.array([self.labels[row] for row in rows], pa.int64())
         return pa.table(columns)
 
-    def _images(self, rows: range) -> pa.Array:
+    def _images(self, rows: Sequence[int]) -> pa.Array:
         """The files of ``rows`` as one ``large_binary`` array, each read straight into its
         place in one buffer (no bytes object per file, no copy into Arrow: fewer fresh
         pages than a copy, in the new worker processes of every epoch)."""
