@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastdata.sources._feed import RowFeed, cut
-from fastdata.sources._reading import read_segments
+from fastdata.sources._reading import ROWS_PER_READ, read_segments
 from fastdata.sources.base import INDEX, RowReader, declares
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import Piece, Window, window_permutation
@@ -105,10 +106,23 @@ def test_a_row_readers_shuffled_segment_is_the_permuted_window_read_row_by_row(
     offsets = np.arange(0, 50, 10)
     reader = Rows()
     assert declares(reader, RowReader) and not declares(Units(), RowReader)
-    [by_rows] = read_segments(reader, [segment], None, 0, offsets, None)
+    by_rows = list(read_segments(reader, [segment], None, 0, offsets, None))
     [by_ranges] = read_segments(Units(), [segment], None, 0, offsets, None)
-    assert by_rows.to_pylist() == by_ranges.to_pylist()  # values and INDEX alike
-    assert sum(len(units) for units, _ in reader.asked) == stop - start  # its rows only
+    assert [row for t in by_rows for row in t.to_pylist()] == by_ranges.to_pylist()  # INDEX too
+    asked = [len(units) for units, _ in reader.asked]  # its rows only, a part at a time
+    assert sum(asked) == stop - start and max(asked, default=0) <= ROWS_PER_READ
+
+
+def test_a_row_readers_shuffled_window_is_read_in_parts_ahead() -> None:
+    window = Window(tuple(Piece(unit, 0, 10) for unit in range(4)), seed=0)
+    reader = Rows()
+    with patch("fastdata.sources._reading.ROWS_PER_READ", 15), ThreadPoolExecutor(2) as pool:
+        tables = list(read_segments(reader, [Segment(window, 3, 40)], pool, 2, None, None))
+    assert [len(t) for t in tables] == [15, 15, 7]
+    perm = window_permutation(window)
+    assert perm is not None
+    want = [100 * (int(i) // 10) + int(i) % 10 for i in perm[3:40]]
+    assert pa.concat_tables(tables).column("v").to_pylist() == want
 
 
 def test_a_row_reader_reads_a_window_in_order_by_ranges_when_not_shuffled() -> None:

@@ -3,9 +3,10 @@
 A segment is a row range of one window (see :mod:`fastdata.sources.elastic`): its pieces are
 read from the reader in order, concatenated, permuted by the window's seed and cut to the
 range (a :class:`~fastdata.sources.base.RowReader` reads the permuted rows of the range
-themselves: no copy of the window's data). With ``read_ahead``, the next segments are read on
-a thread pool while the current one is turned into items (Arrow reads and decodes without the
-GIL); tables come out in order, and a failed read raises in order, after the tables before it.
+themselves, :data:`ROWS_PER_READ` at a time: no copy of the window's data). With
+``read_ahead``, the next segments are read on a thread pool while the current one is turned
+into items (Arrow reads and decodes without the GIL); tables come out in order, and a failed
+read raises in order, after the tables before it.
 :func:`decoded` then turns them into a stream's items: rows, or batches cut across segment
 boundaries (:mod:`fastdata.sources._feed`).
 """
@@ -35,7 +36,11 @@ from fastdata.sources.base import (
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import window_permutation
 
-__all__ = ["decoded", "read_segments"]
+__all__ = ["ROWS_PER_READ", "decoded", "read_segments"]
+
+ROWS_PER_READ = 64
+"""Rows of a :class:`RowReader`'s shuffled segment read at once: the first rows of a window
+are decoded while the next are read, and no window's data is held whole."""
 
 
 def read_segments(
@@ -53,6 +58,7 @@ def read_segments(
     def read(segment: Segment) -> pa.Table:
         return _read_segment(reader, segment, offsets, times)
 
+    segments = _by_reads(reader, segments)
     if pool is None or read_ahead == 0:
         yield from map(read, segments)
         return
@@ -65,6 +71,21 @@ def read_segments(
             ahead.append(pool.submit(read, segments[submitted]))
             submitted += 1
         yield read(segment) if i == 0 else ahead.popleft().result()
+
+
+def _by_reads(reader: Reader, segments: Sequence[Segment]) -> Sequence[Segment]:
+    """The segments as they are read: a :class:`RowReader`'s shuffled ones in parts of
+    :data:`ROWS_PER_READ` rows, read ahead one after the other."""
+    if not declares(reader, RowReader):
+        return segments
+    parts = []
+    for s in segments:
+        if s.window.seed is None:  # not shuffled: read by ranges
+            parts.append(s)
+            continue
+        starts = range(s.start, s.stop, ROWS_PER_READ)
+        parts += [Segment(s.window, a, min(a + ROWS_PER_READ, s.stop)) for a in starts]
+    return parts
 
 
 def _read_segment(
