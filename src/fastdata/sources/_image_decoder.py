@@ -37,7 +37,7 @@ from fastdata.decode import (
 from fastdata.errors import SourceError
 from fastdata.sources._feed import RowFeed
 from fastdata.sources._image_errors import FAILURES, BadImages, OnError, naming
-from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
+from fastdata.sources._image_items import ItemColumns, chw, encoded_rows, image_item, stack
 from fastdata.sources.base import INDEX, ArrowDecoder, Context
 from fastdata.workers import ThreadPools, batch_buffer, receiver_sharing
 
@@ -176,7 +176,7 @@ class ImageDecoder:
         return self._bad.skipped
 
     # ----------------------------------------------------------------- one image
-    def _bytes(self, row: dict[str, Any]) -> bytes:
+    def _bytes(self, row: dict[str, Any]) -> bytes | memoryview:
         value = row[self.image_column]
         if isinstance(value, dict):  # struct<bytes, path> (Hugging Face datasets.Image)
             value = value["bytes"]
@@ -250,11 +250,11 @@ class ImageDecoder:
         self, rows: list[dict[str, Any]], context: Context
     ) -> list[torch.Tensor | None]:
         """The rows decoded and transformed on :attr:`decode_device` (None when skipped)."""
-        data: list[bytes] = []
+        data: list[np.ndarray] = []
         fetched: list[dict[str, Any]] = []
         for row in rows:
             try:
-                data.append(self._bytes(row))
+                data.append(np.frombuffer(self._bytes(row), np.uint8))
                 fetched.append(row)
             except FAILURES as exc:
                 self._bad.failed(row[INDEX], exc, context)
@@ -289,7 +289,7 @@ class ImageDecoder:
     def _decoded(self, table: pa.Table, context: Context) -> list[torch.Tensor | None]:
         """The table's images as ``(C, H, W)`` uint8 tensors (channels-last views of the
         decoded HWC arrays on the CPU path), None where skipped."""
-        rows = table.select([self.image_column, INDEX]).to_pylist()
+        rows = encoded_rows(table, self.image_column)
         if self.decode_device is not None:
             start = time.perf_counter()
             images = self._load_on_device(rows, context)
@@ -343,7 +343,7 @@ class ImageDecoder:
         kept: list[pa.Table] = []
         filled = taken = 0
         while filled < size and (table := feed.take(size - filled)) is not None:
-            rows = table.select([self.image_column, INDEX]).to_pylist()
+            rows = encoded_rows(table, self.image_column)
             taken += len(rows)
             loaded = self._load_all(rows, list(slots[filled : filled + len(rows)]), context)
             good = [row for row, (image, _, _) in enumerate(loaded) if image is not None]
