@@ -56,9 +56,9 @@ class ImageStream(PlannedStream):
 
     The options below are keyword-only and the same for every constructor, besides the
     stream options of :class:`fastdata.PlannedStream` (``shuffle_buffer`` counts samples
-    here, default 2,048: a window holds the images' encoded bytes, read by the reader ahead
-    of the decoder; about 220 MB at ImageNet's 110 KB per JPEG, and ``1 + read_ahead``
-    windows per worker).
+    here, default 2,048: a window of Parquet or tar images holds their encoded bytes, about
+    220 MB at ImageNet's 110 KB per JPEG, up to ``1 + read_ahead`` windows per worker; image
+    files are read 64 at a time in the window's order, ahead of the decoder).
 
     Other Parameters:
         size (int | tuple[int, int] | None): the output size of the per-sample
