@@ -99,8 +99,8 @@ def test_sources_offers_the_pieces_of_a_source_and_its_capabilities() -> None:
 
     names = (
         "INDEX STATE_VERSION ArrowDecoder Context Decoder FileBacked "
-        "PerEpochReader PlannedStream Reader SchemaReader SkipCounting SourceCounting "
-        "StreamOptions VaryingDecoder"
+        "PerEpochReader PlannedStream Reader RowReader SchemaReader SkipCounting "
+        "SourceCounting StreamOptions VaryingDecoder"
     )
     pinned = set(names.split())
     assert pinned <= set(fastdata.sources.__all__)
@@ -139,8 +139,8 @@ PUBLIC_NAMES = {
     "fastdata.ragged": ("Ragged RaggedKind"),
     "fastdata.sources": (
         "ArrowDecoder Context Decoder FileBacked INDEX PerEpochReader PlannedStream Reader "
-        "STATE_VERSION SchemaReader SkipCounting SourceCounting StreamOptions VaryingDecoder "
-        "cache_stats with_cache"
+        "RowReader STATE_VERSION SchemaReader SkipCounting SourceCounting StreamOptions "
+        "VaryingDecoder cache_stats with_cache"
     ),
     "fastdata.synthetic": (
         "encode_image make_image_bytes make_image_parquet make_images make_parquet "

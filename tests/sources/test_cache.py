@@ -145,6 +145,49 @@ def test_image_streams_read_through_the_cache(
     assert counts["hits"] >= files  # the second epoch
 
 
+class OwnImages:
+    """A reader of one's own: image files on any filesystem, one unit each, read through
+    ``fs`` (:class:`fastdata.sources.FileBacked`)."""
+
+    def __init__(self, paths: list[str], fs: pafs.FileSystem) -> None:
+        self.paths, self.fs = paths, fs
+
+    def unit_rows(self) -> list[int]:
+        return [1] * len(self.paths)
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        with self.fs.open_input_file(self.paths[unit]) as f:
+            return pa.table({"image": pa.array([f.read()], pa.binary())})
+
+    def location(self, unit: int, row: int) -> dict[str, Any]:
+        return {"path": self.paths[unit]}
+
+    def identity(self) -> dict[str, Any]:
+        return {"paths": self.paths}
+
+
+def test_a_reader_of_ones_own_gets_the_cache_counts_of_its_image_files(
+    image_dirs: dict[str, Path], s3fs_pyarrow, bucket: str, tmp_path: Path
+) -> None:
+    upload(s3fs_pyarrow, image_dirs["files"], f"{bucket}/own")
+    infos = s3fs_pyarrow.get_file_info(pafs.FileSelector(f"{bucket}/own", recursive=True))
+    paths = sorted(info.path for info in infos if info.type == pafs.FileType.File)
+    paths, fs = fd.sources.with_cache(paths, s3fs_pyarrow, tmp_path / "cache", None)
+    stream = fd.ImageStream(
+        OwnImages(paths, fs), image_column="image", label_column=None, size=16, crop="center",
+        batch_size=4,
+    )  # fmt: skip
+    assert not hasattr(stream.decoder, "fs")  # the reader reads: the cache is its filesystem's
+    loader = fd.DataLoader(stream, batch_size=None, num_workers=2, stats=True)
+    assert sum(len(images) for images in loader) == len(paths) == 12
+    first = loader.stats()["cache"]
+    assert (first["misses"], first["hits"]) == (12, 0)
+    stream.set_epoch(1)
+    assert sum(len(images) for images in loader) == 12
+    second = delta(loader.stats()["cache"], first)
+    assert (second["misses"], second["hits"]) == (0, 12)
+
+
 def test_the_stream_pickles_with_its_cache(
     parquet_dir: Path, s3fs_pyarrow, bucket: str, tmp_path: Path
 ) -> None:

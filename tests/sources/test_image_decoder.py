@@ -1,9 +1,12 @@
 """fastdata.sources._image_decoder: rows of encoded images to uint8 batches — written into one
 batch when the size is fixed, a list otherwise — and, under ``on_error="skip"``, a bad image's
-place taken by the next row's, with the rows each batch took reported for an exact resume."""
+place taken by the next row's, with the rows each batch took reported for an exact resume.
+The decoder opens no file: it decodes the bytes its reader read (a null is a bad image)."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import cv2
@@ -12,9 +15,11 @@ import pyarrow as pa
 import pytest
 import torch
 
-from fastdata.errors import DecodeError
+from fastdata.errors import DecodeError, SourceError
 from fastdata.sources._image_options import image_decoder
-from fastdata.sources.base import INDEX, Context
+from fastdata.sources.base import INDEX, Context, FileBacked, declares
+from fastdata.sources.images import ImageStream
+from fastdata.synthetic import make_images
 
 BAD = 2  # the row holding no image
 
@@ -37,7 +42,7 @@ def context(batch_size: int | None = 2) -> Context:
 
 
 def decoder(**options: Any) -> Any:
-    return image_decoder(options, "image", "label", (), (), None)
+    return image_decoder(options, "image", "label", (), ())
 
 
 def values(images: torch.Tensor) -> list[int]:
@@ -80,3 +85,26 @@ def test_images_of_different_sizes_make_a_list() -> None:
     assert isinstance(images, list) and [i.shape for i in images] == [(3, 12, 12), (3, 16, 16)]
     same, _ = decoder().batch(table(2), context())
     assert isinstance(same, torch.Tensor) and same.shape == (2, 3, 12, 12)
+
+
+def test_the_decoder_reads_no_file_it_decodes_the_readers_bytes(tmp_path: Path) -> None:
+    make_images(tmp_path / "data", 4, classes=1, min_short=16, max_short=24)
+    stream = ImageStream.from_folder(tmp_path / "data", size=8, crop="center", batch_size=4)
+    assert not hasattr(stream.decoder, "fs") and not declares(stream.decoder, FileBacked)
+    table = stream.reader.read(0, 0, 4)  # the files' bytes, read by the reader
+    table = table.append_column(INDEX, pa.array(range(4), pa.int64()))
+    shutil.rmtree(tmp_path / "data")  # nothing left for a decoder to open
+    images, labels = stream.decoder.batch(table, context(4))
+    assert images.shape == (4, 3, 8, 8) and labels.tolist() == [0, 0, 0, 0]
+
+
+def test_a_null_image_is_a_bad_image_named_or_skipped() -> None:
+    images = pa.array([png(0), None, png(20)], pa.large_binary())
+    nulls = pa.table({"image": images, "label": [0, 1, 2], INDEX: [0, 1, 2]})
+    with pytest.raises(SourceError, match="no image: the value is null") as caught:
+        decoder(size=8, crop="center").batch(nulls, context(3))
+    assert caught.value.row == 1  # type: ignore[attr-defined]
+    made = decoder(size=8, crop="center", on_error="skip")
+    with pytest.warns(UserWarning, match="no image"):
+        [((batch, labels), _)] = list(made.items(iter([nulls]), context(3), 0))
+    assert labels.tolist() == [0, 2] and values(batch) == [0, 20] and made.skipped == 1

@@ -1,14 +1,17 @@
 """fastdata.sources._image_items: what an image stream's items look like — an image, with
-its label, with the other columns of its sample — and the layouts of the images."""
+its label, with the other columns of its sample — and the layouts of the images; the
+encoded images of a table's rows, read in place."""
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pytest
 import torch
 
 from fastdata.ragged import Ragged
-from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
-from fastdata.sources.base import ORIGIN
+from fastdata.sources._image_items import ItemColumns, chw, encoded_rows, image_item, stack
+from fastdata.sources.base import INDEX, ORIGIN
 
 IMAGE = torch.zeros(3, 4, 5, dtype=torch.uint8)
 
@@ -48,3 +51,26 @@ def test_images_are_channels_first_views_of_channels_last_memory() -> None:
     assert batch.shape == (2, 3, 4, 5)
     assert batch.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(batch[1], image + 1)
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()])
+def test_encoded_images_are_views_of_the_tables_buffers(kind: pa.DataType) -> None:
+    values = [b"abc", None, b"", b"defgh", b"ij"]
+    chunks = [pa.array(values[:3], kind), pa.array(values[3:], kind).slice(1)]
+    table = pa.table({"image": pa.chunked_array(chunks), INDEX: [0, 1, 2, 4]})
+    rows = encoded_rows(table, "image")
+    assert [r[INDEX] for r in rows] == [0, 1, 2, 4]
+    assert [None if r["image"] is None else bytes(r["image"]) for r in rows] == [
+        b"abc", None, b"", b"ij"
+    ]  # fmt: skip
+    data = chunks[0].buffers()[2]
+    assert np.frombuffer(rows[0]["image"], np.uint8).ctypes.data == data.address  # no copy
+
+
+def test_a_structs_images_are_its_python_values() -> None:
+    images = pa.array([{"bytes": b"abc", "path": "a.jpg"}, {"bytes": None, "path": "b.jpg"}])
+    rows = encoded_rows(pa.table({"image": images, INDEX: [5, 6]}), "image")
+    assert rows == [
+        {"image": {"bytes": b"abc", "path": "a.jpg"}, INDEX: 5},
+        {"image": {"bytes": None, "path": "b.jpg"}, INDEX: 6},
+    ]

@@ -13,12 +13,12 @@ from fastdata.sources.base import ORIGIN
 
 
 def decoder(extra_columns: tuple[str, ...] = (), **options: Any) -> Any:
-    return image_decoder(options, "image", "label", extra_columns, (), None)
+    return image_decoder(options, "image", "label", extra_columns, ())
 
 
 def test_the_decoder_options_are_taken_out_and_the_stream_options_left() -> None:
     options = {"size": 8, "crop": "center", "on_error": "skip", "batch_size": 4, "seed": 1}
-    made = image_decoder(options, "image", "label", (), (), None)
+    made = image_decoder(options, "image", "label", (), ())
     assert options == {"batch_size": 4, "seed": 1}
     assert made.transform == ImageTransform(size=8, crop="center")
     assert made.on_error == "skip" and made.varying

@@ -458,6 +458,31 @@ def test_row_items_under_skip_resume_only_unbatched_by_the_loader(tmp_path: Path
         loader.state_dict()
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_file_gone_after_listing_is_named_or_skipped_with_an_exact_resume(
+    tmp_path: Path, num_workers: int
+) -> None:
+    good = make_images(tmp_path / "ok", 9, **SMALL)
+    options = {"size": 16, "crop": "center", "batch_size": 2, "files_per_unit": 3}
+    raising = ImageStream.from_files(good, list(range(9)), **options)
+    skipping = ImageStream.from_files(good, list(range(9)), on_error="skip", **options)
+    good[4].unlink()  # listed, then gone: read by the reader, which names it
+    with pytest.raises(SourceError, match="cannot read") as err:
+        list(DataLoader(raising, batch_size=None, num_workers=num_workers))
+    assert err.value.path == str(good[4])  # type: ignore[attr-defined]
+    loader = DataLoader(skipping, batch_size=None, num_workers=num_workers)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        labels = sorted(label for _, batch in loader for label in batch.tolist())
+        assert (labels, skipping.skipped) == ([0, 1, 2, 3, 5, 6, 7, 8], 1)
+        check_resume(
+            lambda: DataLoader(skipping, batch_size=None, num_workers=num_workers),
+            key=lambda batch: batch[1].tolist(),
+        )
+    if num_workers == 0:  # a worker process warns in its own process
+        assert any(str(good[4]) in str(w.message) for w in caught)
+
+
 def test_skips_in_workers_are_counted(tmp_path: Path) -> None:
     bad = bad_files(tmp_path)
     good = make_images(tmp_path / "ok", 4, **SMALL)

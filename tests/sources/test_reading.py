@@ -1,18 +1,22 @@
 """fastdata.sources._reading: a slot's segments read (ahead, on threads) in order, permuted
-by their window's seed, cut to the segment, and cut again into tables of one batch's rows."""
+by their window's seed (a RowReader's read in the permuted order, row by row), cut to the
+segment, and cut again into tables of one batch's rows."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fastdata.sources._feed import RowFeed, cut
-from fastdata.sources._reading import read_segments
-from fastdata.sources.base import INDEX
+from fastdata.sources._reading import ROWS_PER_READ, read_segments
+from fastdata.sources.base import INDEX, RowReader, declares
 from fastdata.sources.elastic import Segment
 from fastdata.sources.plan import Piece, Window, window_permutation
 
@@ -73,6 +77,59 @@ def test_a_failed_read_raises_in_order_after_the_tables_before_it() -> None:
         assert len(next(tables)) == 6 and len(next(tables)) == 10
         with pytest.raises(OSError, match="unit 3 is gone"):
             next(tables)
+
+
+class Rows(Units):
+    """:class:`Units` that read any rows (a :class:`RowReader`), recording what they read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[tuple[list[int], list[int]]] = []
+
+    def read_rows(self, units: np.ndarray, rows: np.ndarray) -> pa.Table:
+        self.asked.append((units.tolist(), rows.tolist()))
+        return pa.table({"v": (100 * units + rows).tolist()})
+
+
+@given(
+    sizes=st.lists(st.integers(1, 10), min_size=1, max_size=4),
+    seed=st.integers(0, 2**32),
+    cut=st.tuples(st.integers(0, 40), st.integers(0, 40)),
+)
+def test_a_row_readers_shuffled_segment_is_the_permuted_window_read_row_by_row(
+    sizes: list[int], seed: int, cut: tuple[int, int]
+) -> None:
+    pieces = tuple(Piece(unit, 10 - size, 10) for unit, size in enumerate(sizes))
+    window = Window(pieces, seed=seed)
+    start, stop = sorted(min(c, window.rows) for c in cut)
+    segment = Segment(window, start, stop)
+    offsets = np.arange(0, 50, 10)
+    reader = Rows()
+    assert declares(reader, RowReader) and not declares(Units(), RowReader)
+    by_rows = list(read_segments(reader, [segment], None, 0, offsets, None))
+    [by_ranges] = read_segments(Units(), [segment], None, 0, offsets, None)
+    assert [row for t in by_rows for row in t.to_pylist()] == by_ranges.to_pylist()  # INDEX too
+    asked = [len(units) for units, _ in reader.asked]  # its rows only, a part at a time
+    assert sum(asked) == stop - start and max(asked, default=0) <= ROWS_PER_READ
+
+
+def test_a_row_readers_shuffled_window_is_read_in_parts_ahead() -> None:
+    window = Window(tuple(Piece(unit, 0, 10) for unit in range(4)), seed=0)
+    reader = Rows()
+    with patch("fastdata.sources._reading.ROWS_PER_READ", 15), ThreadPoolExecutor(2) as pool:
+        tables = list(read_segments(reader, [Segment(window, 3, 40)], pool, 2, None, None))
+    assert [len(t) for t in tables] == [15, 15, 7]
+    perm = window_permutation(window)
+    assert perm is not None
+    want = [100 * (int(i) // 10) + int(i) % 10 for i in perm[3:40]]
+    assert pa.concat_tables(tables).column("v").to_pylist() == want
+
+
+def test_a_row_reader_reads_a_window_in_order_by_ranges_when_not_shuffled() -> None:
+    reader = Rows()
+    tables = read_segments(reader, SEGMENTS[::2], None, 0, None, None)
+    assert [t.column("v").to_pylist() for t in tables] == expected()[::2]
+    assert reader.asked == []
 
 
 def test_rows_are_taken_across_table_boundaries() -> None:

@@ -4,7 +4,7 @@ The public pieces for writing a source of your own: :class:`Reader` (count and r
 :class:`Decoder` and :class:`Context` (turn rows into items; :class:`ArrowDecoder` is the
 default), :class:`PlannedStream` to put them together, and the optional capabilities a part
 may declare (:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacked`,
-:class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`).
+:class:`RowReader`, :class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`).
 :func:`fastdata.check_reader` checks a reader against the contract the streams keep.
 
 :func:`with_cache` wraps a remote filesystem in the local file cache the built-in streams use
@@ -23,6 +23,7 @@ from fastdata.sources.base import (
     FileBacked,
     PerEpochReader,
     Reader,
+    RowReader,
     SchemaReader,
     SkipCounting,
     SourceCounting,
@@ -42,6 +43,7 @@ __all__ = [
     "PerEpochReader",
     "PlannedStream",
     "Reader",
+    "RowReader",
     "SchemaReader",
     "SkipCounting",
     "SourceCounting",

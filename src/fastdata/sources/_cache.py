@@ -313,14 +313,12 @@ def _is_local(fs: pafs.FileSystem) -> bool:
 
 
 def handlers(stream: Any) -> list[CachingHandler]:
-    """The caches a stream reads through (its reader's and its decoder's filesystems)."""
-    found: list[CachingHandler] = []
-    for part in (getattr(stream, "reader", None), getattr(stream, "decoder", None)):
-        fs = cast(FileBacked, part).fs if declares(part, FileBacked) else None
-        handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
-        if isinstance(handler, CachingHandler) and handler not in found:
-            found.append(handler)
-    return found
+    """The cache a stream reads through (its reader's filesystem, :class:`FileBacked`):
+    every file is opened by a reader, none by a decoder."""
+    reader = getattr(stream, "reader", None)
+    fs = cast(FileBacked, reader).fs if declares(reader, FileBacked) else None
+    handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
+    return [handler] if isinstance(handler, CachingHandler) else []
 
 
 def cache_stats(stream: Any) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""ImageDecoder: rows of encoded images (or image paths) to uint8 tensors, off the GIL.
+"""ImageDecoder: rows of encoded images to uint8 tensors, off the GIL.
 
-Each row's bytes are decoded and transformed by :func:`fastdata.decode.decode_for` (reduced
-resolution and region decoding where the crop allows) and augmented (``augment=``, see
-:mod:`fastdata.augment`) on a pool of decode threads; OpenCV and libjpeg release the GIL.
+Each row's bytes (read by the reader: the decoder opens no file, so a cache wrapping the
+reader's filesystem sees every image) are decoded and transformed by
+:func:`fastdata.decode.decode_for` (reduced resolution and region decoding where the crop
+allows) and augmented (``augment=``, see :mod:`fastdata.augment`) on a pool of decode
+threads; OpenCV and libjpeg release the GIL.
 With a fixed output size, every image is written straight into its slot of one
 ``(N, H, W, C)`` batch, which a DataLoader worker allocates in shared memory
 (:func:`fastdata.workers.batch_buffer`). A bad image raises a
@@ -22,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 import torch
 
 from fastdata.augment import SampleAugment
@@ -33,13 +34,19 @@ from fastdata.decode import (
     reused_sample_rng,
     sample_rng,
 )
+from fastdata.errors import SourceError
 from fastdata.sources._feed import RowFeed
 from fastdata.sources._image_errors import FAILURES, BadImages, OnError, naming
-from fastdata.sources._image_items import ItemColumns, chw, image_item, stack
+from fastdata.sources._image_items import ItemColumns, chw, encoded_rows, image_item, stack
 from fastdata.sources.base import INDEX, ArrowDecoder, Context
 from fastdata.workers import ThreadPools, batch_buffer, item_pool, receiver_sharing
 
 __all__ = ["ImageDecoder", "OnError"]
+
+_NO_BYTES = (
+    "no image: the value is null (a file its reader could not read under on_error='skip', "
+    "see the log; or a null in the data)"
+)
 
 
 class ImageDecoder:
@@ -47,9 +54,9 @@ class ImageDecoder:
     :class:`fastdata.ImageStream`'s.
 
     Args:
-        image_column: the column holding encoded bytes, or paths when ``filesystem`` is set.
+        image_column: the column holding encoded bytes: binary, or a struct with a binary
+            ``bytes`` field (Hugging Face ``datasets.Image``). A null is a bad image.
         label_column: the column of integer labels, or None.
-        filesystem: where the paths of ``image_column`` are (None: it holds bytes).
         extra_columns: other columns of a sample (a caption, tokens, metadata), carried
             beside the image as :class:`~fastdata.sources.ArrowDecoder` converts them; items
             are then dicts ``{"image", "label", *extra_columns}``.
@@ -66,7 +73,6 @@ class ImageDecoder:
         transform: ImageTransform,
         image_column: str,
         label_column: str | None,
-        filesystem: pafs.FileSystem | None,
         decode_threads: int,
         decode_device: torch.device | None,
         on_error: OnError,
@@ -79,7 +85,7 @@ class ImageDecoder:
         origin: bool = False,
     ) -> None:
         self.transform = transform
-        self.image_column, self.label_column, self.fs = image_column, label_column, filesystem
+        self.image_column, self.label_column = image_column, label_column
         self.decode_threads = decode_threads
         self.decode_device = decode_device
         self.on_error = on_error
@@ -170,14 +176,13 @@ class ImageDecoder:
         return self._bad.skipped
 
     # ----------------------------------------------------------------- one image
-    def _bytes(self, row: dict[str, Any]) -> bytes:
+    def _bytes(self, row: dict[str, Any]) -> bytes | memoryview:
         value = row[self.image_column]
         if isinstance(value, dict):  # struct<bytes, path> (Hugging Face datasets.Image)
             value = value["bytes"]
-        if self.fs is None:
-            return value
-        with self.fs.open_input_file(value) as f:
-            return f.read()
+        if value is None:
+            raise SourceError(_NO_BYTES)
+        return value
 
     def _rng(
         self, index: int, context: Context, *, reused: bool = False
@@ -193,8 +198,7 @@ class ImageDecoder:
         self, row: dict[str, Any], out: np.ndarray | None, context: Context
     ) -> tuple[np.ndarray | None, float, float]:
         """Bytes -> decoded -> transformed HWC uint8 (None when skipped; written into
-        ``out`` when given), and the seconds spent decoding (reading included) and
-        transforming."""
+        ``out`` when given), and the seconds spent decoding and transforming."""
         index = row[INDEX]
         rng = self._rng(index, context, reused=True)
         start = time.perf_counter()
@@ -247,11 +251,11 @@ class ImageDecoder:
         self, rows: list[dict[str, Any]], context: Context
     ) -> list[torch.Tensor | None]:
         """The rows decoded and transformed on :attr:`decode_device` (None when skipped)."""
-        data: list[bytes] = []
+        data: list[np.ndarray] = []
         fetched: list[dict[str, Any]] = []
         for row in rows:
             try:
-                data.append(self._bytes(row))
+                data.append(np.frombuffer(self._bytes(row), np.uint8))
                 fetched.append(row)
             except FAILURES as exc:
                 self._bad.failed(row[INDEX], exc, context)
@@ -286,7 +290,7 @@ class ImageDecoder:
     def _decoded(self, table: pa.Table, context: Context) -> list[torch.Tensor | None]:
         """The table's images as ``(C, H, W)`` uint8 tensors (channels-last views of the
         decoded HWC arrays on the CPU path), None where skipped."""
-        rows = table.select([self.image_column, INDEX]).to_pylist()
+        rows = encoded_rows(table, self.image_column)
         if self.decode_device is not None:
             start = time.perf_counter()
             images = self._load_on_device(rows, context)
@@ -340,7 +344,7 @@ class ImageDecoder:
         kept: list[pa.Table] = []
         filled = taken = 0
         while filled < size and (table := feed.take(size - filled)) is not None:
-            rows = table.select([self.image_column, INDEX]).to_pylist()
+            rows = encoded_rows(table, self.image_column)
             taken += len(rows)
             loaded = self._load_all(rows, list(slots[filled : filled + len(rows)]), context)
             good = [row for row, (image, _, _) in enumerate(loaded) if image is not None]

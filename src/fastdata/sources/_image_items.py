@@ -11,17 +11,45 @@ where asked.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from fastdata.ragged import Ragged
-from fastdata.sources.base import ORIGIN
+from fastdata.sources.base import INDEX, ORIGIN
 
-__all__ = ["ItemColumns", "chw", "image_item", "stack"]
+__all__ = ["ItemColumns", "chw", "encoded_rows", "image_item", "stack"]
+
+
+def encoded_rows(table: pa.Table, column: str) -> list[dict[str, Any]]:
+    """Each row's ``{column: encoded image, INDEX: index}``. A binary column's images are
+    memoryviews of the table's buffers (no copy per image: a decode reads them in place); a
+    struct's (Hugging Face ``datasets.Image``) are Python values; a null is None."""
+    images = table.column(column)
+    if not (pa.types.is_binary(images.type) or pa.types.is_large_binary(images.type)):
+        return table.select([column, INDEX]).to_pylist()
+    values = [view for chunk in images.chunks for view in _views(chunk)]
+    indices = table.column(INDEX).to_pylist()
+    return [{column: v, INDEX: i} for v, i in zip(values, indices, strict=True)]
+
+
+def _views(chunk: pa.Array) -> list[memoryview | None]:
+    """The values of a (large) binary array as memoryviews of its data buffer."""
+    _, offsets_buffer, data = chunk.buffers()
+    kind = np.int64 if pa.types.is_large_binary(chunk.type) else np.int32
+    offsets = np.frombuffer(offsets_buffer, kind)[chunk.offset : chunk.offset + len(chunk) + 1]
+    whole = memoryview(data if data is not None else b"")
+    bounds = offsets.tolist()
+    views: list[memoryview | None] = [whole[a:b] for a, b in itertools.pairwise(bounds)]
+    if chunk.null_count:
+        valid = chunk.is_valid().to_pylist()
+        views = [v if ok else None for v, ok in zip(views, valid, strict=True)]
+    return views
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import pyarrow.fs as pafs
 import torch
 
 from fastdata._validate import check_bool, check_choice, check_int, check_size
@@ -47,7 +46,6 @@ def image_decoder(
     label_column: str | None,
     extra_columns: tuple[str, ...],
     json_columns: tuple[str, ...],
-    filesystem: pafs.FileSystem | None,
 ) -> ImageDecoder:
     """The decoder the image options describe (taken out of ``options``), checked."""
     mine = {key: options.pop(key) for key in list(options) if key in DECODER_OPTIONS}
@@ -86,7 +84,6 @@ def image_decoder(
         label_column=label_column,
         extra_columns=extra_columns,
         json_columns=json_columns,
-        filesystem=filesystem,
         decode_threads=check_int("decode_threads", mine.get("decode_threads", 1), minimum=1),
         decode_device=decode_device,
         augment=augment,

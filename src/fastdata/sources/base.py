@@ -14,12 +14,11 @@ A stream (:class:`fastdata.PlannedStream`) is a reader and a decoder put togethe
   ``items(tables, context, offset)``: the stream hands it all of a reader's tables and it
   yields each item with the position it reached (see :mod:`fastdata.sources._cursors`).
 
-Both are sent to DataLoader workers by pickling, so they hold plain data (thread pools and
-open files are made again in each process).
+Both are pickled for DataLoader workers: they hold plain data (pools, open files: per process).
 
 Optional capabilities are declared, not guessed: each is a small protocol below
-(:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`BatchingDecoder`,
-:class:`FileBacked`, :class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`), and
+(:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`BatchingDecoder`, :class:`FileBacked`,
+:class:`RowReader`, :class:`SkipCounting`, :class:`SchemaReader`, :class:`SourceCounting`), and
 :func:`declares` is the one way the package asks whether an object has one. It checks every
 member and its type, and refuses a capability declared by halves (``varying = True`` without
 ``items``, an ``fs`` that is a string, a ``for_epochs`` typo) with a TypeError, where probing
@@ -34,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, get_type_hints, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
@@ -53,6 +53,7 @@ __all__ = [
     "FileBacked",
     "PerEpochReader",
     "Reader",
+    "RowReader",
     "SchemaReader",
     "SkipCounting",
     "SourceCounting",
@@ -173,10 +174,20 @@ class BatchingDecoder(Protocol):
 
 @runtime_checkable
 class FileBacked(Protocol):
-    """A reader (or decoder) that opens files itself, through ``fs``: a cache wrapping that
-    filesystem is found there (``DataLoader.stats()["cache"]``)."""
+    """A reader that opens its files through ``fs`` (only readers open files: a decoder gets
+    the data in the rows): a cache wrapping it is found there (``stats()["cache"]``)."""
 
     fs: pafs.FileSystem | None
+
+
+@runtime_checkable
+class RowReader(Protocol):
+    """A reader that reads any rows in any order as cheaply as a range (a file a row): the
+    stream reads a shuffled window's rows in order, not its ranges then a permuted copy."""
+
+    def read_rows(self, units: np.ndarray, rows: np.ndarray) -> pa.Table:
+        """Row ``rows[i]`` of unit ``units[i]`` for each ``i``, as :meth:`Reader.read` has it."""
+        ...
 
 
 @runtime_checkable
@@ -207,8 +218,8 @@ class SourceCounting(Protocol):
 
 # The capabilities a stream's reader and decoder may declare (SourceCounting is a stream's).
 _PART_CAPABILITIES = {
-    "reader": (PerEpochReader, FileBacked, SkipCounting, SchemaReader),
-    "decoder": (VaryingDecoder, BatchingDecoder, FileBacked, SkipCounting),
+    "reader": (PerEpochReader, FileBacked, RowReader, SkipCounting, SchemaReader),
+    "decoder": (VaryingDecoder, BatchingDecoder, SkipCounting),
 }
 _TYPO_CHECKED = (PerEpochReader, VaryingDecoder)  # a typo there changes which rows come when
 
