@@ -134,7 +134,9 @@ PUBLIC_NAMES = {
         "reduction_factor resize resized_center_crop sample_rng verify_image"
     ),
     "fastdata.device": ("DeviceNormalize DevicePrefetcher IMAGENET MeanStd to_device"),
-    "fastdata.errors": ("DecodeError FastDataError ResumeError SchemaError SourceError"),
+    "fastdata.errors": (
+        "ContractError DecodeError FastDataError ResumeError SchemaError SourceError"
+    ),
     "fastdata.loader": ("DataLoader Installed gather_state install_dataloader worker_generator"),
     "fastdata.ragged": ("Ragged RaggedKind"),
     "fastdata.sources": (

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from fastdata._contract_items import Probe, fingerprint, fingerprints, tagged
-from fastdata.errors import ResumeError
+from fastdata.errors import ContractError, ResumeError
 from fastdata.sources.base import Decoder, Reader, varies
 from fastdata.sources.stream import PlannedStream
 
@@ -35,17 +35,6 @@ Layout = tuple[int, int]  # (world_size, num_workers); 0 workers: the main proce
 Where = tuple[int, int, int]  # (rank, worker, batch)
 LAYOUTS: tuple[Layout, ...] = ((1, 0), (1, 3), (2, 2), (3, 1))
 _SAVE_POINTS = 8  # resume points per rank: 0, 1, the end, and evenly spaced between
-
-
-class ContractError(AssertionError):
-    """A reader broke the contract: ``check`` names the property, ``where`` the
-    ``(rank, worker, batch)`` it broke at (None where no single place is to blame)."""
-
-    def __init__(self, check: str, message: str, where: Where | None = None) -> None:
-        at = "" if where is None else " at rank {}, worker {}, batch {}".format(*where)
-        super().__init__(f"{check}{at}: {message}")
-        self.check = check
-        self.where = where
 
 
 def check_reader(

@@ -11,7 +11,14 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["DecodeError", "FastDataError", "ResumeError", "SchemaError", "SourceError"]
+__all__ = [
+    "ContractError",
+    "DecodeError",
+    "FastDataError",
+    "ResumeError",
+    "SchemaError",
+    "SourceError",
+]
 
 
 class FastDataError(Exception):
@@ -132,6 +139,23 @@ class DecodeError(SourceError):
 
 class ResumeError(FastDataError):
     """A ``state_dict`` that cannot be applied (different dataset, layout or version)."""
+
+
+class ContractError(AssertionError):
+    """A reader broke the contract of :class:`fastdata.sources.Reader` (found by
+    :func:`fastdata.check_reader`, or by the stream as it reads): ``check`` names the property,
+    ``where`` the ``(rank, worker, batch)`` it broke at (None where no single place is to
+    blame)."""
+
+    def __init__(
+        self, check: str, message: str = "", where: tuple[int, int, int] | None = None
+    ) -> None:
+        at = "" if where is None else " at rank {}, worker {}, batch {}".format(*where)
+        # One argument is the whole text: a DataLoader re-raises a worker's error by its type
+        # with the text alone (``check`` is then that text).
+        super().__init__(f"{check}{at}: {message}" if message else check)
+        self.check = check
+        self.where = where
 
 
 def add_note(exc: BaseException, note: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fastdata.errors import ContractError
 from fastdata.sources._feed import RowFeed, cut
 from fastdata.sources._reading import ROWS_PER_READ, read_segments
 from fastdata.sources.base import INDEX, RowReader, declares
@@ -141,3 +142,41 @@ def test_rows_are_taken_across_table_boundaries() -> None:
     assert feed.take(1) is None
     batches = cut(iter(tables), 4)
     assert [t.column("v").to_pylist() for t in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+
+
+class OneTooMany(Units):
+    """Reads ``[start, stop]``: one row past what was asked for (an off-by-one)."""
+
+    def read(self, unit: int, start: int, stop: int) -> pa.Table:
+        return super().read(unit, start, stop + 1)
+
+
+class RowsOneShort(Rows):
+    def read_rows(self, units: np.ndarray, rows: np.ndarray) -> pa.Table:
+        return super().read_rows(units, rows).slice(1)
+
+
+@pytest.mark.parametrize(
+    ("reader", "call"),
+    [(OneTooMany(), r"OneTooMany\.read\(0, 2, 6\) returned 5 rows, not 4"),
+     (RowsOneShort(), r"RowsOneShort\.read_rows\(<10 rows>\) returned 9 rows, not 10")],
+)  # fmt: skip
+def test_a_reader_returning_other_than_the_rows_asked_for_breaks_the_contract(
+    reader: Any, call: str
+) -> None:
+    segment = SEGMENTS[0] if isinstance(reader, OneTooMany) else SEGMENTS[1]
+    with pytest.raises(ContractError, match=call) as caught:
+        next(read_segments(reader, [segment], None, 0, None, None))
+    assert caught.value.check == "read"
+
+
+def test_a_contract_error_from_a_worker_keeps_its_type() -> None:
+    import fastdata as fd
+
+    stream = fd.PlannedStream(OneTooMany(), batch_size=4)
+    for method in ("thread", "multiprocessing"):
+        loader = fd.DataLoader(stream, batch_size=None, num_workers=1, worker_method=method)
+        with pytest.raises(
+            ContractError, match=r"(?s)worker.*read: OneTooMany\.read\(0, 0, 10\) returned 11"
+        ):
+            list(loader)

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from fastdata._stats import StageTimes
+from fastdata.errors import ContractError
 from fastdata.sources._feed import cut
 from fastdata.sources.base import (
     INDEX,
@@ -119,20 +120,40 @@ def _read_shuffled(
     which = np.searchsorted(firsts, positions, side="right") - 1
     units = np.array([p.unit for p in pieces], np.int64)[which]
     rows = np.array([p.start for p in pieces], np.int64)[which] + positions - firsts[which]
-    table = reader.read_rows(units, rows)
+    table = _exactly(
+        reader.read_rows(units, rows), len(rows), reader, f"read_rows(<{len(rows)} rows>)"
+    )
     return table if offsets is None else _with_index(table, offsets[units] + rows)
 
 
 def _read_piece(
     reader: Reader, unit: int, start: int, stop: int, offsets: np.ndarray | None
 ) -> pa.Table:
-    table = reader.read(unit, start, stop)
+    table = _exactly(
+        reader.read(unit, start, stop), stop - start, reader, f"read({unit}, {start}, {stop})"
+    )
     if offsets is None:
         return table
     # Wrapped, not converted: the first pa.array(ndarray) of a process costs 6-14 ms of
     # one-off set-up, which every DataLoader worker of every epoch would pay.
     first = int(offsets[unit]) + start
     return _with_index(table, np.arange(first, first + stop - start, dtype=np.int64))
+
+
+def _exactly(table: pa.Table, rows: int, reader: object, call: str) -> pa.Table:
+    """``table``, which a reader's ``call`` returned for ``rows`` rows.
+
+    Raises:
+        ContractError: it holds another number of rows (rows would be lost or repeated,
+            and every later position would be off).
+    """
+    if table.num_rows != rows:
+        raise ContractError(
+            "read",
+            f"{type(reader).__name__}.{call} returned {table.num_rows} rows, not {rows}: a "
+            "reader returns exactly the rows asked for (see the writing-a-source guide)",
+        )
+    return table
 
 
 def _with_index(table: pa.Table, index: np.ndarray) -> pa.Table:
