@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 LOADERS = """
+import time
+
 import torch
 
 def good(num_workers, prefetch_factor, pin_memory):
@@ -20,6 +22,18 @@ def broken(**params):
 def torch_loader():
     data = torch.utils.data.TensorDataset(torch.arange(4096.0))
     return torch.utils.data.DataLoader(data, batch_size=16)
+
+class Slow(torch.utils.data.Dataset):
+    # 5 ms of I/O-like waiting per batch: the main process alone cannot keep a 1 ms step busy
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.0003)
+        return torch.tensor(float(i))
+
+def slow_loader():
+    return torch.utils.data.DataLoader(Slow(), batch_size=16)
 """
 
 

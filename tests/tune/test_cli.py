@@ -102,7 +102,8 @@ def test_the_demo_is_tuned_in_a_fresh_process_and_writes_config_and_plot(tmp_pat
 def test_worker_method_keeps_the_search_to_one_method(
     loaders: str, tmp_path: Path, method: str
 ) -> None:
-    status = main(["tune", "--factory", f"{loaders}:torch_loader", "--budget-s", "3",
+    # a loader too slow for the main process alone, so the search must try workers
+    status = main(["tune", "--factory", f"{loaders}:slow_loader", "--budget-s", "3",
                    "--step-ms", "1", "--max-workers", "1", "--worker-method", method,
                    "--out", "out.json", "--quiet"])  # fmt: skip
     assert status == 0
