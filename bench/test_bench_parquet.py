@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader as TorchLoader
 from torch.utils.data import Dataset
 
 from fastdata import DataLoader, ParquetStream
+from fastdata.sources.state import Delivered
 from fastdata.synthetic import make_parquet
 
 from conftest import measure, measure_interleaved, scaled
@@ -232,7 +233,7 @@ def first_batch_after_resume(root: Path, fraction: float, *, elastic: bool = Fal
     consumed = int(sum(stream.reader_items(readers)) * fraction)
     # The state a run interrupted after `consumed` batches would have saved: a loader's
     # state before its first batch, with the stream's position moved there.
-    dataset = stream.state_at(consumed, num_readers=readers)
+    dataset = stream.state_dict(Delivered(consumed, readers))
     fresh = DataLoader(ParquetStream(root, columns=COLUMNS, batch_size=4096), batch_size=None)
     state = fresh.state_dict() | {
         "batches": dataset["batches"][0],

@@ -22,7 +22,6 @@ WITHOUT_TESTS = {
 # Modules whose mirrored name is taken by a public module of the same name beside them.
 ELSEWHERE = {
     "_cli.py": "test_cli_parts.py",  # cli.py's test is test_cli.py
-    "sources/_state.py": "sources/test_state.py",  # with state.py: the two halves of one state
 }
 
 

@@ -44,7 +44,7 @@ def private_imports() -> dict[str, list[str]]:
     """Each module's imports of a private module or name (``fastdata.sources._files``,
     ``fastdata.loader._torch_iterators._SKIP``) that belongs to neither the module's own
     package nor one enclosing it: ``sources/readers/`` may import ``fastdata.sources._files``
-    and ``fastdata._validate``, ``loader/`` may not import ``fastdata.sources._state``."""
+    and ``fastdata._validate``, ``loader/`` may not import ``fastdata.sources._cursors``."""
     found: dict[str, list[str]] = {}
     for path in sorted(SRC.rglob("*.py")):
         if path.name == "_torch_compat.py":
@@ -80,7 +80,7 @@ def test_the_private_import_rule_allows_the_own_and_enclosing_packages_only() ->
     assert may_import("fastdata.sources", "fastdata.sources.base._hidden")
     assert may_import("fastdata.loader", "fastdata.sources.state.merge")
     assert may_import("fastdata", "fastdata.__version__")
-    assert not may_import("fastdata.loader", "fastdata.sources._state.merge")
+    assert not may_import("fastdata.loader", "fastdata.sources._cursors.Cursors")
     assert not may_import("fastdata.loader", "fastdata.sources._cache")
     assert not may_import("fastdata", "fastdata.sources._files.digest")
     assert not may_import("fastdata.sources", "fastdata.sources.readers._thrift._Reader")

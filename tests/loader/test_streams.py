@@ -84,7 +84,7 @@ def test_a_state_that_says_its_epoch_was_done_with_rows_left_is_refused(data: Pa
     state = stream_state(made, made.dataset, Record(1, batches=2))
     with pytest.raises(ResumeError, match=r"epoch was done \(epoch_done=True\) but its stream"):
         load_stream_state(made, made.dataset, [state], True)
-    assert not made.dataset.resuming  # the refused position is not kept
+    assert made.dataset.resume is None  # the refused position is not kept
 
 
 def test_a_stream_of_varying_rows_under_loader_batching_cannot_save_an_exact_state(
@@ -95,5 +95,44 @@ def test_a_stream_of_varying_rows_under_loader_batching_cannot_save_an_exact_sta
     packed = fd.pack(fd.ParquetStream(tokens, columns=["tokens"]), seq_len=16, rows=2)
     assert packed.varying
     made = fd.DataLoader(packed, batch_size=2)
-    with pytest.raises(ResumeError, match=r"batches them \(batch_size=2\); batch in the stream"):
+    with pytest.raises(
+        ResumeError, match=r"batched 2 at a time \(a DataLoader's batch_size=2\); batch in the"
+    ):
         stream_state(made, packed, Record(1, batches=1))
+
+
+@pytest.mark.parametrize("worker_method", ["multiprocessing", "thread"])
+def test_out_of_order_workers_resume_twice_each_row_once(data: Path, worker_method: str) -> None:
+    """in_order=False: the second state counts from where the first resume began."""
+
+    def make() -> fd.DataLoader:
+        return loader(data, 4, num_workers=2, in_order=False, worker_method=worker_method)
+
+    seen: list[int] = []
+    state = None
+    for take in (3, 4):
+        made = make()
+        if state is not None:
+            made.load_state_dict(state)
+        iterator = iter(made)
+        seen += [i for _ in range(take) for i in next(iterator)["id"].tolist()]
+        state = json.loads(json.dumps(made.state_dict()))
+        del iterator
+    rest = make()
+    rest.load_state_dict(state)
+    seen += [i for batch in ids(rest) for i in batch]
+    assert sorted(seen) == list(range(60))
+
+
+@pytest.mark.parametrize("worker_method", ["multiprocessing", "thread"])
+def test_a_resumed_epoch_read_again_is_read_in_full(data: Path, worker_method: str) -> None:
+    made = loader(data, 4, num_workers=2, worker_method=worker_method)
+    full = ids(made)
+    iterator = iter(made)
+    head = [next(iterator)["id"].tolist() for _ in range(3)]
+    state = made.state_dict()
+    del iterator
+    resumed = loader(data, 4, num_workers=2, worker_method=worker_method)
+    resumed.load_state_dict(state)
+    assert head + ids(resumed) == full
+    assert ids(resumed) == full  # the same epoch again, nothing loaded: all of it

@@ -1,7 +1,6 @@
-"""A stream's resume state: fastdata.sources.state (what it holds, making it, the rows consumed
-after some batches, merging ranks' states) and fastdata.sources._state (the checks a loaded
-state must pass, and where it puts the next iteration). The two modules are the two halves of
-one state, so one test module covers both."""
+"""fastdata.sources.state: what a stream's resume state holds, making it from what the readers
+delivered, the rows consumed after some batches, and merging ranks' states (loading one is
+tests/sources/test_resume.py)."""
 
 from __future__ import annotations
 
@@ -9,42 +8,27 @@ import copy
 import warnings
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fastdata as fd
 from fastdata.errors import ResumeError
-from fastdata.sources._state import Resume, check_state, resume_point, validate
 from fastdata.sources.elastic import Handover
+from fastdata.sources.resume import check_state
 from fastdata.sources.state import (
     STATE_VERSION,
+    Delivered,
+    Resume,
     consumed_after,
     handover_dict,
     merge,
     rank_batches,
     state_of,
+    taken_out_of_turn,
 )
 
-
-class Units:
-    """A reader of units of the given row counts, row ``i`` of a unit being ``{"id": i}``."""
-
-    def __init__(self, rows: list[int]) -> None:
-        self.rows = rows
-
-    def unit_rows(self) -> list[int]:
-        return self.rows
-
-    def read(self, unit: int, start: int, stop: int) -> pa.Table:
-        return pa.table({"id": list(range(start, stop))})
-
-    def location(self, unit: int, row: int) -> dict[str, Any]:
-        return {"unit": unit, "row": row}
-
-    def identity(self) -> dict[str, Any]:
-        return {"rows": list(self.rows)}
+from .stream_readers import Units
 
 
 def stream(rank: int = 0, world_size: int = 1, rows: tuple[int, ...] = (10, 7, 9, 6)) -> Any:
@@ -164,89 +148,10 @@ def test_a_state_with_own_positions_knows_only_its_rank() -> None:
     assert state["rotations"][1] == 1 and state["batches"][1] == 5
 
 
-# --------------------------------------------------------------------------- loading a state
-def saved(batches: int = 3, **where: Any) -> dict[str, Any]:
-    return stream(**where).state_at(batches, num_readers=2)
-
-
-@pytest.mark.parametrize(
-    ("field", "value", "words"),
-    [
-        ("version", STATE_VERSION - 1, "state version"),
-        ("type", "ParquetStream", "saved by a 'ParquetStream'"),
-        ("world_size", 0, "world_size"),
-        ("batches", [1, 2], "batches"),
-        ("consumed", "many", "consumed"),
-        ("rotations", [5], "rotations"),
-        ("known", [0, 0], "known"),
-        ("handovers", {}, "handovers"),
-        ("settings", None, "settings"),
-    ],
-)
-def test_a_malformed_state_is_refused_naming_the_field(field: str, value: Any, words: str) -> None:
-    state = saved()
-    state[field] = value
-    with pytest.raises(ResumeError, match=words):
-        validate(state, type_name="PlannedStream")
-
-
-def test_a_state_of_other_settings_or_data_is_refused() -> None:
-    state = saved()
-    with pytest.raises(ResumeError, match="batch_size"):
-        check_state(fd.PlannedStream(Units([10, 7, 9, 6]), batch_size=3), state)
-    with pytest.raises(ResumeError, match="data"):
-        check_state(stream(rows=(10, 7, 9, 5)), state)
-
-
-def test_a_state_counting_more_rows_than_a_slot_reads_is_refused() -> None:
-    state = saved()
-    state["consumed"][0] = 1_000
-    with pytest.raises(ResumeError, match=r"consumed\[0\]=1000"):
-        check_state(stream(), state)
-
-
-def test_offsets_are_refused_on_a_stream_of_whole_rows() -> None:
-    state = saved()
-    state["offsets"][0] = 1
-    with pytest.raises(ResumeError, match="offsets"):
-        check_state(stream(), state)
-
-
-def test_the_same_layout_resumes_at_the_saved_counts() -> None:
-    state = saved(batches=3)
-    epoch, handovers, resume = resume_point(stream(), state, num_workers=2)
-    assert (epoch, handovers) == (0, ())
-    assert resume == Resume(2, tuple(state["consumed"]), state["rotations"][0], (0, 0))
-
-
-def test_another_layout_hands_the_rest_over() -> None:
-    state = saved(batches=3)
-    epoch, handovers, resume = resume_point(stream(), state, num_workers=3)
-    assert epoch == 0
-    assert handovers == (Handover(1, 2, tuple(state["consumed"])),)
-    assert resume == Resume(3, (0, 0, 0), 0, (0, 0, 0))
-
-
-def test_a_finished_epoch_continues_with_the_next_one() -> None:
-    done = saved(batches=1_000)
-    assert resume_point(stream(), done, num_workers=2)[2] is None
-    assert resume_point(stream(), done, num_workers=2, end_continues=False)[2] is not None
-
-
-def test_a_state_knowing_one_rank_only_loads_on_that_rank() -> None:
-    own = state_of(
-        stream(rank=1, world_size=2), 2, num_readers=2, items_per_batch=1, drop_last=False,
-        own=(0, [(2, 0), (2, 0)]),
-    )  # fmt: skip
-    with pytest.raises(ResumeError, match="gather_state"):
-        resume_point(stream(rank=0, world_size=2), own, num_workers=2)
-    assert resume_point(stream(rank=1, world_size=2), own, num_workers=2)[2] is not None
-
-
 # --------------------------------------------------------------------------- merging ranks
 def ranks_states(batches: list[int]) -> list[dict[str, Any]]:
     return [
-        stream(rank=r, world_size=len(batches)).state_at(b, num_readers=2)
+        stream(rank=r, world_size=len(batches)).state_dict(Delivered(b, readers=2))
         for r, b in enumerate(batches)
     ]
 
@@ -281,3 +186,11 @@ def test_lockstep_states_merge_without_a_warning() -> None:
 def test_states_of_another_job_are_not_merged(change: Any, words: str) -> None:
     with pytest.raises(ResumeError, match=words):
         merge(change(ranks_states([3, 3])))
+
+
+def test_out_of_turn_each_reader_counts_from_where_it_began() -> None:
+    # 3 readers of slots reading 20, 9 and 30 rows; batches of 4 rows
+    assert taken_out_of_turn([2, 0, 1], [20, 9, 30], 4, None) == [8, 0, 4]
+    start = Resume(3, consumed=(4, 8, 0), rotation=1, offsets=(0, 0, 0))
+    # worker w reads slot (w + 1) % 3: worker 0 slot 1 (capped at its 9 rows), worker 2 slot 0
+    assert taken_out_of_turn([2, 0, 1], [20, 9, 30], 4, start) == [8, 9, 0]

@@ -154,12 +154,12 @@ class DataLoader(TorchDataLoader[_T_co]):
         entered = time.perf_counter()
         stream = self.dataset if isinstance(self.dataset, PlannedStream) else None
         readers = max(self.num_workers, 1)
-        if stream is not None:
-            if not stream.resuming:
-                self._fd_stream_base = 0  # set_epoch() after load_state_dict() started afresh
-            stream.begin_iteration(readers)
+        start = stream.resume if stream is not None else None
+        if start is None:
+            self._fd_stream_base = 0  # (set_epoch() after load_state_dict() starts afresh)
         plan = self._fd_plan
         record = self._new_record(plan, readers)
+        record.start = start
         iterator: Any = persistent_iterator(self)
         if iterator is not None and plan is None:  # persistent workers: a new epoch
             record.base_seed = iterator._fd.record.base_seed  # their seed stays
@@ -169,9 +169,6 @@ class DataLoader(TorchDataLoader[_T_co]):
             iterator = super().__iter__()
         self._fd_record, self._fd_next, self._fd_plan = record, None, None
         self._fd_stream_base = 0
-        if self.num_workers > 0 and stream is not None:
-            # The workers hold their own copies with the pending resume; this copy's is spent.
-            stream.forget_resume()
         if self.device is None and self._fd_times is None:
             return iterator
         return consumer_stage(

@@ -59,6 +59,7 @@ class Record:
         self.finished = False
         self.next_worker = 0
         self.base_seed: int | None = None
+        self.start: Any = None  # a stream's loaded position its readers began from
         self.prefix = prefix or Position(0, 0)
         self.done: dict[int, Position] = {}  # consumed beyond the prefix, by task
         # unit ranges a loaded state had consumed beyond its prefix (absolute offsets)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata.sources._state import Resume
+from fastdata.sources.state import Resume
 
 __all__ = ["Cursors"]
 
@@ -31,15 +31,6 @@ class Cursors:
     def __init__(self) -> None:
         self.ring = torch.zeros(_MAX_SLOTS, _RING, 2, dtype=torch.int64).share_memory_()
         self.own: Position = (0, 0)  # this process's own reader (num_workers=0)
-        self.began: tuple[int, list[Position]] = (0, [])  # rotation, each slot's start
-
-    def begin(self, pending: Resume | None, num_readers: int) -> None:
-        """Note where each reader starts: a loaded position, or the epoch's start."""
-        if pending is None:
-            self.began = (0, [(0, 0)] * num_readers)
-        else:
-            starts = list(zip(pending.consumed, pending.offsets, strict=True))
-            self.began = (pending.rotation, starts)
 
     def track(
         self, items: Iterator[tuple[Any, Position]], slot: int, start: Position
@@ -53,14 +44,18 @@ class Cursors:
             ring[k % _RING] = self.own
             yield item
 
-    def positions(self, delivered: list[int], next_reader: int) -> tuple[int, list[Position]]:
+    def positions(
+        self, delivered: list[int], next_reader: int, start: Resume | None
+    ) -> tuple[int, list[Position]]:
         """The next slot, and each slot's position once reader ``w`` (DataLoader worker, or
-        this process) delivered ``delivered[w]`` items since the iteration began (read from
-        the ring, which readers in this process write too: one DataLoader worker is not
-        this process, whatever ``len(delivered)``)."""
-        rotation, starts = self.began
+        this process) delivered ``delivered[w]`` items since the iteration began at
+        ``start`` (None: the epoch's start), read from the ring, which readers in this
+        process write too: one DataLoader worker is not this process, whatever
+        ``len(delivered)``."""
         readers = len(delivered)
-        found = list(starts) if starts else [(0, 0)] * readers
+        rotation, found = 0, [(0, 0)] * readers
+        if start is not None:
+            rotation, found = start.rotation, list(zip(start.consumed, start.offsets, strict=True))
         for worker, count in enumerate(delivered):
             slot = (worker + rotation) % readers
             if count:

@@ -1,6 +1,7 @@
-"""A stream's resume state as plain data: what it holds, making it, and putting the states of
-every rank of a job together: the part of a state the loader works with (a stream checks a
-state it loads itself, see :meth:`fastdata.PlannedStream.check_state`).
+"""A stream's resume state as plain data: what it holds, making it from what the readers
+delivered (:class:`Delivered`, the facts a loader hands a stream's ``state_dict``), and
+putting the states of every rank of a job together. Loading one — the checks it must pass and
+where it puts the next iteration — is :mod:`fastdata.sources.resume`.
 
 A stream's state::
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastdata._state_checks import fail, require_mapping, short
@@ -47,13 +49,59 @@ MAX_EPOCH = 2**62  # the epoch lives in an int64 tensor shared with the workers
 __all__ = [
     "MAX_EPOCH",
     "STATE_VERSION",
+    "Delivered",
+    "Resume",
     "StreamFacts",
     "consumed_after",
     "handover_dict",
     "merge",
     "rank_batches",
     "state_of",
+    "taken_out_of_turn",
 ]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a loaded state puts this rank's next iteration: the rows each of its readers had
+    consumed (and the tokens into the next row, when packing), and the reader whose turn
+    comes first."""
+
+    num_workers: int
+    consumed: tuple[int, ...]
+    rotation: int
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What one rank's readers handed out: the facts a loader knows, from which a stream
+    makes its state (:meth:`fastdata.PlannedStream.state_dict`).
+
+    Args:
+        batches: batches this rank handed out this epoch, a loaded state's included.
+        readers: the rank's readers (DataLoader workers; 1 for the main process).
+        handed: each reader's batches since the iteration began, readers in torch's order
+            (empty: none yet). A stream of fixed rows per item handed out in turn needs only
+            ``batches``; out of turn, or with a varying number of rows per item, each
+            reader's own count says where it is.
+        next_reader: whose turn is next, in ``handed``'s order.
+        items_per_batch: the stream's items in each batch (a DataLoader's ``batch_size``
+            over a stream of single rows; 1 when the stream batches itself).
+        drop_last: a reader's last partial batch is dropped (the DataLoader's ``drop_last``).
+        in_order: batches are taken from the readers in turn (torch's ``in_order=True``).
+        start: where the readers began (:attr:`fastdata.PlannedStream.resume` when the
+            iteration began); None: at the epoch's start.
+    """
+
+    batches: int
+    readers: int = 1
+    handed: tuple[int, ...] = ()
+    next_reader: int = 0
+    items_per_batch: int = 1
+    drop_last: bool = False
+    in_order: bool = True
+    start: Resume | None = None
 
 
 class StreamFacts(Protocol):
@@ -192,6 +240,21 @@ def state_of(
         "settings": stream.settings,
         "data": stream.reader.identity(),
     }
+
+
+def taken_out_of_turn(
+    handed: list[int], slot_rows: list[int], rows_per_batch: int, start: Resume | None
+) -> list[int]:
+    """Rows each slot had consumed once reader ``w`` handed out ``handed[w]`` batches of
+    ``rows_per_batch`` rows since the readers began at ``start`` (None: the epoch's start),
+    out of turn (torch's ``in_order=False``), ``slot_rows`` being what each slot reads."""
+    readers = len(handed)
+    taken = list(start.consumed) if start is not None else [0] * readers
+    rotation = start.rotation if start is not None else 0
+    for worker, count in enumerate(handed):
+        slot = (worker + rotation) % readers
+        taken[slot] = min(taken[slot] + count * rows_per_batch, slot_rows[slot])
+    return taken
 
 
 def merge(states: list[Any]) -> dict[str, Any]:

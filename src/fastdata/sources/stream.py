@@ -27,7 +27,6 @@ from fastdata.errors import ResumeError
 from fastdata.sources._cache import start_fetching
 from fastdata.sources._cursors import Cursors
 from fastdata.sources._reading import decoded, read_segments
-from fastdata.sources._state import Resume, check_state, resume_point
 from fastdata.sources._views import EpochView, EpochViews
 from fastdata.sources.base import (
     ArrowDecoder,
@@ -43,7 +42,8 @@ from fastdata.sources.base import (
 from fastdata.sources.elastic import Handover, Segment, after, slot_segments
 from fastdata.sources.options import StreamOptions, checked_options
 from fastdata.sources.plan import Layout, Policy, Summary, plan_epoch
-from fastdata.sources.state import MAX_EPOCH, state_of
+from fastdata.sources.resume import Pending, check_state, resume_point
+from fastdata.sources.state import MAX_EPOCH, Delivered, Resume, state_of, taken_out_of_turn
 from fastdata.workers import ThreadPools
 
 __all__ = ["PlannedStream"]
@@ -83,7 +83,7 @@ class PlannedStream(IterableDataset):
         self._times: StageTimes | None = None
         # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._pending: Resume | None = None
+        self._pending: Pending | None = None
         self._handovers: tuple[Handover, ...] = ()  # layout changes of the current epoch
         self._continues_from: int | None = None  # epoch of a loaded end-of-epoch state
         self._consumed = 0
@@ -220,18 +220,51 @@ class PlannedStream(IterableDataset):
         )
 
     # ----------------------------------------------------------------- resume
-    def state_dict(self) -> dict[str, Any]:
-        """Plain JSON-able position of iteration in the main process (``num_workers=0``).
+    def state_dict(self, delivered: Delivered | None = None) -> dict[str, Any]:
+        """Plain JSON-able position of iteration.
 
-        With DataLoader workers use ``fastdata.DataLoader.state_dict()``, which knows how many
-        items each worker delivered.
+        Without arguments: of this process's own iteration (``num_workers=0``). With
+        ``delivered``, what a loader's readers handed out (see
+        :class:`~fastdata.sources.state.Delivered`): the state once they did —
+        ``fastdata.DataLoader.state_dict()`` hands these facts over for its workers.
+
+        Raises:
+            ResumeError: items of a varying number of rows, grouped several per batch (a
+                batch does not say where it ended).
         """
-        if self._cursors is not None:
-            own = (0, [self._cursors.own])
-            return state_of(
-                self, self._consumed, num_readers=1, items_per_batch=1, drop_last=False, own=own
-            )
-        return self.state_at(self._consumed, num_readers=1)
+        cursors = self._cursors
+        if delivered is None:
+            if cursors is not None:
+                own = (0, [cursors.own])
+                return state_of(self, self._consumed, num_readers=1, items_per_batch=1,
+                                drop_last=False, own=own)  # fmt: skip
+            delivered = Delivered(self._consumed)
+        readers = delivered.readers
+        handed = list(delivered.handed) or [0] * readers
+        mine = None
+        if cursors is not None:
+            if delivered.items_per_batch != 1:
+                raise ResumeError(
+                    "cannot save an exact state: the stream's items take a varying number of "
+                    "rows (packing, or images with on_error='skip'), and they are batched "
+                    f"{delivered.items_per_batch} at a time (a DataLoader's batch_size="
+                    f"{delivered.items_per_batch}); "
+                    "batch in the stream instead (ImageStream(..., batch_size=...) or "
+                    "pack(rows=...)) with fastdata.DataLoader(stream, batch_size=None)"
+                )
+            mine = cursors.positions(handed, delivered.next_reader, delivered.start)
+        elif not delivered.in_order and readers > 1:  # out of turn: each reader's own count
+            rows = self._policy.batch_size * delivered.items_per_batch
+            taken = taken_out_of_turn(handed, self.slot_rows(readers), rows, delivered.start)
+            mine = (0, [(n, 0) for n in taken])
+        return state_of(
+            self,
+            delivered.batches,
+            num_readers=readers,
+            items_per_batch=delivered.items_per_batch,
+            drop_last=delivered.drop_last,
+            own=mine,
+        )
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -251,34 +284,6 @@ class PlannedStream(IterableDataset):
         """The layout changes of the current epoch (after an elastic resume)."""
         return self._handovers
 
-    def state_at(
-        self,
-        batches: int,
-        *,
-        num_readers: int,
-        items_per_batch: int = 1,
-        drop_last: bool = False,
-    ) -> dict[str, Any]:
-        """The state once this rank (and, ranks going in lockstep, every rank) took
-        ``batches`` batches of ``items_per_batch`` items from ``num_readers`` readers in turn
-        (see :mod:`fastdata.sources._state`)."""
-        return state_of(
-            self,
-            batches,
-            num_readers=num_readers,
-            items_per_batch=items_per_batch,
-            drop_last=drop_last,
-        )
-
-    def check_state(self, state: Any) -> dict[str, Any]:
-        """``state`` validated and checked against this stream (settings, data, counts), with
-        ``"slot_rows"`` added: the rows each saved slot reads, per rank.
-
-        Raises:
-            ResumeError: naming the field that is malformed or differs.
-        """
-        return check_state(self, state)
-
     def load_state_dict(
         self, state: dict[str, Any], *, num_workers: int = 1, end_continues: bool = True
     ) -> None:
@@ -297,7 +302,8 @@ class PlannedStream(IterableDataset):
             ResumeError: the state is malformed, or was saved for other data or settings;
                 the message names the field.
         """
-        epoch, handovers, resume = resume_point(self, state, num_workers, end_continues)
+        checked = check_state(self, state)
+        epoch, handovers, resume = resume_point(self, checked, num_workers, end_continues)
         if resume is None:  # saved at the end of the epoch: the next begins
             self._epoch[0] = epoch + 1
             self._consumed, self._pending, self._handovers = 0, None, ()
@@ -309,40 +315,22 @@ class PlannedStream(IterableDataset):
         self._consumed = -(-resume.consumed[0] // b) if num_workers == 1 else 0
         if self._cursors is not None:
             self._cursors.own = (resume.consumed[0], resume.offsets[0])
-        self._pending, self._continues_from = resume, None
+        self._pending, self._continues_from = Pending(resume), None
 
     @property
-    def resuming(self) -> bool:
-        """Whether the next iteration continues a loaded state (False once it has started,
-        or after :meth:`set_epoch` moved to another epoch)."""
-        return self._pending is not None
-
-    def forget_resume(self) -> None:
-        """Drop a loaded position: DataLoader workers received their own copy of it."""
-        self._pending = None
+    def resume(self) -> Resume | None:
+        """Where the next iteration starts, as a loaded state put it; None: at the start of
+        the epoch (nothing loaded, :meth:`set_epoch` moved to another epoch, or an iteration
+        already started from it)."""
+        pending = self._pending
+        return None if pending is None or pending.taken else pending.resume
 
     @property
     def varying(self) -> bool:
         """Whether items take a varying number of rows (the decoder's ``varying``: packing,
-        skipping images): then the loader asks :meth:`cursor_state` where each reader is."""
+        skipping images): then each reader reports where it is, and a state knows this
+        rank's position only."""
         return self._cursors is not None
-
-    def begin_iteration(self, num_readers: int) -> None:
-        """Note where each reader starts (a loaded position, or the epoch's start), before
-        DataLoader workers take their copies: :meth:`cursor_state` counts from there."""
-        if self._cursors is not None:
-            self._cursors.begin(self._pending, num_readers)
-
-    def cursor_state(self, delivered: list[int], next_reader: int, batches: int) -> dict[str, Any]:
-        """The state of a varying stream whose readers (DataLoader workers, in torch's order)
-        delivered ``delivered[w]`` items since the iteration began, ``next_reader``'s turn
-        next: exact for this rank; the other ranks' positions are not known here."""
-        assert self._cursors is not None  # varying streams only
-        own = self._cursors.positions(delivered, next_reader)
-        readers = len(delivered)
-        return state_of(
-            self, batches, num_readers=readers, items_per_batch=1, drop_last=False, own=own
-        )
 
     # ----------------------------------------------------------------- iteration
     def __getstate__(self) -> dict[str, Any]:
@@ -355,15 +343,11 @@ class PlannedStream(IterableDataset):
 
     def __iter__(self) -> Iterator[Any]:
         worker, num_workers = worker_slot()
-        pending, self._pending = self._pending, None
+        pending = self._pending.take(worker, num_workers) if self._pending is not None else None
+        if get_worker_info() is None:  # this process reads: the position is its own
+            self._pending = None
         slot, skip = worker, 0
         if pending is not None:
-            if pending.num_workers != num_workers:
-                raise ResumeError(
-                    f"cannot resume: the state was loaded for {pending.num_workers} reader(s) "
-                    f"per rank, and {num_workers} read; load it with "
-                    "fastdata.DataLoader.load_state_dict, which knows its num_workers"
-                )
             slot = (worker + pending.rotation) % num_workers
             skip = pending.consumed[slot]
         offset = pending.offsets[slot] if pending is not None else 0

@@ -10,8 +10,10 @@ holds, and how one is made, is :mod:`fastdata.sources.state`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import torch
+from torch.utils.data import get_worker_info
 
 from fastdata._state_checks import (
     check_matches,
@@ -23,9 +25,9 @@ from fastdata._state_checks import (
 )
 from fastdata.errors import ResumeError
 from fastdata.sources.elastic import Handover, remaining
-from fastdata.sources.state import MAX_EPOCH, STATE_VERSION, StreamFacts
+from fastdata.sources.state import MAX_EPOCH, STATE_VERSION, Resume, StreamFacts
 
-__all__ = ["Resume", "check_state", "resume_point", "validate"]
+__all__ = ["Pending", "check_state", "resume_point", "validate"]
 
 
 def validate(state: Any, *, type_name: str) -> dict[str, Any]:
@@ -86,17 +88,6 @@ def _handover(value: Any) -> Handover:
     )
 
 
-@dataclass(frozen=True)
-class Resume:
-    """Where a loaded state puts this rank's next iteration: the rows each of its readers had
-    consumed, and the reader whose turn comes first."""
-
-    num_workers: int
-    consumed: tuple[int, ...]
-    rotation: int
-    offsets: tuple[int, ...]
-
-
 def check_state(stream: StreamFacts, state: Any) -> dict[str, Any]:
     """``state`` validated and checked against ``stream``, with ``"slot_rows"`` added: the
     rows each saved slot reads, per rank."""
@@ -128,12 +119,12 @@ def check_state(stream: StreamFacts, state: Any) -> dict[str, Any]:
 
 
 def resume_point(
-    stream: StreamFacts, state: Any, num_workers: int, end_continues: bool = True
+    stream: StreamFacts, checked: dict[str, Any], num_workers: int, end_continues: bool = True
 ) -> tuple[int, tuple[Handover, ...], Resume | None]:
-    """The epoch, its layout changes and this rank's position of ``state`` loaded on
-    ``stream`` read by ``num_workers`` readers; None when the epoch is over and
-    ``end_continues`` (the next one begins)."""
-    checked = check_state(stream, state)
+    """The epoch, its layout changes and this rank's position of a state loaded on
+    ``stream`` read by ``num_workers`` readers (``checked``: the state as
+    :func:`check_state` returned it); None when the epoch is over and ``end_continues`` (the
+    next one begins)."""
     rank, world = stream.rank_and_world_size()
     epoch, handovers = checked["epoch"], tuple(checked["handovers"])
     saved = (checked["world_size"], checked["num_workers"])
@@ -172,3 +163,48 @@ def resume_point(
     if finished and epoch + 1 > MAX_EPOCH:
         raise ResumeError(f"cannot resume: the state's epoch={epoch} is the last one")
     return epoch, handovers, None if finished and end_continues else resume
+
+
+class Pending:
+    """A loaded position that the next iteration's readers take, each once.
+
+    Read in this process (``num_workers=0``), the stream itself is the reader. DataLoader
+    workers read copies of the stream, which fork makes without asking it, so a copy made
+    for a later iteration still holds the position: each reader marks it taken, with its
+    iteration's base seed (``seed - id``, the same for every worker of one iteration), in
+    memory that every copy shares; a later iteration's readers find it taken, even a reader
+    whose namesake in the earlier iteration never started.
+    """
+
+    def __init__(self, resume: Resume) -> None:
+        self.resume = resume
+        # [taken, base seed of the iteration that took it, taken by reader w ...]
+        self._claims = torch.zeros(2 + resume.num_workers, dtype=torch.int64).share_memory_()
+
+    @property
+    def taken(self) -> bool:
+        """Whether an iteration started from the position."""
+        return bool(self._claims[0])
+
+    def take(self, worker: int, num_workers: int) -> Resume | None:
+        """The position for reader ``worker`` of ``num_workers``; None once taken by an
+        earlier iteration.
+
+        Raises:
+            ResumeError: the position was loaded for another number of readers.
+        """
+        info = get_worker_info()
+        claims = self._claims.numpy()
+        base = 0 if info is None else info.seed - info.id
+        if claims[0] and claims[1] != base:
+            return None
+        if self.resume.num_workers != num_workers:
+            raise ResumeError(
+                f"cannot resume: the state was loaded for {self.resume.num_workers} reader(s) "
+                f"per rank, and {num_workers} read; load it with "
+                "fastdata.DataLoader.load_state_dict, which knows its num_workers"
+            )
+        if claims[2 + worker]:
+            return None
+        claims[0], claims[1], claims[2 + worker] = 1, base, 1
+        return self.resume
