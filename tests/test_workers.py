@@ -288,3 +288,23 @@ def test_item_pool_is_the_shared_one_only_in_a_thread_worker() -> None:
     finally:
         set_thread_worker_info(None)
         shared.shutdown()
+
+
+def test_a_thread_workers_pools_carry_its_id_in_their_threads_names() -> None:
+    from torch.utils.data._utils.worker import WorkerInfo
+
+    from fastdata._torch_compat import set_thread_worker_info
+
+    def name() -> str:
+        return threading.current_thread().name
+
+    main = segments.ThreadPools().get("read", 1)
+    set_thread_worker_info(WorkerInfo(id=1, num_workers=2, seed=0, dataset=None))
+    try:
+        worker = segments.ThreadPools().get("read", 1)
+    finally:
+        set_thread_worker_info(None)
+    assert main.submit(name).result(timeout=5).startswith("fastdata-read_")
+    assert worker.submit(name).result(timeout=5).startswith("fastdata-read-w1_")
+    main.shutdown()
+    worker.shutdown()

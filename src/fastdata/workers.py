@@ -166,7 +166,8 @@ class ThreadPools:
         """This process's pool ``name`` (``threads`` threads when it is started here)."""
         owner, pool = self._pools.get(name, (None, None))
         if pool is None or owner != os.getpid():
-            pool = WorkerPool(threads, f"fastdata-{name}")
+            worker = thread_worker_info()  # a thread worker's pools carry its id
+            pool = WorkerPool(threads, f"fastdata-{name}{f'-w{worker.id}' if worker else ''}")
             self._pools[name] = (os.getpid(), pool)
         return pool
 
