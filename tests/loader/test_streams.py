@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,87 @@ def test_a_resumed_epoch_read_again_is_read_in_full(data: Path, worker_method: s
     resumed.load_state_dict(state)
     assert head + ids(resumed) == full
     assert ids(resumed) == full  # the same epoch again, nothing loaded: all of it
+
+
+def slow_start(worker_id: int) -> None:
+    time.sleep(0.3)
+
+
+def rows_once(data: Path, saved: dict[str, Any], seen: list[int], **options: Any) -> None:
+    """``seen`` and what a loader resumed from ``saved`` gives: every row once."""
+    rest = loader(data, 4, **options)
+    rest.load_state_dict(json.loads(json.dumps(saved)))
+    seen = seen + [i for batch in ids(rest) for i in batch]
+    assert sorted(seen) == list(range(60))
+
+
+@pytest.mark.parametrize("worker_method", ["multiprocessing", "thread"])
+def test_persistent_workers_left_before_their_first_batch_count_from_the_start(
+    data: Path, worker_method: str
+) -> None:
+    """The first iteration after a load was dropped before a batch: its readers took the
+    position, so the next epoch of the same workers is counted from the epoch's start."""
+    options = {
+        "num_workers": 2,
+        "persistent_workers": True,
+        "worker_method": worker_method,
+        "worker_init_fn": slow_start,  # the readers take the position after iter() returns
+        "in_order": False,  # (then the state counts from where the readers began)
+    }
+    made = loader(data, 4, **options)
+    iterator = iter(made)
+    next(iterator)
+    saved = made.state_dict()
+    del iterator
+    resumed = loader(data, 4, **options)
+    resumed.load_state_dict(saved)
+    iter(resumed)  # a loop stopped before its first step
+    iterator = iter(resumed)  # the same workers, another epoch: all of it
+    seen = [i for _ in range(3) for i in next(iterator)["id"].tolist()]
+    state = resumed.state_dict()
+    del iterator
+    rows_once(data, state, seen, **options)
+
+
+def test_set_epoch_after_a_load_counts_the_new_epoch_from_its_start(data: Path) -> None:
+    made = loader(data, 4, num_workers=2)
+    iterator = iter(made)
+    [next(iterator) for _ in range(3)]
+    saved = made.state_dict()
+    del iterator
+    resumed = loader(data, 4, num_workers=2)
+    resumed.load_state_dict(saved)
+    resumed.dataset.set_epoch(1)  # the loaded position belongs to epoch 0
+    iterator = iter(resumed)
+    seen = [i for _ in range(4) for i in next(iterator)["id"].tolist()]
+    state = resumed.state_dict()
+    del iterator
+    assert state["batches"] == 4
+    rows_once(data, state, seen, num_workers=2)
+
+
+def test_an_elastic_resume_counts_from_the_layout_change(data: Path) -> None:
+    made = loader(data, 4, num_workers=2)
+    iterator = iter(made)
+    head = [i for _ in range(5) for i in next(iterator)["id"].tolist()]
+    saved = made.state_dict()
+    del iterator
+    resumed = loader(data, 4, num_workers=1)
+    resumed.load_state_dict(saved)
+    iterator = iter(resumed)
+    head += [i for _ in range(2) for i in next(iterator)["id"].tolist()]
+    state = resumed.state_dict()
+    del iterator
+    rows_once(data, state, head, num_workers=1)
+
+
+def test_a_state_saved_out_of_order_loads_into_a_loader_in_order(data: Path) -> None:
+    made = loader(data, 4, num_workers=2, in_order=False)
+    state = stream_state(made, made.dataset, None)
+    assert state["in_order"] is False
+    record = Record(2, batches=3)
+    record.handed = [0, 3]  # worker 1 made every batch so far
+    state = stream_state(made, made.dataset, record)
+    assert state["dataset"]["consumed"] == [0, 12]
+    in_order = loader(data, 4, num_workers=2)
+    assert load_stream_state(in_order, in_order.dataset, [state], False) == 3

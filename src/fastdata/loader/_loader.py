@@ -56,7 +56,7 @@ from fastdata.loader._indices import (
 )
 from fastdata.loader._record import Record
 from fastdata.loader._resume_checks import Kind, Layout
-from fastdata.loader._streams import load_stream_state, stream_state
+from fastdata.loader._streams import iteration_start, load_stream_state, stream_state
 from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
 from fastdata.sources import PlannedStream, SourceCounting, cache_stats
@@ -141,7 +141,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         self._fd_next: Record | None = None  # the record of the iterator being made
         self._fd_side: WorkerSide | None = None  # the in-process worker side (num_workers=0)
         self._fd_indices: Indices | None = None  # a map-style loader's index sampler
-        self._fd_stream_base = 0  # a stream's batches taken before a loaded state
+        self._fd_loaded: tuple[Any, int] = (None, 0)  # a stream's loaded position, batches
 
     # ----------------------------------------------------------------- iteration
     @property
@@ -154,21 +154,19 @@ class DataLoader(TorchDataLoader[_T_co]):
         entered = time.perf_counter()
         stream = self.dataset if isinstance(self.dataset, PlannedStream) else None
         readers = max(self.num_workers, 1)
-        start = stream.resume if stream is not None else None
-        if start is None:
-            self._fd_stream_base = 0  # (set_epoch() after load_state_dict() starts afresh)
         plan = self._fd_plan
-        record = self._new_record(plan, readers)
-        record.start = start
         iterator: Any = persistent_iterator(self)
-        if iterator is not None and plan is None:  # persistent workers: a new epoch
+        new_epoch = iterator is not None and plan is None  # of persistent workers
+        start, base = iteration_start(stream, self._fd_loaded, new_epoch)
+        record = self._new_record(plan, readers, base)
+        record.start = start
+        if new_epoch:
             record.base_seed = iterator._fd.record.base_seed  # their seed stays
             iterator._fd.record = record
         self._fd_next = record
         with opencv_single_threaded_fork(self):
             iterator = super().__iter__()
         self._fd_record, self._fd_next, self._fd_plan = record, None, None
-        self._fd_stream_base = 0
         if self.device is None and self._fd_times is None:
             return iterator
         return consumer_stage(
@@ -182,9 +180,9 @@ class DataLoader(TorchDataLoader[_T_co]):
             times=self._fd_times,
         )
 
-    def _new_record(self, plan: _resume.Plan | None, readers: int) -> Record:
-        if plan is None or plan.epoch_done:
-            return Record(readers, batches=self._fd_stream_base)
+    def _new_record(self, plan: _resume.Plan | None, readers: int, base: int) -> Record:
+        if plan is None or plan.epoch_done or self._fd_kind == "stream":
+            return Record(readers, batches=base)
         position = _resume.position_of(plan.indices)
         done = plan.indices.done if plan.indices is not None else ()
         return Record(
@@ -368,7 +366,8 @@ class DataLoader(TorchDataLoader[_T_co]):
         if layout.kind == "stream":
             stream: Any = self.dataset
             parts = [p.state for p in plans]
-            self._fd_stream_base = load_stream_state(self, stream, parts, ours.epoch_done)
+            base = load_stream_state(self, stream, parts, ours.epoch_done)
+            self._fd_loaded = (stream.resume, base)
         else:
             restore_generators(self._generators(), ours.generators)
             set_epoch = getattr(self.sampler, "set_epoch", None)

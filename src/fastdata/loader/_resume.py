@@ -224,7 +224,7 @@ def plan(state: Any, layout: Layout) -> Plan:
         "base_seed": seed,
     }
     if layout.kind == "stream":
-        present(state, ("batch_size", "drop_last", "dataset"), "")
+        present(state, ("batch_size", "drop_last", "in_order", "dataset"), "")
         part = state["dataset"]
         readers = part.get("num_workers") if isinstance(part, dict) else None
         if readers != max(saved_workers, 1):

@@ -17,9 +17,9 @@ from fastdata.errors import ResumeError
 from fastdata.loader._record import Record
 from fastdata.sources import PlannedStream
 from fastdata.sources.resume import check_state, resume_point
-from fastdata.sources.state import Delivered, consumed_after, merge
+from fastdata.sources.state import Delivered, Resume, consumed_after, merge
 
-__all__ = ["batching", "load_stream_state", "stream_state"]
+__all__ = ["batching", "iteration_start", "load_stream_state", "stream_state"]
 
 
 def batching(loader: Any) -> dict[str, Any]:
@@ -30,19 +30,37 @@ def batching(loader: Any) -> dict[str, Any]:
     return {"items_per_batch": loader.batch_size, "drop_last": loader.drop_last}
 
 
+def iteration_start(
+    stream: PlannedStream | None, loaded: tuple[Resume | None, int], persistent: bool
+) -> tuple[Resume | None, int]:
+    """Where the readers of the iteration being made begin (None: at the epoch's start), and
+    the batches this rank had taken before: ``loaded`` is the position the loader last loaded
+    and its batches. Persistent workers starting another epoch took a loaded position in
+    their first (each reader takes one once), whatever the stream's ``resume`` says before
+    they got to it."""
+    if stream is None or persistent:
+        return None, 0
+    start = stream.resume
+    position, batches = loaded
+    return start, batches if start is not None and start is position else 0
+
+
 def stream_state(loader: Any, stream: PlannedStream, record: Record | None) -> dict[str, Any]:
     """The stream's state once ``record`` was handed out (None: nothing yet), with the
     loader's batching."""
     readers = max(loader.num_workers, 1)
+    in_order = loader.in_order or loader.num_workers == 0
     if record is None:
-        delivered = Delivered(0, readers, start=stream.resume, **batching(loader))
+        delivered = Delivered(
+            0, readers, in_order=in_order, start=stream.resume, **batching(loader)
+        )
     else:
         delivered = Delivered(
             record.batches,
             readers,
             tuple(record.handed),
             record.next_worker,
-            in_order=loader.in_order or loader.num_workers == 0,
+            in_order=in_order,
             start=record.start,
             **batching(loader),
         )
@@ -51,6 +69,7 @@ def stream_state(loader: Any, stream: PlannedStream, record: Record | None) -> d
         "batches": state["batches"][state["rank"]],
         "batch_size": loader.batch_size,
         "drop_last": loader.drop_last,
+        "in_order": delivered.in_order,
         "dataset": state,
     }
 
@@ -69,6 +88,11 @@ def load_stream_state(
                     f" this loader has {field}={getattr(loader, field)}; build it with the "
                     "saved value"
                 )
+        if not isinstance(one.get("in_order"), bool):
+            raise ResumeError(
+                f"cannot resume: the state's in_order={short(one.get('in_order'))} is not true "
+                "or false; the state is corrupt"
+            )
         checked = check_state(stream, one.get("dataset"))
         if require_int(one, "batches") != checked["batches"][checked["rank"]]:
             raise ResumeError(
@@ -85,7 +109,7 @@ def load_stream_state(
         **batching(loader),
     )
     # Taken in turn (in_order), the batches say what each slot consumed: check they agree.
-    in_turn = loader.in_order or readers == 1
+    in_turn = all(one["in_order"] for one in states)
     lockstep = len(states) == 1 and saved["known"] == list(range(saved["world_size"]))
     counted = (saved["consumed"], saved["rotations"])
     if in_turn and not stream.varying and lockstep and expected != counted:

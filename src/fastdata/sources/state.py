@@ -79,7 +79,8 @@ class Delivered:
     makes its state (:meth:`fastdata.PlannedStream.state_dict`).
 
     Args:
-        batches: batches this rank handed out this epoch, a loaded state's included.
+        batches: batches this rank handed out this epoch, a loaded state's included (after a
+            layout change, since the change: the stream counts from its handovers).
         readers: the rank's readers (DataLoader workers; 1 for the main process).
         handed: each reader's batches since the iteration began, readers in torch's order
             (empty: none yet). A stream of fixed rows per item handed out in turn needs only
