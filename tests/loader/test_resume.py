@@ -190,7 +190,7 @@ def stream_state(batches: int = 4) -> tuple[dict[str, Any], Layout]:
     layout = Layout("stream", 2, False)
     record = Record(2, batches=batches)
     record.base_seed = 12345  # drawn by the iterator that handed the batches out
-    part = {"batches": batches, "batch_size": None, "drop_last": False}
+    part = {"batches": batches, "batch_size": None, "drop_last": False, "in_order": True}
     part["dataset"] = {"num_workers": 2, "opaque": [1, 2]}  # the stream's own, checked there
     state = make_state(layout, record, rng=_rng.capture(), generators=[], stream=part)
     return json.loads(json.dumps(state)), layout
