@@ -126,6 +126,31 @@ def test_a_row_readers_shuffled_window_is_read_in_parts_ahead() -> None:
     assert pa.concat_tables(tables).column("v").to_pylist() == want
 
 
+class CountingPool(ThreadPoolExecutor):
+    """Two threads that count the reads submitted to them."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.submitted = 0
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_row_readers_parts_are_read_ahead_once_the_first_is_taken() -> None:
+    window = Window(tuple(Piece(unit, 0, 10) for unit in range(4)), seed=0)
+    with patch("fastdata.sources._reading.ROWS_PER_READ", 10), CountingPool() as pool:
+        tables = read_segments(Rows(), [Segment(window, 0, 40)], pool, 2, None, None)
+        assert len(next(tables)) == 10 and pool.submitted == 0  # the first part alone
+        assert len(next(tables)) == 10 and pool.submitted == 3  # then read_ahead ahead
+        assert [len(t) for t in tables] == [10, 10]
+    with CountingPool() as pool:  # another reader's segments: read ahead at once
+        tables = read_segments(Units(), SEGMENTS, pool, 2, None, None)
+        assert len(next(tables)) == 6 and pool.submitted == 2
+        assert [t.column("v").to_pylist() for t in tables] == expected()[1:]
+
+
 def test_a_row_reader_reads_a_window_in_order_by_ranges_when_not_shuffled() -> None:
     reader = Rows()
     tables = read_segments(reader, SEGMENTS[::2], None, 0, None, None)
