@@ -14,6 +14,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -826,3 +827,14 @@ def test_a_mix_of_image_streams_refills_skipped_images(tmp_path: Path) -> None:
         batches = list(mixed)
     assert [len(labels) for _, labels in batches] == [2, 2, 1]
     assert sum(mixed.decoder.counts.sum(0).tolist()) == 10  # every row taken is counted
+
+
+def test_local_image_files_are_read_in_line_unless_asked(layouts: Path) -> None:
+    """A read-ahead thread per worker cost more than it hid for local files
+    (docs/benchmarks.md); other sources and other filesystems read ahead."""
+    assert build(layouts, "folder").read_ahead == 0
+    assert build(layouts, "folder", read_ahead=2).read_ahead == 2
+    assert build(layouts, "parquet").read_ahead == 2
+    assert build(layouts, "tar").read_ahead == 2
+    wrapped = pafs.SubTreeFileSystem(str(layouts), pafs.LocalFileSystem())
+    assert ImageStream.from_folder("folder", filesystem=wrapped).read_ahead == 2

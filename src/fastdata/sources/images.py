@@ -58,7 +58,8 @@ class ImageStream(PlannedStream):
     stream options of :class:`fastdata.PlannedStream` (``shuffle_buffer`` counts samples
     here, default 2,048: a window of Parquet or tar images holds their encoded bytes, about
     220 MB at ImageNet's 110 KB per JPEG, up to ``1 + read_ahead`` windows per worker; image
-    files are read 64 at a time in the window's order, ahead of the decoder).
+    files are read 64 at a time in the window's order, ahead of the decoder, or in line on a
+    local filesystem, whose ``read_ahead`` defaults to 0).
 
     Other Parameters:
         size (int | tuple[int, int] | None): the output size of the per-sample
@@ -130,6 +131,11 @@ class ImageStream(PlannedStream):
         for name in DECODER_OPTIONS:
             options.pop(name, None)  # type: ignore[misc]
         options.setdefault("shuffle_buffer", 2048)
+        if isinstance(reader, ImageFiles) and isinstance(reader.fs, pafs.LocalFileSystem):
+            # Local image files read in line: 64 page-cached files take ~3 ms against ~60 ms of
+            # decoding them, and a read-ahead thread per worker cost more than it hid (the
+            # training epoch 2.30x -> 2.45x torchvision's, docs/benchmarks.md).
+            options.setdefault("read_ahead", 0)
         super().__init__(reader, decoder=decoder, **options)  # type: ignore[misc]
         self.classes: list[str] | None = None
         """Class names of :meth:`from_folder` (index = label), else None."""
