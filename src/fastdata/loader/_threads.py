@@ -103,8 +103,10 @@ class ThreadCopies:
         shared = self._shared
 
         class _Unpickler(pickle.Unpickler):
-            def persistent_load(self, pid: Any) -> Any:
-                return shared[pid]
+            def find_class(self, module: str, name: str) -> Any:
+                if (module, name) == (__name__, _shared_tensor.__name__):
+                    return shared.__getitem__
+                return super().find_class(module, name)
 
         return _Unpickler(io.BytesIO(self._pickled)).load()
 
@@ -113,11 +115,13 @@ class ThreadCopies:
         buffer, shared = io.BytesIO(), self._shared
 
         class _Pickler(pickle.Pickler):
-            def persistent_id(self, obj: Any) -> Any:
+            # Called for objects of other than the builtin types only (not for each of a
+            # stream's thousands of paths, as persistent_id would be).
+            def reducer_override(self, obj: Any) -> Any:
                 if isinstance(obj, torch.Tensor) and obj.is_shared():
                     shared.append(obj)
-                    return len(shared) - 1
-                return None
+                    return _shared_tensor, (len(shared) - 1,)
+                return NotImplemented
 
         try:
             _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(self.dataset)
@@ -130,6 +134,12 @@ class ThreadCopies:
             )
             return b""
         return buffer.getvalue()
+
+
+def _shared_tensor(index: int) -> torch.Tensor:
+    """What a shared-memory tensor is pickled as in :class:`ThreadCopies`: its unpickler
+    resolves this name to the tensor itself, so no other unpickler may call it."""
+    raise pickle.UnpicklingError(f"shared tensor {index} of a thread worker's copy, elsewhere")
 
 
 class _Worker:
