@@ -105,7 +105,7 @@ configs = st.integers(0, 64).flatmap(
 def test_thread_workers_from_a_config_reach_fastdatas_loader_and_stay_out_of_torchs() -> None:
     """torch's DataLoader has no worker_method: a config with process workers gives it the
     four keywords it knows; one with thread workers sets fastdata.DataLoader's method,
-    which an explicit ``worker_method="thread"`` keeps too."""
+    and an explicit ``worker_method`` wins over the config's either way."""
     import fastdata
 
     assert "worker_method" not in LoaderConfig(num_workers=2).to_dict()
@@ -119,6 +119,8 @@ def test_thread_workers_from_a_config_reach_fastdatas_loader_and_stay_out_of_tor
     explicit = fastdata.DataLoader(range(8), config=LoaderConfig(num_workers=1),
                                    worker_method="thread")  # fmt: skip
     assert explicit.worker_method == "thread"
+    kept = fastdata.DataLoader(range(8), config=threads, worker_method="multiprocessing")
+    assert kept.worker_method == "multiprocessing"  # an explicit argument wins, as any does
 
 
 @given(configs)

@@ -25,12 +25,13 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size
 NAMES = TEXT.filter(lambda t: "\n" not in t and "]" not in t)
 
 
-def as_torch_reraises(error: SourceError) -> SourceError:
-    """What the main process gets when a DataLoader worker raised ``error``."""
+def as_torch_reraises(error: SourceError, worker: str = "process") -> SourceError:
+    """What the main process gets when a DataLoader worker (a ``"process"``, or one of
+    fastdata's ``"thread"`` workers) raised ``error``."""
     try:
         raise error
     except SourceError:
-        wrapper = ExceptionWrapper(where="in DataLoader worker process 1")
+        wrapper = ExceptionWrapper(where=f"in DataLoader worker {worker} 1")
     with pytest.raises(type(error)) as caught:
         wrapper.reraise()
     return caught.value
@@ -44,9 +45,10 @@ def as_torch_reraises(error: SourceError) -> SourceError:
     member=st.none() | NAMES,
     row=st.none() | st.integers(0, 10**9),
     column=st.none() | NAMES,
+    worker=st.sampled_from(["process", "thread"]),
 )
 def test_location_survives_pickling_and_torch_reraise(
-    kind, reason, path, row_group, member, row, column
+    kind, reason, path, row_group, member, row, column, worker
 ) -> None:
     error = kind(reason, path=path, row_group=row_group, member=member, row=row, column=column)
     where = (path, row_group, member, row, column)
@@ -55,8 +57,8 @@ def test_location_survives_pickling_and_torch_reraise(
         reason,
         *where,
     )
-    back = as_torch_reraises(error)
-    assert "worker process 1" in str(back)
+    back = as_torch_reraises(error, worker)
+    assert f"worker {worker} 1" in str(back)
     got = (back.path, back.row_group, back.member, back.row, back.column)
     if error.location:
         assert got == where and back.reason == reason

@@ -88,8 +88,9 @@ def upsample_bilinear_aa(image: torch.Tensor, hw: tuple[int, int], out: torch.Te
 
 
 # torch's ExceptionWrapper.reraise(): "Caught DecodeError in DataLoader worker process 1.\n
-# Original Traceback (most recent call last): ...\nfastdata.errors.DecodeError: why [where]".
-WORKER_RERAISE = re.compile(r"Caught \w+ in DataLoader worker process \d+\.\n")
+# Original Traceback (most recent call last): ...\nfastdata.errors.DecodeError: why [where]"
+# ("worker thread 1" from fastdata's thread workers, which re-raise the same way).
+WORKER_RERAISE = re.compile(r"Caught \w+ in DataLoader worker (?:process|thread) \d+\.\n")
 """The start of the message torch gives an exception it re-raises from a worker."""
 
 

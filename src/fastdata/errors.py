@@ -103,7 +103,7 @@ class SourceError(FastDataError):
 
 def _from_worker(message: str) -> bool:
     """Whether ``message`` is torch's re-raise of an exception from a DataLoader worker."""
-    if "DataLoader worker process" not in message:
+    if "DataLoader worker" not in message:
         return False
     from fastdata._torch_compat import WORKER_RERAISE  # torch loaded by then: it re-raised
 

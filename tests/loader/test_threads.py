@@ -106,6 +106,75 @@ def test_an_error_is_raised_with_its_type_and_thread() -> None:
     assert threads_alive() == []
 
 
+@pytest.mark.parametrize("method", ["multiprocessing", "thread"])
+def test_a_bad_files_error_keeps_its_location_from_either_kind_of_worker(
+    method: str, tmp_path: Path
+) -> None:
+    fd.synthetic.make_images(tmp_path, 8, classes=1, min_short=40, max_short=48, seed=0)
+    bad = sorted(tmp_path.rglob("*.jpg"))[3]
+    bad.write_bytes(bad.read_bytes()[:300])
+    stream = fd.ImageStream.from_folder(tmp_path, size=32, crop="center", batch_size=4)
+    loader = fd.DataLoader(stream, batch_size=None, num_workers=2, worker_method=method)
+    with pytest.raises(fd.DecodeError) as caught:
+        list(loader)
+    assert caught.value.path is not None and Path(caught.value.path) == bad
+    assert caught.value.reason.startswith("corrupt or truncated")
+    del caught
+    settle()
+
+
+class Exits(tud.Dataset):
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> int:
+        if i == 3:
+            raise SystemExit(3)
+        return i
+
+
+@pytest.mark.parametrize("timeout", [0, 30])
+def test_a_worker_thread_that_exits_ends_the_iteration_instead_of_hanging(timeout: int) -> None:
+    loader = fd.DataLoader(
+        Exits(), batch_size=None, num_workers=2, worker_method="thread", timeout=timeout
+    )
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"worker thread 1 exited unexpectedly.*SystemExit"):
+        list(loader)
+    assert time.monotonic() - start < 10  # found within a poll, not at the timeout
+    settle()
+    assert threads_alive() == []
+
+
+class Tensors(tud.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor(i)
+
+
+def whose_draw(items: list[torch.Tensor]) -> tuple[int | None, float]:
+    info = tud.get_worker_info()
+    draw = float(torch.rand(1, generator=fd.worker_generator()))
+    return (None if info is None else info.id), draw
+
+
+def test_a_collate_fn_sees_its_worker_and_draws_as_in_a_worker_process() -> None:
+    def run(method: str, **extra: Any) -> list:
+        loader = fd.DataLoader(
+            Tensors(), batch_size=2, num_workers=2, worker_method=method,
+            generator=torch.Generator().manual_seed(0), **extra,
+        )  # fmt: skip
+        return [list(loader) for _ in range(2)]
+
+    threads = run("thread", collate_fn=whose_draw)
+    assert [who for epoch in threads for who, _ in epoch] == [0, 1, 0, 1] * 2
+    assert threads == run("multiprocessing", collate_fn=whose_draw)
+    # torch's default_collate still builds plain batches in a thread worker
+    assert not any(batch.is_shared() for epoch in run("thread") for batch in epoch)
+
+
 def test_a_worker_init_error_is_raised() -> None:
     def init(worker_id: int) -> None:
         raise KeyError(f"no config for worker {worker_id}")
@@ -360,26 +429,6 @@ def test_a_dataset_that_does_not_pickle_is_shared_shallowly_with_one_warning() -
         got = sorted(int(x) for x in loader)
     assert got == list(range(12))
     assert len([w for w in warned if "cannot be pickled" in str(w.message)]) == 1
-
-
-class Holder:
-    def __init__(self) -> None:
-        self.counts = torch.zeros(4).share_memory_()
-        self.plain = torch.zeros(4)
-        self.seen: list[int] = []
-
-
-def test_each_thread_gets_its_own_copy_sharing_only_shared_memory_tensors() -> None:
-    from fastdata.loader._threads import ThreadCopies
-
-    original = Holder()
-    copies = ThreadCopies(original)
-    a, b = copies.make(), copies.make()
-    assert a is not b and a.seen is not b.seen and a.plain is not original.plain
-    a.counts[0] = 5  # the shared tensor is the same storage everywhere
-    assert b.counts[0] == 5 and original.counts[0] == 5
-    a.plain[0] = 5
-    assert b.plain[0] == 0
 
 
 EXIT_SCRIPTS = {

@@ -78,12 +78,13 @@ class DataLoader(TorchDataLoader[_T_co]):
         device: move each batch there (pinned memory and a side stream on CUDA).
         normalize: with ``device``, normalize uint8 images there, e.g. ``fastdata.IMAGENET``.
         config: a ``LoaderConfig``, a ``TuneResult`` or a path to one's JSON; its settings
-            (num_workers, prefetch_factor, pin_memory, ...) apply where not passed explicitly;
-            a config's ``worker_method="thread"`` replaces the default ``"multiprocessing"``.
+            (num_workers, prefetch_factor, pin_memory, worker_method, ...) apply where not
+            passed explicitly.
         stats: record per-stage times for :meth:`stats`.
-        worker_method: ``"multiprocessing"`` (torch's worker processes, the default) or
-            ``"thread"``: ``num_workers`` threads in this process, batches handed over without
-            pickling or shared memory (see the loader guide for when each wins).
+        worker_method: ``"multiprocessing"`` (torch's worker processes; the default when
+            neither this nor ``config`` names one) or ``"thread"``: ``num_workers`` threads
+            in this process, batches handed over without pickling or shared memory (see the
+            loader guide for when each wins).
         snapshot_every_n_steps: as torchdata's ``StatefulDataLoader``: an iterable dataset
             with ``state_dict()`` in a worker snapshots its state every that many of its
             batches (0: only when its iterator ends; a resume restores the last snapshot and
@@ -99,15 +100,14 @@ class DataLoader(TorchDataLoader[_T_co]):
         config: Any = None,
         stats: bool = False,
         snapshot_every_n_steps: int = 1,
-        worker_method: str = "multiprocessing",
+        worker_method: str | None = None,
         **kwargs: Any,
     ) -> None:
         check_keywords(kwargs)
         if config is not None:
             kwargs = merge_config(config, args, kwargs)
-            if worker_method == "multiprocessing":  # the default: the config's, if it has one
-                worker_method = kwargs.pop("worker_method", worker_method)
-            kwargs.pop("worker_method", None)
+            configured = kwargs.pop("worker_method", None)
+            worker_method = configured if worker_method is None else worker_method
         device = check_device("device", device)
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
@@ -115,7 +115,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         every = check_int("snapshot_every_n_steps", snapshot_every_n_steps, minimum=0)
         # (set before torch's __init__, whose worker-count check reads it)
         self.worker_method = check_choice(
-            "worker_method", worker_method, ("multiprocessing", "thread")
+            "worker_method", worker_method or "multiprocessing", ("multiprocessing", "thread")
         )
         given = torch_arguments(args, kwargs)
         check_stream_batching(given)

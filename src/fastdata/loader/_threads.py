@@ -33,9 +33,7 @@ from __future__ import annotations
 
 import atexit
 import copy
-import io
 import itertools
-import pickle
 import queue
 import threading
 import time
@@ -43,7 +41,6 @@ import warnings
 import weakref
 from typing import Any
 
-import torch
 import torch.utils.data.dataloader as _dataloader
 from torch.utils.data._utils import ExceptionWrapper
 from torch.utils.data._utils.worker import WorkerInfo
@@ -54,11 +51,12 @@ from fastdata._torch_compat import (
     release_frames,
     set_thread_worker_info,
 )
+from fastdata.loader._thread_copies import ThreadCopies
 from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerStart, _Hooks
 from fastdata.loader._worker_side import IterableSide, ReportingCollate
 from fastdata.workers import BatchOrderedPool, in_batch
 
-__all__ = ["ThreadCopies", "ThreadIterator"]
+__all__ = ["ThreadIterator"]
 
 _POLL_S = 0.1  # how often a waiting thread looks whether the iterator went away
 _LIVE: weakref.WeakSet[ThreadIterator] = weakref.WeakSet()  # iterators whose threads may run
@@ -81,65 +79,6 @@ class _Exhausted:
 
 
 _EXHAUSTED = _Exhausted()
-
-
-class ThreadCopies:
-    """Copies of ``dataset``, one per thread worker: pickled once as for a worker process (its
-    ``__getstate__`` applies) and unpickled for each thread, shared-memory tensors passed by
-    reference (they are the workers' channel to the main process). A dataset that does not
-    pickle is copied shallowly (with a warning: its mutable state is then shared)."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-        self._shared: list[Any] = []
-        self._pickled: bytes | None = None
-
-    def make(self) -> Any:
-        """One more copy (the first call pickles)."""
-        if self._pickled is None:
-            self._pickled = self._pickle()
-        if not self._pickled:
-            return copy.copy(self.dataset)
-        shared = self._shared
-
-        class _Unpickler(pickle.Unpickler):
-            def find_class(self, module: str, name: str) -> Any:
-                if (module, name) == (__name__, _shared_tensor.__name__):
-                    return shared.__getitem__
-                return super().find_class(module, name)
-
-        return _Unpickler(io.BytesIO(self._pickled)).load()
-
-    def _pickle(self) -> bytes:
-        """The dataset pickled, or b"" (warned) when it does not pickle."""
-        buffer, shared = io.BytesIO(), self._shared
-
-        class _Pickler(pickle.Pickler):
-            # Called for objects of other than the builtin types only (not for each of a
-            # stream's thousands of paths, as persistent_id would be).
-            def reducer_override(self, obj: Any) -> Any:
-                if isinstance(obj, torch.Tensor) and obj.is_shared():
-                    shared.append(obj)
-                    return _shared_tensor, (len(shared) - 1,)
-                return NotImplemented
-
-        try:
-            _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(self.dataset)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            warnings.warn(
-                f"{type(self.dataset).__name__} cannot be pickled ({exc}): each thread worker "
-                "gets a shallow copy, which shares the dataset's mutable attributes between "
-                "threads",
-                stacklevel=5,
-            )
-            return b""
-        return buffer.getvalue()
-
-
-def _shared_tensor(index: int) -> torch.Tensor:
-    """What a shared-memory tensor is pickled as in :class:`ThreadCopies`: its unpickler
-    resolves this name to the tensor itself, so no other unpickler may call it."""
-    raise pickle.UnpicklingError(f"shared tensor {index} of a thread worker's copy, elsewhere")
 
 
 class _Worker:
@@ -172,8 +111,19 @@ class _Worker:
         self.thread = threading.Thread(
             target=self.run, name=f"fastdata-worker-{worker_id}", daemon=True
         )
+        # What ended the thread when it was not an Exception (SystemExit, ...): a worker
+        # process would have died; the consumer reports it (ThreadIterator._get_data).
+        self.died: BaseException | None = None
 
     def run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # Exceptions are handed over as results in _serve
+            self.died = exc
+        finally:
+            set_thread_worker_info(None)
+
+    def _serve(self) -> None:
         set_thread_worker_info(self.info)
         failed: ExceptionWrapper | None = None
         try:
@@ -205,7 +155,6 @@ class _Worker:
                 except Exception:
                     data = ExceptionWrapper(where=f"in DataLoader worker thread {self.id}")
             self.results.put((index_id, task_epoch, self.id, data))
-        set_thread_worker_info(None)
 
 
 def _worker_parts(setup: Setup, copies: ThreadCopies) -> tuple[Any, Any, Any]:
@@ -309,6 +258,7 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
             try:
                 index_id, epoch, worker, data = self._results.get(timeout=min(wait, _POLL_S))
             except queue.Empty:
+                self._check_alive()
                 if deadline is not None and time.monotonic() >= deadline:
                     raise RuntimeError(
                         f"DataLoader timed out after {self._timeout} seconds (a thread worker "
@@ -317,6 +267,17 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
                 continue
             if epoch == self._fd_epoch:  # an earlier epoch's late result is dropped
                 return index_id, worker, data
+
+    def _check_alive(self) -> None:
+        """Raise, as torch does for a worker process that died, when a worker thread ended
+        by other than an Exception (``SystemExit``: ``sys.exit()`` in a dataset) while its
+        batches are awaited."""
+        dead = [w for w in self._fd_workers if w.died is not None and not w.thread.is_alive()]
+        if dead and self._results.empty():
+            ids = ", ".join(str(w.id) for w in dead)
+            causes = "; ".join(f"{type(w.died).__name__}: {w.died}" for w in dead)
+            self._shutdown_workers()
+            raise RuntimeError(f"DataLoader worker thread {ids} exited unexpectedly ({causes})")
 
     def _next_data(self) -> Any:
         while True:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, default_collate, default_convert, get_worker_info
 
 from fastdata._torch_compat import hidden_worker_info
 from fastdata.loader import _rng
@@ -292,7 +292,10 @@ class ReportingCollate:
     ) -> None:
         self.collate = collate
         self.side = side
-        self.hide_worker = hide_worker  # a thread worker: torch's collate must not see it
+        # In a thread worker, torch's own collate functions must not see the worker (they
+        # would build the batch in shared memory); a user's collate_fn does see it, as in a
+        # worker process (get_worker_info(), fastdata.worker_generator()).
+        self.hide_worker = hide_worker and collate in (default_collate, default_convert)
 
     def __call__(self, data: Any) -> Carried:
         side = self.side
