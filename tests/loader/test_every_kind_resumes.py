@@ -206,3 +206,31 @@ def test_every_kind_resumes_exactly(
             continue
         assert head + epoch(resumed, 0) == first, f"{where}: the rest of the epoch"
         assert epoch(resumed, 1) == second, f"{where}: the next epoch"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("method", ["multiprocessing", "thread"])
+def test_persistent_workers_resume_a_state_saved_in_a_later_epoch(
+    kind: str, method: str, parquet: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers that live on from epoch to epoch count each epoch afresh: a state saved in
+    the middle of the second epoch resumes it (a map-style state counted the first epoch's
+    batches too, and was refused as corrupt)."""
+    monkeypatch.setitem(globals(), "THREADS", method == "thread")
+    seed_everything(7)
+    reference = make(kind, 2, True, parquet)
+    epochs = [epoch(reference, number) for number in range(3)]
+    k = len(epochs[1]) // 2
+    seed_everything(7)
+    interrupted = make(kind, 2, True, parquet)
+    assert epoch(interrupted, 0) == epochs[0]
+    assert epoch(interrupted, 1, limit=k) == epochs[1][:k]
+    state = json.loads(json.dumps(interrupted.state_dict()))
+    del interrupted
+
+    seed_everything(99)
+    resumed = make(kind, 2, True, parquet)
+    resumed.load_state_dict(state)
+    assert epochs[1][:k] + epoch(resumed, 1) == epochs[1], f"{kind}: the rest of epoch 1"
+    assert epoch(resumed, 2) == epochs[2], f"{kind}: the epoch after"

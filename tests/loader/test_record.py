@@ -139,3 +139,21 @@ def test_facts_apply_at_once_when_not_deferred() -> None:
     record.arrive("handed_out", 0, None, Position(1, 1, 0), 0)
     record.arrive("end")
     assert record.batches == 1 and record.finished and record.prefix == Position(1, 1, 0)
+
+
+def test_a_persistent_workers_next_epoch_starts_from_their_last_snapshots() -> None:
+    previous = Record(2)
+    previous.base_seed = 5
+    end = {"batches": 4, "items": 12, "iterator": {"at": 12}, "rng": "r", "own": False}
+    own = {"batches": 3, "items": 9, "iterator": {"at": 9}, "rng": "s", "own": True}
+    previous.reported(0, {"batches": 4, "items": 12, "snapshot": end})
+    previous.reported(1, {"batches": 3, "items": 9, "snapshot": own})
+    record = Record(2)
+    record.follow(previous)
+    assert record.base_seed == 5
+    assert record.snapshots == [
+        {"batches": 0, "items": 0, "iterator": None, "rng": "r", "own": False},
+        {"batches": 0, "items": 0, "iterator": {"at": 9}, "rng": "s", "own": True},
+    ]
+    assert end["items"] == 12  # the previous epoch's own record is left as it was
+    assert Record(2).snapshots == [None, None]

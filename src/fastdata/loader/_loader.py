@@ -161,7 +161,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         record = self._new_record(plan, readers, base)
         record.start = start
         if new_epoch:
-            record.base_seed = iterator._fd.record.base_seed  # their seed stays
+            record.follow(iterator._fd.record)
             iterator._fd.record = record
         self._fd_next = record
         with opencv_single_threaded_fork(self):

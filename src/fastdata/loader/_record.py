@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Position", "Record"]
+__all__ = ["Position", "Record", "epoch_start"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,14 @@ class Record:
         # facts wait here until the consumer gets their batch (commit()).
         self.deferred = False
         self._arrived: deque[tuple[str, tuple[Any, ...]]] = deque()
+
+    def follow(self, previous: Record) -> None:
+        """This record is the next epoch of ``previous``'s persistent workers: their base seed
+        stays, and each worker starts it where it ended that one (its last snapshot, counted
+        from this epoch's start): a state saved before a worker's first report of this epoch
+        restores it from there, not from a fresh worker's generators."""
+        self.base_seed = previous.base_seed
+        self.snapshots = [None if s is None else epoch_start(s) for s in previous.snapshots]
 
     def arrive(self, fact: str, *args: Any) -> None:
         """A fact from the iterator (``"handed_out"``, ``"reported"`` or ``"end"``), applied
@@ -144,3 +152,13 @@ class Record:
             f"Record(batches={self.batches}, handed={self.handed}, finished={self.finished}, "
             f"prefix={self.prefix})"
         )
+
+
+def epoch_start(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """A worker's snapshot at the end of an epoch, as where it starts the next: nothing
+    made yet, and no iterator (the next epoch makes a new one), unless the dataset is its own
+    iterator, whose state lives on."""
+    started = {**snapshot, "batches": 0, "items": 0}
+    if not started.get("own"):
+        started["iterator"] = None
+    return started

@@ -16,6 +16,7 @@ from fastdata.errors import ResumeError
 from fastdata.loader import _rng
 from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._jsonable import decode
+from fastdata.loader._record import epoch_start
 from fastdata.loader._worker_side import WorkerPlan
 from fastdata.sources.state import MAX_EPOCH
 
@@ -269,12 +270,7 @@ def next_epoch(plan: WorkerPlan) -> WorkerPlan:
     """A worker's plan for the epoch after the one it ended: its final snapshot — the
     dataset's state and the generators; an iterator's ended with its epoch (unless the
     dataset is its own iterator) — and nothing to skip."""
-    if plan.snapshot is None:
-        return WorkerPlan(snapshot=None)
-    snapshot = {**plan.snapshot, "batches": 0, "items": 0}
-    if not snapshot.get("own"):
-        snapshot["iterator"] = None
-    return WorkerPlan(snapshot=snapshot)
+    return WorkerPlan(snapshot=None if plan.snapshot is None else epoch_start(plan.snapshot))
 
 
 MAX_WORKERS = 4096

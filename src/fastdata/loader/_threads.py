@@ -53,7 +53,7 @@ from fastdata._torch_compat import (
 )
 from fastdata.loader._thread_copies import ThreadCopies
 from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerStart, _Hooks
-from fastdata.loader._worker_side import IterableSide, ReportingCollate
+from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide
 from fastdata.workers import BatchOrderedPool, in_batch
 
 __all__ = ["ThreadIterator"]
@@ -92,7 +92,8 @@ class _Worker:
         self.results = results
         self.done = iterator._fd_done
         self.pool = iterator._fd_pool
-        dataset, collate, self.init_fn = _worker_parts(iterator._fd, copies)
+        # (side: the worker's resume-and-report duties; None for a stream, which has its own)
+        dataset, collate, self.init_fn, self.side = _worker_parts(iterator._fd, copies)
         self.info = WorkerInfo(
             id=worker_id,
             num_workers=iterator._num_workers,
@@ -147,6 +148,8 @@ class _Worker:
                 try:
                     if task_epoch != epoch:  # a new epoch: a new iterator over the dataset
                         fetcher = _dataloader._DatasetKind.create_fetcher(*self.fetcher_args)
+                        if epoch >= 0 and self.side is not None:  # a persistent worker's next
+                            self.side.new_epoch()
                         epoch = task_epoch
                     with in_batch(self.pool, (task_epoch, index_id)):
                         data = fetcher.fetch(index)  # type: ignore[union-attr]
@@ -157,19 +160,19 @@ class _Worker:
             self.results.put((index_id, task_epoch, self.id, data))
 
 
-def _worker_parts(setup: Setup, copies: ThreadCopies) -> tuple[Any, Any, Any]:
-    """One thread's dataset, collate function and start: a map-style dataset copied
+def _worker_parts(setup: Setup, copies: ThreadCopies) -> tuple[Any, Any, Any, WorkerSide | None]:
+    """One thread's dataset, collate function, start and worker side: a map-style dataset copied
     shallowly (:func:`_shallow`), any other copied whole (``copies``, of :func:`_copied`);
     the resume-and-report duties its own
     (:class:`~fastdata.loader._worker_side.WorkerSide`), without the global generators,
     which are the process's."""
     side = setup.side
     if side is None:  # a fastdata stream: its copy resumes and reports itself
-        return copies.make(), setup.collate_fn, setup.worker_init_fn
+        return copies.make(), setup.collate_fn, setup.worker_init_fn, None
     own = side.for_thread(_shallow(side.dataset) if side.kind == "map" else copies.make())
     ours = IterableSide(own) if side.kind == "iterable" else own.dataset
     collate = ReportingCollate(setup.collate_fn.collate, own, hide_worker=True)
-    return ours, collate, WorkerStart(own, setup.worker_init_fn)
+    return ours, collate, WorkerStart(own, setup.worker_init_fn), own
 
 
 def _copied(setup: Setup, dataset: Any) -> Any:

@@ -156,7 +156,18 @@ class WorkerIterator(_Hooks, _dataloader._MultiProcessingDataLoaderIter):  # typ
         first, self._fd.first_worker = self._fd.first_worker, 0
         self._fd_cycle = itertools.islice(cycle, first, None) if first else cycle
 
+    def _reset(self, loader: Any, first_iter: bool = False) -> None:
+        self._fd_next_epoch = not first_iter  # persistent workers: see _try_put_index
+        super()._reset(loader, first_iter)
+
     def _try_put_index(self) -> None:
+        side = self._fd.side
+        if self._fd_next_epoch and side is not None and side.epochs is not None:
+            # torch sends a persistent worker's next epoch's first indices only once every
+            # worker finished the tasks before: from here on, their batches are the new
+            # epoch's (WorkerSide.report).
+            side.epochs += 1
+        self._fd_next_epoch = False
         sent = self._send_idx
         super()._try_put_index()
         if self._send_idx != sent and self._fd.indices is not None:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
 from torch.utils.data import IterableDataset, default_collate, default_convert, get_worker_info
 
 from fastdata._torch_compat import hidden_worker_info
@@ -136,6 +137,17 @@ class WorkerSide:
         self.batches = 0  # made by this worker, this epoch
         self.items = 0
         self.has_state = stateful(dataset)
+        # A map-style worker process fetches whatever indices come, with nothing from torch
+        # when a persistent worker's next epoch begins: the loader counts epochs here, in
+        # shared memory, bumped before the epoch's first indices are sent (after every
+        # earlier task is done), and the worker starts counting afresh when it changes.
+        # Thread workers are told by their own loop (new_epoch()).
+        self.epochs = (
+            torch.zeros(1, dtype=torch.int64).share_memory_()
+            if kind == "map" and not in_process
+            else None
+        )
+        self.epoch = 0
 
     # ----------------------------------------------------------------- resume
     def _plan(self) -> WorkerPlan | None:
@@ -146,7 +158,7 @@ class WorkerSide:
     def start_map(self) -> None:
         """A map-style worker's resume: its dataset's state and generators, once."""
         plan = self._plan()
-        self.batches = self.items = 0
+        self.new_epoch()
         if plan is None:
             return
         self.batches, self.items = plan.batches, plan.items
@@ -156,6 +168,11 @@ class WorkerSide:
         if snapshot.get("rng") is not None and self.rng:
             _rng.restore(snapshot["rng"])
         _rng.restore_own(snapshot.get("own_rng"))
+
+    def new_epoch(self) -> None:
+        """Count this worker's batches and items afresh: its (next) epoch begins."""
+        self.batches = self.items = 0
+        self.epoch = 0 if self.epochs is None else int(self.epochs)
 
     def iterate(self) -> Iterator[Any]:
         """The user's dataset as an iterable worker iterates it (see the module docstring).
@@ -198,6 +215,8 @@ class WorkerSide:
     def report(self, items: int, *, end: bool = False, batch: bool = True) -> dict[str, Any]:
         """What this worker has made once it took ``items`` items (``batch``: into a batch
         it hands out; ``end``: its iterator ended), with a snapshot when one is due."""
+        if self.epochs is not None and int(self.epochs) != self.epoch:
+            self.new_epoch()  # the first batch of a persistent worker's next epoch
         self.batches += batch
         self.items += items
         snapshot = None
@@ -246,7 +265,7 @@ class WorkerSide:
         """This side for one thread worker reading ``dataset``: counters and plans of its
         own, and no global generators (they are the process's, not the thread's)."""
         own = copy.copy(self)
-        own.dataset, own.plans, own.rng = dataset, dict(self.plans), False
+        own.dataset, own.plans, own.rng, own.epochs = dataset, dict(self.plans), False, None
         own.has_state = stateful(dataset)
         own.iterator = None
         return own
