@@ -11,15 +11,16 @@ Checked against torch 2.5 - 2.14 (the supported range; CI runs the newest).
 
 from __future__ import annotations
 
-import contextlib
 import re
+import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import torch
+import torch.utils.data._utils.collate as _collate_module
 import torch.utils.data._utils.worker as _worker_module
 import torch.utils.data.dataloader as _dataloader
 
@@ -30,7 +31,6 @@ __all__ = [
     "TORCH_DATALOADER",
     "WORKER_RERAISE",
     "WorkerPool",
-    "hidden_worker_info",
     "in_worker_process",
     "install_thread_worker_info",
     "pin_memory",
@@ -117,9 +117,23 @@ _thread = threading.local()
 
 
 def thread_worker_info() -> Any:
-    """The calling thread's WorkerInfo when it is a thread worker (and not inside a step that
-    must not see it), else None."""
-    return None if getattr(_thread, "hidden", False) else getattr(_thread, "info", None)
+    """The calling thread's WorkerInfo when it is a thread worker, else None."""
+    return getattr(_thread, "info", None)
+
+
+_TENSOR_COLLATE = _collate_module.collate_tensor_fn.__code__
+"""torch's ``default_collate`` for tensors, which asks ``get_worker_info()`` whether to build
+the batch in a fresh shared-memory segment (for a worker *process* to hand over)."""
+
+
+def _answer_thread() -> Any:
+    """What ``get_worker_info()`` answers its caller in a thread worker: the thread's info,
+    except to torch's tensor collate, which would otherwise put every batch in a fresh
+    shared-memory segment, whoever calls ``default_collate`` there (the loader, a user's
+    ``collate_fn``, a dataset); a thread hands its batch over in the same process."""
+    if sys._getframe(2).f_code is _TENSOR_COLLATE:  # 1: get_worker_info, 2: its caller
+        return None
+    return getattr(_thread, "info", None)
 
 
 def _get_worker_info() -> Any:  # the body torch's get_worker_info runs once installed
@@ -138,7 +152,7 @@ def install_thread_worker_info() -> None:
     module = _worker_module
     function = module.get_worker_info
     if function.__code__ is not _get_worker_info.__code__:
-        module._fastdata_thread_worker_info = thread_worker_info  # type: ignore[attr-defined]
+        module._fastdata_thread_worker_info = _answer_thread  # type: ignore[attr-defined]
         function.__code__ = _get_worker_info.__code__
 
 
@@ -169,19 +183,6 @@ def _as_worker(info: Any, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
     finally:
         set_thread_worker_info(previous)
-
-
-@contextlib.contextmanager
-def hidden_worker_info() -> Iterator[None]:
-    """Inside the block, a thread worker's ``get_worker_info()`` is None: torch's
-    ``default_collate`` would build each batch in a fresh shared-memory segment for a worker
-    *process*; a thread hands its batch over in the same process."""
-    before = getattr(_thread, "hidden", False)
-    _thread.hidden = True
-    try:
-        yield
-    finally:
-        _thread.hidden = before
 
 
 def in_worker_process() -> bool:

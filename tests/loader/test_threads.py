@@ -175,6 +175,35 @@ def test_a_collate_fn_sees_its_worker_and_draws_as_in_a_worker_process() -> None
     assert not any(batch.is_shared() for epoch in run("thread") for batch in epoch)
 
 
+class CollatesItself(tud.IterableDataset):
+    """A dataset that batches with torch's default_collate itself, and says who it is."""
+
+    def __iter__(self) -> Any:
+        info = tud.get_worker_info()
+        for start in range(0, 8, 4):
+            yield info is not None, tud.default_collate([torch.arange(start, start + 4)] * 2)
+
+
+def wrapped_collate(batch: list) -> Any:
+    return tud.default_collate(batch)
+
+
+@pytest.mark.parametrize("method", ["thread", "multiprocessing"])
+def test_default_collate_called_by_user_code_builds_in_shared_memory_only_in_processes(
+    method: str,
+) -> None:
+    """torch's tensor collate asks get_worker_info() whether to build in shared memory; a
+    thread worker answers it None (its batch stays in the process) whoever calls it: the
+    dataset or a collate_fn wrapping it, while they themselves still see their worker."""
+    shared = method == "multiprocessing"
+    loader = fd.DataLoader(CollatesItself(), batch_size=None, num_workers=1, worker_method=method)
+    assert [(seen, batch.is_shared()) for seen, batch in loader] == [(True, shared)] * 2
+    loader = fd.DataLoader(
+        Tensors(), batch_size=2, num_workers=2, worker_method=method, collate_fn=wrapped_collate
+    )
+    assert {batch.is_shared() for batch in loader} == {shared}
+
+
 def test_a_worker_init_error_is_raised() -> None:
     def init(worker_id: int) -> None:
         raise KeyError(f"no config for worker {worker_id}")

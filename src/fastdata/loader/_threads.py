@@ -171,7 +171,7 @@ def _worker_parts(setup: Setup, copies: ThreadCopies) -> tuple[Any, Any, Any, Wo
         return copies.make(), setup.collate_fn, setup.worker_init_fn, None
     own = side.for_thread(_shallow(side.dataset) if side.kind == "map" else copies.make())
     ours = IterableSide(own) if side.kind == "iterable" else own.dataset
-    collate = ReportingCollate(setup.collate_fn.collate, own, hide_worker=True)
+    collate = ReportingCollate(setup.collate_fn.collate, own)
     return ours, collate, WorkerStart(own, setup.worker_init_fn), own
 
 

@@ -33,9 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from torch.utils.data import IterableDataset, default_collate, default_convert, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
-from fastdata._torch_compat import hidden_worker_info
 from fastdata.loader import _rng
 from fastdata.loader._jsonable import decode, encode
 
@@ -306,35 +305,23 @@ class ReportingCollate:
     docstring); a batch left without items, or short under ``drop_last``, carries the
     report alone."""
 
-    def __init__(
-        self, collate: Callable[[Any], Any], side: WorkerSide, *, hide_worker: bool = False
-    ) -> None:
+    def __init__(self, collate: Callable[[Any], Any], side: WorkerSide) -> None:
         self.collate = collate
         self.side = side
-        # In a thread worker, torch's own collate functions must not see the worker (they
-        # would build the batch in shared memory); a user's collate_fn does see it, as in a
-        # worker process (get_worker_info(), fastdata.worker_generator()).
-        self.hide_worker = hide_worker and collate in (default_collate, default_convert)
 
     def __call__(self, data: Any) -> Carried:
         side = self.side
         if side.kind == "map":
-            return Carried(self._collate(data), side.report(_count(data, side)))
+            return Carried(self.collate(data), side.report(_count(data, side)))
         if side.batch_size is None:
             if data is END:
                 return Carried(NOTHING, side.report(0, end=True, batch=False))
-            return Carried(self._collate(data), side.report(1))
+            return Carried(self.collate(data), side.report(1))
         real = [item for item in data if item is not END]
         end = len(real) < len(data)
         if not real or (end and side.drop_last and len(real) < side.batch_size):
             return Carried(NOTHING, side.report(len(real), end=end, batch=False))
-        return Carried(self._collate(real), side.report(len(real), end=end))
-
-    def _collate(self, items: Any) -> Any:
-        if not self.hide_worker:
-            return self.collate(items)
-        with hidden_worker_info():  # default_collate would build it in shared memory
-            return self.collate(items)
+        return Carried(self.collate(real), side.report(len(real), end=end))
 
 
 def _count(data: Any, side: WorkerSide) -> int:
