@@ -586,6 +586,22 @@ def _state_after(loader: DataLoader, batches: int) -> dict[str, object]:
     return loader.state_dict()
 
 
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_unlabelled_image_items_carry_their_origin(tmp_path: Path, batch_size: int | None) -> None:
+    """With no label and no other column, an item is its image and origin (rows failed
+    with a zip() length error)."""
+    files = make_images(tmp_path / "folder", 5, classes=1, min_short=40, max_short=60)
+    stream = ImageStream.from_files(
+        files, size=8, crop="center", origin=True, batch_size=batch_size
+    )
+    items = list(stream)
+    origins = (
+        [o for b in items for o in b["origin"]] if batch_size else [i["origin"] for i in items]
+    )
+    assert sorted(o["path"] for o in origins) == sorted(map(str, files))
+    assert all(set(item) == {"image", "origin"} for item in items)
+
+
 def test_image_items_carry_their_origin(tmp_path: Path, shards: list[Path]) -> None:
     files = make_images(tmp_path / "folder", 5, classes=2, min_short=40, max_short=60)
     (tmp_path / "folder" / "class_00" / "bad.jpg").write_text("not an image")

@@ -241,6 +241,16 @@ def test_rows_are_dicts_of_numpy_scalars_tensors_and_objects() -> None:
     assert [v.tolist() for v in row_values(pa.field("f", fixed.type), fixed)] == [[1, 2], [3, 4]]
 
 
+def test_rows_of_a_table_without_columns_are_empty_dicts_one_per_row() -> None:
+    """What an unlabelled image source's other columns are: nothing, but its rows still
+    count (origin=True adds each row's origin to them)."""
+    table = pa.table({"x": [1, 2, 3]}).drop_columns(["x"])
+    assert list(iter_rows(table)) == [{}, {}, {}]
+    indexed = pa.table({INDEX: pa.array([7, 8], pa.int64())})
+    rows = list(ArrowDecoder(origin=True).rows(indexed, context(None, lambda i: {"row": i})))
+    assert rows == [{"origin": {"row": 7}}, {"origin": {"row": 8}}]
+
+
 def test_batches_of_every_size_cover_every_row_once() -> None:
     tables = [pa.table({"x": np.arange(a, b)}) for a, b in itertools.pairwise([0, 5, 5, 23, 24])]
     for size in range(1, 26):

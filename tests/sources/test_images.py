@@ -278,6 +278,21 @@ def test_files_with_labels_and_reduced_decode(tmp_path: Path) -> None:
     assert all(img.shape == (3, 224, 224) for img, _ in items)
     with pytest.raises(ValueError, match="2 labels for 3 files"):
         ImageStream.from_files(paths, [1, 2])
+    with pytest.raises(ValueError, match="4 labels for 3 files"):
+        ImageStream.from_files(paths, [1, 2, 3, 4])
+
+
+def test_file_labels_are_integers_and_a_bad_one_is_named_with_its_file(tmp_path: Path) -> None:
+    paths = make_images(tmp_path, 4, seed=4)
+    numeric = [np.int64(1), 2.0, "3", np.float32(4.0)]  # numpy, pandas with gaps, CSV
+    stream = ImageStream.from_files(paths, numeric, size=8, crop="center")
+    assert [label for _, label in stream] == [1, 2, 3, 4]
+    for bad in ("cat", 2.5, None):
+        with pytest.raises(SourceError, match=f"label {bad!r} is not an integer") as caught:
+            ImageStream.from_files(paths, [0, 1, bad, 3], size=8, crop="center")
+        assert caught.value.path == str(paths[2])
+    with pytest.raises(SourceError, match="from_files takes a list of files; the list is empty"):
+        ImageStream.from_files([])
 
 
 def test_without_reduced_decode_large_photos_get_torchvisions_pixels(tmp_path: Path) -> None:

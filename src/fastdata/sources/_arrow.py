@@ -194,6 +194,8 @@ def iter_rows(table: pa.Table, locate: Locate | None = None) -> Iterator[dict[st
         converted(field.name, functools.partial(row_values, field), array, locate)
         for field, array in zip(table.schema, arrays_of(table), strict=True)
     ]
+    if not columns:  # no column but the rows' origin to come: an empty dict per row
+        yield from ({} for _ in range(table.num_rows))
     for values in zip(*columns, strict=True):
         yield dict(zip(names, values, strict=True))
 

@@ -9,6 +9,8 @@ An ImageStream is a :class:`~fastdata.PlannedStream` whose reader lists the samp
 
 from __future__ import annotations
 
+import numbers
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -173,11 +175,16 @@ class ImageStream(PlannedStream):
         optional integer labels, one per file; a file listed twice is two samples.
         ``files_per_unit`` files form one unit of the plan (the granularity of sharding and
         of the shuffle of unit order)."""
+        if not paths:
+            raise SourceError("from_files takes a list of files; the list is empty")
+        names = [os.fspath(path) for path in paths]
         paths, filesystem = with_cache(list(paths), filesystem, cache_dir, cache_limit)
         listing = resolve_files([os.fspath(p) for p in paths], filesystem=filesystem, repeats=True)
         if len(listing.paths) != len(paths):
             raise ValueError("from_files takes files, not directories or globs")
-        label_list = None if labels is None else [int(x) for x in labels]
+        label_list = None
+        if labels is not None:  # any left over are counted by ImageFiles
+            label_list = [*map(_label, labels, names), *labels[len(paths) :]]
         reader = ImageFiles(listing, label_list, files_per_unit, on_error=_on_error(options))
         label = None if labels is None else "label"
         return cls(reader, image_column="image", label_column=label, **options)
@@ -363,3 +370,18 @@ def _on_error(options: ImageOptions) -> OnError:
 
 def _is_bytes(kind: pa.DataType) -> bool:
     return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
+
+def _label(value: Any, path: str) -> int:
+    """A file's label as an int: an integer (Python's, numpy's), a float with no fraction (a
+    pandas column with gaps) or a string of digits (a CSV column); anything else is named
+    with its file, not truncated (``int(3.7)``) or left to fail without a location."""
+    try:
+        if isinstance(value, numbers.Integral):
+            return operator.index(value)
+        number = float(value)
+        if number.is_integer():
+            return int(number)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    raise SourceError(f"label {value!r} is not an integer", path=path)
