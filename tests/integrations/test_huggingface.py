@@ -162,3 +162,15 @@ def test_hub_image_parquet_streams_as_images(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "train-00000-of-00001.parquet")
     stream = fd.ImageStream.from_parquet(tmp_path, size=16, batch_size=4)
     assert sum(len(batch[1]) for batch in fd.DataLoader(stream, batch_size=None)) == 8
+
+
+def test_a_hub_image_that_holds_only_its_path_is_named_with_what_to_do(tmp_path: Path) -> None:
+    """datasets.Image stores {bytes: null, path: ...} for an image it did not embed."""
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    rows = [{"bytes": _jpeg(1), "path": None}, {"bytes": None, "path": "/data/cat.jpg"}]
+    table = pa.table({"image": pa.array(rows, image), "label": pa.array([0, 1], pa.int64())})
+    pq.write_table(table, tmp_path / "train-00000-of-00001.parquet")
+    stream = fd.ImageStream.from_parquet(tmp_path, size=16)
+    with pytest.raises(fd.SourceError, match=r"its path is '/data/cat\.jpg'.*from_files") as caught:
+        list(stream)
+    assert (caught.value.row_group, caught.value.row) == (0, 1)

@@ -47,6 +47,11 @@ _NO_BYTES = (
     "no image: the value is null (a file its reader could not read under on_error='skip', "
     "see the log; or a null in the data)"
 )
+_ONLY_PATH = (
+    "no image: the struct's bytes are null and its path is {!r} (a Hugging Face image column "
+    "that refers to a file instead of holding it): write the dataset with its images embedded "
+    "(datasets' push_to_hub embeds them), or read the files with from_files"
+)
 
 
 class ImageDecoder:
@@ -179,6 +184,8 @@ class ImageDecoder:
     def _bytes(self, row: dict[str, Any]) -> bytes | memoryview:
         value = row[self.image_column]
         if isinstance(value, dict):  # struct<bytes, path> (Hugging Face datasets.Image)
+            if value["bytes"] is None and value.get("path"):
+                raise SourceError(_ONLY_PATH.format(value["path"]))
             value = value["bytes"]
         if value is None:
             raise SourceError(_NO_BYTES)
