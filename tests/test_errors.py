@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pickle
 import re
+import sys
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from torch._utils import ExceptionWrapper
 
-from fastdata.errors import DecodeError, SchemaError, SourceError
+from fastdata.errors import DecodeError, SchemaError, SourceError, warn_user
 
 KEYS = ("file", "row_group", "member", "row", "column")
 # Free text that does not itself look like a location field or a raised fastdata error.
@@ -72,3 +73,16 @@ def test_multi_line_reason_from_pyarrow_keeps_the_location() -> None:
     )
     back = as_torch_reraises(SourceError(reason, path="/d/p.parquet", row_group=2))
     assert (back.path, back.row_group, back.reason) == ("/d/p.parquet", 2, reason)
+
+
+def test_a_warning_names_the_first_line_outside_fastdata() -> None:
+    """warn_user skips fastdata's (and torch's data loading, thread machinery's) frames."""
+    inside: dict[str, object] = {"__name__": "fastdata.sources.somewhere", "warn": warn_user}
+    exec("def deep():\n    warn('careful')\n", inside)  # a function of a fastdata module
+    line = sys._getframe().f_lineno + 2
+    with pytest.warns(UserWarning, match="careful") as warned:
+        inside["deep"]()  # type: ignore[operator]
+    assert (warned[0].filename, warned[0].lineno) == (__file__, line)
+    with pytest.warns(UserWarning, match="here") as warned:
+        warn_user("here")  # called from user code: that line
+    assert warned[0].filename == __file__

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from typing import Any
 
 __all__ = [
@@ -162,3 +163,22 @@ def add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)`` where Python has notes (3.11+); nothing on 3.10."""
     if sys.version_info >= (3, 11):
         exc.add_note(note)
+
+
+# Modules whose frames a warning skips to reach the user's line (see warn_user).
+_INTERNAL = ("fastdata", "torch.utils.data", "threading", "concurrent.futures", "queue")
+
+
+def warn_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the first line outside fastdata, torch's data loading and thread machinery:
+    the user's line that iterates, builds or loads (a fixed ``stacklevel`` points into
+    fastdata's own code as soon as that code moves). On a thread with no user code above
+    it (a decode thread, a thread worker) the warning names the thread's start."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and _internal(frame.f_globals.get("__name__", "")):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level + 1)
+
+
+def _internal(module: str) -> bool:
+    return any(module == name or module.startswith(f"{name}.") for name in _INTERNAL)

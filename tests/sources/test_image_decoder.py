@@ -73,8 +73,9 @@ def test_a_skipped_images_place_is_taken_by_the_next_rows(size: int | None) -> N
 
 def test_one_item_per_row_leaves_skipped_rows_out() -> None:
     made = decoder(on_error="skip")
-    with pytest.warns(UserWarning, match="skipped a bad image"):
+    with pytest.warns(UserWarning, match="skipped a bad image") as warned:
         items = list(made.items(iter([table()]), context(None), 0))
+    assert warned[0].filename == __file__  # the line iterating, not the decoder's
     assert [label for (_, label), _ in items] == [0, 1, 3, 4, 5]
     assert [position for _, position in items] == [(1, 0), (2, 0), (4, 0), (5, 0), (6, 0)]
 

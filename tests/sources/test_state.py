@@ -158,8 +158,9 @@ def ranks_states(batches: list[int]) -> list[dict[str, Any]]:
 
 def test_merged_states_hold_each_ranks_own_counts() -> None:
     states = ranks_states([2, 4])
-    with pytest.warns(UserWarning, match="not in lockstep"):
+    with pytest.warns(UserWarning, match="not in lockstep") as warned:
         merged = merge(copy.deepcopy(states))
+    assert warned[0].filename == __file__
     assert merged["batches"] == [2, 4]
     assert merged["consumed"] == states[0]["consumed"][:2] + states[1]["consumed"][2:]
     assert merged["rotations"] == [states[0]["rotations"][0], states[1]["rotations"][1]]

@@ -5,14 +5,13 @@ loader is (:class:`Layout`), its sampler's section, its workers' entries and the
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastdata._state_checks import check_matches, require_int, require_mapping, short
 from fastdata._validate import is_int
-from fastdata.errors import ResumeError
+from fastdata.errors import ResumeError, warn_user
 from fastdata.loader import _rng
 from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._jsonable import decode
@@ -216,11 +215,10 @@ def worker_plans(
             "its data by worker, so resume with the saved num_workers"
         )
     if any(p.snapshot is not None for p in plans.values()):
-        warnings.warn(
+        warn_user(
             f"resuming a state saved with num_workers={state['num_workers']} with "
             f"num_workers={layout.num_workers}: every index resumes exactly, but the workers' "
-            "own state (random generators, the dataset's state_dict) starts afresh",
-            stacklevel=4,
+            "own state (random generators, the dataset's state_dict) starts afresh"
         )
     return {}, [], 0
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import copy
 import io
 import pickle
-import warnings
 from typing import Any
 
 import torch
+
+from fastdata.errors import warn_user
 
 __all__ = ["ThreadCopies"]
 
@@ -57,11 +58,10 @@ class ThreadCopies:
         try:
             _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(self.dataset)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            warnings.warn(
+            warn_user(
                 f"{type(self.dataset).__name__} cannot be pickled ({exc}): each thread worker "
                 "gets a shallow copy, which shares the dataset's mutable attributes between "
-                "threads",
-                stacklevel=5,
+                "threads"
             )
             return b""
         return buffer.getvalue()

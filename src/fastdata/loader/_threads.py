@@ -37,7 +37,6 @@ import itertools
 import queue
 import threading
 import time
-import warnings
 import weakref
 from typing import Any
 
@@ -51,6 +50,7 @@ from fastdata._torch_compat import (
     release_frames,
     set_thread_worker_info,
 )
+from fastdata.errors import warn_user
 from fastdata.loader._thread_copies import ThreadCopies
 from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerStart, _Hooks
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide
@@ -188,10 +188,9 @@ def _shallow(dataset: Any) -> Any:
     try:
         return copy.copy(dataset)
     except Exception as exc:  # any failure of a user's __copy__ or __reduce__
-        warnings.warn(
+        warn_user(
             f"{type(dataset).__name__} cannot be copied ({exc}): the thread workers share it, "
-            "so what worker_init_fn sets on it is seen by every thread",
-            stacklevel=5,
+            "so what worker_init_fn sets on it is seen by every thread"
         )
         return dataset
 

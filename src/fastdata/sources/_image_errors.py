@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -20,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from fastdata._env import worker_slot
-from fastdata.errors import DecodeError, SourceError, add_note
+from fastdata.errors import DecodeError, SourceError, add_note, warn_user
 from fastdata.sources.base import Context
 
 __all__ = ["FAILURES", "BadImages", "OnError", "naming"]
@@ -74,10 +73,9 @@ class BadImages:
             self.counts[worker_slot()[0] % _MAX_WORKERS] += 1
             first, self._warned = not self._warned, True
         if first:
-            warnings.warn(
+            warn_user(
                 f"skipped a bad image (on_error='skip'): {error}; further skips in this "
-                "process are logged at INFO and counted in ImageStream.skipped",
-                stacklevel=3,
+                "process are logged at INFO and counted in ImageStream.skipped"
             )
         log.info("skipped a bad image (on_error='skip'): %s", error)
 

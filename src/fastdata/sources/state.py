@@ -29,14 +29,13 @@ data does (see each reader for what its ``content`` hash covers).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastdata._state_checks import fail, require_mapping, short
 from fastdata._validate import is_int
-from fastdata.errors import ResumeError
+from fastdata.errors import ResumeError, warn_user
 from fastdata.sources.base import Reader
 from fastdata.sources.elastic import Handover
 from fastdata.sources.plan import Policy, round_robin_consumed
@@ -292,10 +291,9 @@ def merge(states: list[Any]) -> dict[str, Any]:
     n = readers if is_int(readers) else 0
     own = [b for r, s in enumerate(states) for b in _own(s, "batches", r, 1)]
     if any(s.get("batches") != own for s in states):
-        warnings.warn(
+        warn_user(
             f"the ranks were not in lockstep (batches taken per rank: {own}); each rank's own "
-            "counts are used, so the resume is exact",
-            stacklevel=3,
+            "counts are used, so the resume is exact"
         )
     merged["batches"] = own
     merged["consumed"] = [c for r, s in enumerate(states) for c in _own(s, "consumed", r, n)]

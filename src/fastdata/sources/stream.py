@@ -11,7 +11,6 @@ items of ``batch_size`` rows (or single rows) across window boundaries. ``Parque
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,7 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from fastdata._env import resolve_rank, worker_slot
 from fastdata._stats import StageTimes
 from fastdata._validate import check_int, keywords_checked
-from fastdata.errors import ResumeError
+from fastdata.errors import ResumeError, warn_user
 from fastdata.sources._cache import start_fetching
 from fastdata.sources._cursors import Cursors
 from fastdata.sources._reading import decoded, read_segments
@@ -132,11 +131,10 @@ class PlannedStream(IterableDataset):
         """
         epoch = check_int("epoch", epoch, minimum=0, maximum=MAX_EPOCH)
         if self._continues_from is not None and epoch <= self._continues_from:
-            warnings.warn(
+            warn_user(
                 f"set_epoch({epoch}) after loading a state saved at the end of epoch "
                 f"{self._continues_from}: that epoch is read again in full; the state "
-                f"continues with epoch {self._continues_from + 1} (stream.epoch)",
-                stacklevel=2,
+                f"continues with epoch {self._continues_from + 1} (stream.epoch)"
             )
         self._continues_from = None
         if epoch != self.epoch:
