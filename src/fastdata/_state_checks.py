@@ -80,4 +80,7 @@ _ADVICE = {
     "the state was saved; resume on the same data, or start the epoch afresh",
     "rows": "the data holds another number of rows (after any filter) than when the state "
     "was saved; resume on the same data, or start the epoch afresh",
+    # a DistributedSampler's rank: each rank's position is its own
+    "rank": "each rank resumes from its own state; save every rank's (fastdata.gather_state("
+    "loader), a list) and load that list on every rank, or keep one state per rank",
 }

@@ -186,12 +186,12 @@ def test_what_cannot_be_stored_is_refused_naming_where_it_is(
     with pytest.raises(ResumeError) as caught:
         encode(state)
     message = str(caught.value)
-    assert f"{where} is a {kind}" in message
+    assert f"{where} is {'an' if kind == 'object' else 'a'} {kind}" in message
     assert "state_dict()" in message  # says what to return instead
 
 
 def test_the_name_given_starts_the_path_in_errors() -> None:
-    with pytest.raises(ResumeError, match=r"workers\[0\] snapshot\['x'\] is a object"):
+    with pytest.raises(ResumeError, match=r"workers\[0\] snapshot\['x'\] is an object"):
         encode({"x": object()}, "workers[0] snapshot")
 
 

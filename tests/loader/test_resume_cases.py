@@ -282,8 +282,9 @@ class Holding(tud.IterableDataset):
 def test_a_state_json_cannot_hold_is_refused_at_state_dict() -> None:
     loader = fd.DataLoader(Holding(object()), batch_size=None)
     next(iter(loader))
-    with pytest.raises(fd.ResumeError, match=r"state\['held'\] is a object"):
+    with pytest.raises(fd.ResumeError, match=r"state\['held'\] is an object") as caught:
         loader.state_dict()
+    assert "of the dataset:" in str(caught.value)  # no worker with num_workers=0
 
 
 def test_tensors_in_a_dataset_state_come_back_as_tensors() -> None:

@@ -134,6 +134,20 @@ def test_another_number_of_workers_resumes_indices_only() -> None:
         assert worker_plans(state, Layout("map", 3, False)) == ({}, [], 0)
 
 
+@pytest.mark.parametrize(("saved", "now"), [(0, 1), (1, 0), (0, 2)])
+def test_draws_moving_between_the_training_process_and_workers_are_warned_of(
+    saved: int, now: int
+) -> None:
+    """num_workers=0 draws in the training process, a worker in its own seeded process:
+    the indices resume, the draws cannot (the state saved without workers holds no worker
+    snapshot, so nothing else would say so)."""
+    plain = {"batches": 1, "items": 2, "ended": False, "snapshot": None}
+    state = {**workers_state(plain, next_worker=0), "num_workers": saved}
+    with pytest.warns(UserWarning, match=f"saved with num_workers={saved} with num_workers={now}"):
+        plans, _, _ = worker_plans(state, Layout("map", now, False))
+    assert set(plans) == ({0} if max(saved, 1) == max(now, 1) else set())
+
+
 def test_the_next_epoch_starts_from_a_workers_final_snapshot_with_nothing_to_skip() -> None:
     after = next_epoch(WorkerPlan(snapshot=snapshot(3), batches=3, items=6, ended=True))
     assert after.snapshot is not None and (after.batches, after.items) == (0, 0)

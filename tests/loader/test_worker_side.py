@@ -338,7 +338,7 @@ def test_a_state_json_cannot_hold_is_kept_as_an_error_for_the_main_process() -> 
 
     made = fetch(side(Unstorable(4), every=1))
     error = made[0].report["snapshot"]["error"]
-    assert error.startswith("ResumeError:") and "state['handle'] is a object" in error
+    assert error.startswith("ResumeError:") and "state['handle'] is an object" in error
 
 
 def test_end_and_nothing_stay_themselves_through_pickling() -> None:

@@ -52,10 +52,15 @@ def encode(value: Any, where: str = "state") -> Any:
         raw = np.ascontiguousarray(value).tobytes()
         return {TAG: "ndarray", **_array(raw, value.dtype.str, value.shape)}
     raise ResumeError(
-        f"cannot save the state: {where} is a {type(value).__name__}, which a plain-JSON state "
+        f"cannot save the state: {where} is {_a(type(value).__name__)}, which a plain-JSON state "
         "cannot hold; return numbers, strings, lists, dicts, tuples, bytes, tensors or numpy "
         "arrays from state_dict()"
     )
+
+
+def _a(name: str) -> str:
+    """``name`` with its indefinite article: "a list", "an object"."""
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _array(raw: bytes, dtype: str, shape: Any) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from fastdata.loader._arguments import (
     torch_arguments,
 )
 from fastdata.loader._extras import Progress, consumer_stage
+from fastdata.loader._gather import own_rank_state
 from fastdata.loader._indices import (
     Indices,
     generators_of,
@@ -358,8 +359,8 @@ class DataLoader(TorchDataLoader[_T_co]):
         if not states:
             raise ResumeError("cannot resume: an empty list of states")
         layout = self._layout()
-        if layout.kind != "stream" and len(states) != 1:
-            raise ResumeError("cannot resume: this loader takes one state, not a list")
+        if layout.kind != "stream":
+            states = [own_rank_state(states)]
         plans = [_resume.plan(one, layout) for one in states]
         stop_persistent_workers(self)  # persistent workers hold the old position
         ours = plans[0]

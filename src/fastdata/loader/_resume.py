@@ -145,10 +145,10 @@ def _workers(record: Record, in_process: dict[str, Any] | None) -> list[dict[str
     for worker, report in enumerate(record.workers):
         snapshot = in_process if in_process is not None else record.snapshots[worker]
         if snapshot is not None and "error" in snapshot:
-            raise ResumeError(
-                f"cannot save the state of DataLoader worker {worker}'s dataset: "
-                f"{snapshot['error']}"
+            whose = (
+                "the dataset" if in_process is not None else f"DataLoader worker {worker}'s dataset"
             )
+            raise ResumeError(f"cannot save the state of {whose}: {snapshot['error']}")
         if report is None and snapshot is None:
             found.append(None)
             continue

@@ -206,7 +206,15 @@ def worker_plans(
             f"{counted}; the state is corrupt"
         )
     first = require_int(state, "next_worker", maximum=len(saved) - 1)
+    moved = (state["num_workers"] == 0) != (layout.num_workers == 0)
     if len(saved) == max(layout.num_workers, 1):
+        if moved:  # 0 <-> 1 worker: the same position, the draws in another process
+            warn_user(
+                f"resuming a state saved with num_workers={state['num_workers']} with "
+                f"num_workers={layout.num_workers}: every index and the dataset's state resume "
+                "exactly, but the dataset's random draws move between the training process "
+                "and a worker (seeded afresh), so they differ from an uninterrupted run"
+            )
         return plans, reports, first
     if layout.kind == "iterable":
         raise ResumeError(
@@ -214,7 +222,7 @@ def worker_plans(
             f"this loader has num_workers={layout.num_workers}; an iterable dataset splits "
             "its data by worker, so resume with the saved num_workers"
         )
-    if any(p.snapshot is not None for p in plans.values()):
+    if moved or any(p.snapshot is not None for p in plans.values()):
         warn_user(
             f"resuming a state saved with num_workers={state['num_workers']} with "
             f"num_workers={layout.num_workers}: every index resumes exactly, but the workers' "
