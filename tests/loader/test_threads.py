@@ -358,6 +358,17 @@ def test_the_worker_count_warning_is_for_processes_only() -> None:
         fd.DataLoader(list(range(8)), num_workers=2, worker_method="threads")
 
 
+def test_a_multiprocessing_context_with_thread_workers_is_refused() -> None:
+    """It starts processes; threads would silently ignore it (torch refuses it without
+    workers for the same reason)."""
+    with pytest.raises(ValueError, match="multiprocessing_context starts worker processes"):
+        fd.DataLoader(
+            list(range(8)), num_workers=2, worker_method="thread", multiprocessing_context="spawn"
+        )
+    loader = fd.DataLoader(list(range(8)), num_workers=2, multiprocessing_context="spawn")
+    assert loader.multiprocessing_context is not None  # processes take it, as torch's do
+
+
 def test_stats_count_each_threads_work_in_its_own_row(tmp_path: Path) -> None:
     fd.synthetic.make_parquet(tmp_path, 400, files=4, row_group_size=25)
 

@@ -120,6 +120,11 @@ class DataLoader(TorchDataLoader[_T_co]):
         )
         given = torch_arguments(args, kwargs)
         check_stream_batching(given)
+        if self.worker_method == "thread" and given.get("multiprocessing_context") is not None:
+            raise ValueError(
+                "multiprocessing_context starts worker processes; with worker_method='thread' "
+                "the workers are threads of this process: leave it out"
+            )
         super().__init__(*args, **kwargs)
         if isinstance(self.dataset, PlannedStream) and given.get("collate_fn") is None:
             if self.dataset.batch_size is not None:
