@@ -51,3 +51,12 @@ def test_text_members_become_strings_and_others_bytes() -> None:
     with pytest.raises(SourceError, match="UTF-8") as caught:
         member_column("txt", [b"ok", b"\xff"], ["a.txt", "b.txt"], "s.tar")
     assert caught.value.member == "b.txt"
+
+
+def test_json_metadata_without_a_label_points_at_reading_unlabelled() -> None:
+    laion = b'{"caption": "a cat", "url": "http://x", "width": 640}'
+    with pytest.raises(SourceError, match=r"label_suffixes=\(\)"):
+        parse_label(laion, "s.json", "shard.tar")
+    with pytest.raises(SourceError) as caught:  # a label of the wrong kind: no such advice
+        parse_label(b'{"label": "cat"}', "s.json", "shard.tar")
+    assert "label_suffixes" not in caught.value.reason

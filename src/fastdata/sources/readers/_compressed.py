@@ -5,11 +5,15 @@ shard it reads in order."""
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
 import lzma
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 __all__ = ["Streams", "open_shard", "shard_compression"]
@@ -21,6 +25,13 @@ _COMPRESSIONS = {
     b"\x28\xb5\x2f\xfd": "zstd",
     b"\xfd7zXZ\x00": "xz",
 }
+# Python's decompressors, as files: xz's always, the others' for a truncated shard (_take).
+_PYTHONS: dict[str, Callable[[Any], Any]] = {
+    "xz": lzma.LZMAFile,
+    "gzip": lambda raw: gzip.GzipFile(fileobj=raw),
+    "bz2": bz2.BZ2File,
+}
+_TRUNCATED = "Truncated compressed stream"  # pyarrow's words
 _SKIP_CHUNK = 1 << 20  # bytes decompressed at a time to seek forward
 _OPEN_STREAMS = 4  # decompressors a reader keeps open, positioned after what it read last
 
@@ -43,16 +54,34 @@ class _Decompressed(io.RawIOBase):
         self._raw: Any = None
         self._stream: Any = None
         self._pos = 0
+        self._salvaging = False  # reading with Python's decompressor (see _take)
         self._start()
 
     def _start(self) -> None:
         self._release()
-        if self._compression == "xz":
-            self._raw = self._fs.open_input_stream(self._path)
-            self._stream = lzma.LZMAFile(self._raw)  # noqa: SIM115 - closed by _release
+        if self._compression in _PYTHONS and (self._compression == "xz" or self._salvaging):
+            self._raw = self._fs.open_input_stream(self._path, compression=None)
+            self._stream = _PYTHONS[self._compression](self._raw)
         else:
             self._stream = self._fs.open_input_stream(self._path, compression=self._compression)
         self._pos = 0
+
+    def _take(self, size: int) -> bytes:
+        """Up to ``size`` bytes decompressed from the position. pyarrow's codecs drop the
+        bytes they hold when the compressed stream ends early: then the shard is read again
+        from its start with Python's decompressor (gzip, bzip2), which hands over every byte
+        before the cut, so a truncated shard keeps every sample it holds whole (``read1``:
+        ``read`` of Python's files reads on until ``size`` bytes, dropping them at a cut)."""
+        try:
+            data: bytes = self._stream.read1(size)  # (read1: what one read decompresses)
+        except (OSError, pa.ArrowException) as exc:
+            if self._salvaging or self._compression not in _PYTHONS or _TRUNCATED not in str(exc):
+                raise
+            position, self._salvaging = self._pos, True
+            self._start()
+            self.seek(position)
+            data = self._stream.read1(size)
+        return data
 
     def _release(self) -> None:
         for stream in (self._stream, self._raw):
@@ -70,7 +99,7 @@ class _Decompressed(io.RawIOBase):
         return self._pos
 
     def readinto(self, buffer: Any) -> int:
-        data = self._stream.read(len(buffer))
+        data = self._take(len(buffer))
         buffer[: len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -82,7 +111,7 @@ class _Decompressed(io.RawIOBase):
         if target < self._pos:
             self._start()
         while self._pos < target:
-            data = self._stream.read(min(target - self._pos, _SKIP_CHUNK))
+            data = self._take(min(target - self._pos, _SKIP_CHUNK))
             if not data:
                 break  # past the end: reading there gives nothing, as in a file
             self._pos += len(data)

@@ -59,13 +59,19 @@ def parse_label(text: bytes, member: str, path: str, label_field: str = "label")
         raise SourceError(
             f"label member is not valid JSON ({exc})", path=path, member=member
         ) from exc
+    unlabelled = isinstance(value, dict) and label_field not in value
     if isinstance(value, dict):
         value = value.get(label_field)
     if isinstance(value, int) and not isinstance(value, bool):
         return _int64(value, text, member, path)
     raise SourceError(
         f"JSON label member holds {text[:60]!r}: expected an integer, or an object whose "
-        f"{label_field!r} is an integer class index (label_field= names another key)",
+        f"{label_field!r} is an integer class index (label_field= names another key"
+        + (
+            "; metadata without a label, as LAION's, is read unlabelled with label_suffixes=())"
+            if unlabelled
+            else ")"
+        ),
         path=path,
         member=member,
     )

@@ -19,10 +19,12 @@ cut in two, a compressed stream that ends before its end marker, or a shard that
 members without tar's end-of-archive marker (two zero blocks), where the samples after the cut
 are lost without a trace in the file. Under ``on_error="raise"`` each is a
 :class:`fastdata.SourceError` naming the shard and the last member read; under ``"skip"`` the
-shard's samples up to the cut are kept, the last of them dropped (it may have lost a member),
-and each truncated shard counted in :attr:`skipped`. A file that is no tar shard at all (its
-first block is no tar header) is an error under either policy: skipping it would leave its
-samples out without a trace.
+shard's complete samples before the cut are kept (see :mod:`._tar_index` for the sample the
+cut came in) and each truncated shard is counted in :attr:`skipped`. A file that is no tar
+shard at all (its first block is no tar header) is an error under either policy: skipping it
+would leave its samples out without a trace. A shard cut short, changed or removed after it
+was indexed is found when read: under ``"skip"`` its samples from there on come as null
+images, which the image decoder counts and leaves out, as it does image files that went away.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from fastdata._validate import check_choice
 from fastdata.errors import SourceError
 from fastdata.sources._files import Listing, paths_digest
 from fastdata.sources.filesystem import digest
@@ -87,10 +90,11 @@ def read_samples(
     data: list[bytes] = []
     labels: list[int | None] = []
     extras: list[list[bytes]] = [[] for _ in extra_suffixes]
-    with contextlib.nullcontext(file) if file is not None else fs.open_input_file(path) as f:
+    opened = file is not None or not samples  # (no samples: no file is opened)
+    with contextlib.nullcontext(file) if opened else fs.open_input_file(path) as f:
         for sample in samples:
             members = [sample.image, *sample.extras] + ([sample.label] if sample.label else [])
-            read = {m.offset: _read(f, m, path) for m in sorted(members, key=_offset)}
+            read = {m.offset: _read(f, m) for m in sorted(members, key=_offset)}
             data.append(read[sample.image.offset])
             for column, member in zip(extras, sample.extras, strict=True):
                 column.append(read[member.offset])
@@ -110,17 +114,30 @@ def _offset(member: Member) -> int:
     return member.offset
 
 
-def _read(f: Any, member: Member, path: str) -> bytes:
+def _read(f: Any, member: Member) -> bytes:
     if f.tell() != member.offset:
         f.seek(member.offset)
     data = f.read(member.size)
     if len(data) != member.size:
-        raise SourceError(
-            f"member is cut short ({len(data)} of {member.size} bytes); the shard is truncated",
-            path=path,
-            member=member.name,
-        )
+        raise _CutShortError(member.name, len(data), member.size)
     return data
+
+
+class _CutShortError(EOFError):
+    """A member whose bytes end early: its shard was cut short since it was indexed."""
+
+    def __init__(self, member: str, read: int, size: int) -> None:
+        super().__init__(f"member {member} is cut short: {read} of {size} bytes")
+        self.member = member
+
+
+def _why(exc: BaseException) -> str:
+    """What went wrong reading a shard, for a message."""
+    return str(exc) if isinstance(exc, _CutShortError) else f"{type(exc).__name__}: {exc}"
+
+
+_CHANGED = (OSError, EOFError, lzma.LZMAError, pa.ArrowException)
+"""What reading a shard that was cut, changed or removed since it was indexed raises."""
 
 
 class TarShards:
@@ -150,6 +167,8 @@ class TarShards:
         self.fs, self.shards, self.sizes = listing
         self.label_field = label_field
         self.extra_suffixes = tuple(extra_suffixes)
+        self.on_error = check_choice("on_error", on_error, ("raise", "skip"))
+        self._cut: set[str] = set()  # shards found cut short since indexed (logged)
 
         def index(shard: tuple[str, int]) -> ShardIndex:
             return index_shard(
@@ -166,8 +185,14 @@ class TarShards:
         self.compressions = [i.compression for i in indexes]
         self._streams = Streams()
         truncated = [i.truncated for i in indexes if i.truncated is not None]
-        if truncated and on_error == "raise":
-            raise truncated[0]
+        if truncated and self.on_error == "raise":
+            first = truncated[0]
+            raise SourceError(
+                f"{first.reason}; rewrite the shard, or pass on_error='skip' to read the "
+                "samples before the cut",
+                path=first.path,
+                member=first.member,
+            )
         if truncated and not any(i.samples for i in indexes):  # skipping would leave nothing
             raise SourceError(
                 f"every tar shard ends before a complete sample ({len(truncated)} truncated, "
@@ -202,17 +227,45 @@ class TarShards:
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
         samples = self.index[unit][start:stop]
-        path = self.shards[unit]
         try:
             table = self._read(unit, samples)
-        except (OSError, EOFError, lzma.LZMAError, pa.ArrowException) as exc:
-            raise SourceError(
-                f"cannot read the tar shard ({type(exc).__name__}: {exc}); it changed or "
-                "went away since it was indexed",
-                path=path,
-                member=samples[0].image.name if samples else None,
-            ) from exc
+        except _CHANGED as exc:
+            if self.on_error == "raise":
+                raise SourceError(
+                    f"cannot read the tar shard ({_why(exc)}); it was cut "
+                    "short, changed or went away since it was indexed: build the stream "
+                    "again once it is whole, or pass on_error='skip' to skip its samples "
+                    "from there on",
+                    path=self.shards[unit],
+                    member=getattr(exc, "member", samples[0].image.name if samples else None),
+                ) from exc
+            table = self._before_cut(unit, samples)
         return table if self.labelled else table.drop_columns(["label"])
+
+    def _before_cut(self, unit: int, samples: list[TarSample]) -> pa.Table:
+        """``samples`` of a shard that cannot be read whole any more (``on_error="skip"``):
+        those before the first one that cannot be read, then null images (which the
+        image decoder counts in ``ImageStream.skipped`` and leaves out); logged once."""
+        tables = []
+        for sample in samples:
+            try:
+                tables.append(self._read(unit, [sample]))
+            except _CHANGED as exc:
+                if self.shards[unit] not in self._cut:
+                    self._cut.add(self.shards[unit])
+                    log.warning(
+                        "a tar shard was cut short, changed or went away since it was indexed "
+                        "(%s): its samples from %s on are skipped, each counted in "
+                        "ImageStream.skipped (on_error='skip') [file=%s]",
+                        _why(exc),
+                        sample.image.name,
+                        self.shards[unit],
+                    )
+                break
+        empty = self._read(unit, [])  # the columns' types
+        lost = len(samples) - len(tables)
+        nulls = pa.table({f.name: pa.nulls(lost, f.type) for f in empty.schema})
+        return pa.concat_tables([empty, *tables, nulls])
 
     def _read(self, unit: int, samples: list[TarSample]) -> pa.Table:
         """:func:`read_samples` of a shard, through the reader's open decompressor of a
