@@ -279,6 +279,31 @@ def test_files_whose_types_differ_name_file_column_and_both_types(tmp_path: Path
     assert (Path(err.value.path).name, err.value.column) == ("b.parquet", "x")
 
 
+@pytest.mark.parametrize("extra_first", [True, False])
+def test_a_column_only_some_files_have_is_refused_whatever_the_order(
+    tmp_path: Path, extra_first: bool
+) -> None:
+    """No `columns`: a column only one file has is neither dropped (pyarrow.dataset keeps
+    the first file's columns) nor read from some files, whichever file comes first; naming
+    the columns reads what every file has."""
+    base = ({"id": range(3)}, [pa.field("id", pa.int64())])
+    extra = (
+        {"id": range(3, 5), "extra": ["e", "f"]},
+        [pa.field("id", pa.int64()), pa.field("extra", pa.string())],
+    )
+    first, second = (extra, base) if extra_first else (base, extra)
+    _write(tmp_path / "a.parquet", *first)
+    _write(tmp_path / "b.parquet", *second)
+    with pytest.raises(SchemaError, match=r"different columns.*columns=") as err:
+        ParquetStream(tmp_path)
+    assert (Path(err.value.path).name, err.value.column) == ("b.parquet", "extra")
+    assert ("lacks" if extra_first else "has") + " column 'extra'" in str(err.value)
+    ids = [
+        i for b in ParquetStream(tmp_path, columns=["id"], batch_size=5) for i in b["id"].tolist()
+    ]
+    assert sorted(ids) == list(range(5))
+
+
 def test_an_empty_first_file_of_another_schema_does_not_block(tmp_path: Path) -> None:
     _write(
         tmp_path / "a.parquet",

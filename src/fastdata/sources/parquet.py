@@ -54,7 +54,8 @@ class ParquetStream(PlannedStream):
     Raises:
         SourceError: a missing file, an empty glob, a file that is not Parquet, a file
             reached twice, storage that cannot be reached (naming the URI).
-        SchemaError: unknown columns, files whose types differ (beyond nullability), a
+        SchemaError: unknown columns, files whose types differ (beyond nullability), files
+            whose columns differ when ``columns`` is None (name the columns to read), a
             filter naming a column the files lack or comparing it to another type.
     """
 

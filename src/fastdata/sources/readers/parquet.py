@@ -10,7 +10,9 @@ with the number of files, and a worker receives a few numbers per file.
 Files may differ in what does not change the values: nullability (the column is nullable if
 any file's is), dictionary encoding, and string / binary / list against their large or view
 forms. Every table read is cast to one schema (:attr:`ParquetRowGroups.schema`), so tables of
-different files concatenate. Other type differences are a :class:`~fastdata.SchemaError`.
+different files concatenate. Other type differences are a :class:`~fastdata.SchemaError`, and
+so, when no ``columns`` are named, is a column that only some files have (whichever file comes
+first: nothing is dropped depending on the order).
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ class ParquetRowGroups:
     Raises:
         SourceError: a missing file, an empty glob, a file that is not Parquet, storage that
             cannot be reached.
-        SchemaError: unknown columns, files whose types differ, a filter on a column a file
-            does not have, or a type no conversion fits.
+        SchemaError: unknown columns, files whose types differ, files whose columns differ
+            when ``columns`` is None, a filter on a column a file does not have, or a type no
+            conversion fits.
     """
 
     def __init__(
@@ -124,7 +127,7 @@ class ParquetRowGroups:
         construction memory grow with files x all columns."""
         ref_path, ref_schema = self._reference()
         names = ref_schema.names if columns is None else columns
-        agreement = SchemaAgreement(ref_path, ref_schema, names)
+        agreement = SchemaAgreement(ref_path, ref_schema, names, every=columns is None)
         content = ContentDigest()
         groups: list[tuple[int, int, int]] = []
         # file schemas (with their encrypted columns) the filter was checked on
