@@ -42,6 +42,26 @@ def test_a_glob_stays_within_its_depth_unless_it_says_double_star(tree: Path) ->
     assert [os.path.relpath(p, tree) for p in found] == ["b/2.jpg"]  # 1.JPG: case-sensitive
 
 
+def test_a_directory_a_glob_matches_is_read_whole(tmp_path: Path) -> None:
+    """Spark writes ``out.parquet/`` as a directory of part files: a glob that matches it
+    reads it as a directory path would (hidden names and other suffixes left out), at the
+    glob's depth only."""
+    for name in ("out.parquet/part-1.parquet", "out.parquet/part-0.parquet", "other.parquet"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    for name in ("out.parquet/_SUCCESS", "out.parquet/log.txt", "nested/sub/deeper.parquet"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    suffixes = (".parquet",)
+    found = resolve_files(str(tmp_path / "*.parquet"), suffixes=suffixes).paths
+    expected = ["other.parquet", "out.parquet/part-0.parquet", "out.parquet/part-1.parquet"]
+    assert [os.path.relpath(p, tmp_path) for p in found] == expected
+    alone = resolve_files(str(tmp_path / "out*"), suffixes=suffixes).paths
+    assert [os.path.relpath(p, tmp_path) for p in alone] == expected[1:]
+    deep = resolve_files(str(tmp_path / "**/sub"), suffixes=suffixes).paths
+    assert [os.path.relpath(p, tmp_path) for p in deep] == ["nested/sub/deeper.parquet"]
+
+
 def test_a_file_reached_twice_is_refused_unless_repeats_are_meant(tree: Path) -> None:
     twice = [str(tree / "a"), str(tree / "a/0.png")]
     with pytest.raises(SourceError, match="reached twice") as caught:
