@@ -11,6 +11,8 @@ import pytest
 
 from fastdata.errors import SourceError
 from fastdata.sources._files import class_folders, paths_digest, resolve_files, walk
+from fastdata.sources.images import ImageStream
+from fastdata.synthetic import make_images
 
 
 @pytest.fixture
@@ -81,6 +83,25 @@ def test_walk_follows_a_link_loop_once(tree: Path) -> None:
     (tree / "a" / "loop").symlink_to(tree / "a")
     found = walk(pafs.LocalFileSystem(), str(tree / "a"), (".png",))
     assert [os.path.relpath(p, tree) for p, _ in found] == ["a/0.png"]
+
+
+def test_a_dangling_link_is_listed_so_reading_it_names_it(tmp_path: Path) -> None:
+    """torchvision's ImageFolder lists a link to a missing file and fails loading it; left
+    out of the listing it would be a sample lost without a word."""
+    make_images(tmp_path, 4, classes=2, min_short=16, max_short=16)
+    link = tmp_path / "class_00" / "gone.jpg"
+    link.symlink_to(tmp_path / "nowhere.jpg")
+    found = walk(pafs.LocalFileSystem(), str(tmp_path), (".jpg",))
+    assert (str(link), 0) in found and len(found) == 5
+    strict = ImageStream.from_folder(tmp_path, size=16, crop="center")
+    assert len(strict) == 5
+    with pytest.raises(SourceError, match="cannot read") as caught:
+        list(strict)
+    assert caught.value.path == str(link)
+    tolerant = ImageStream.from_folder(tmp_path, size=16, crop="center", on_error="skip")
+    with pytest.warns(UserWarning, match="skipped"):
+        assert len(list(tolerant)) == 4
+    assert tolerant.skipped == 1
 
 
 def test_hidden_names_are_walked_only_when_asked(tree: Path) -> None:

@@ -165,7 +165,10 @@ def walk(
 def _walk_local(base: str, hidden: bool) -> list[tuple[str, int]]:
     """The files below a local directory (the visible ones unless ``hidden``). Symbolic
     links are followed, but each directory is entered once, by its first path in sorted
-    order: a link back up the tree (a loop) or a second link to one directory adds nothing."""
+    order: a link back up the tree (a loop) or a second link to one directory adds nothing.
+    A link that leads nowhere is listed (with size 0), as torchvision's ImageFolder lists
+    it: reading it then fails naming it (or ``on_error="skip"`` counts it), where leaving
+    it out would lose a sample silently."""
     found: list[tuple[str, int]] = []
     seen: set[tuple[int, int]] = set()
     pending = [base]
@@ -186,6 +189,8 @@ def _walk_local(base: str, hidden: bool) -> list[tuple[str, int]]:
                 pending.append(entry.path)
             elif entry.is_file():
                 found.append((entry.path, entry.stat().st_size))
+            elif entry.is_symlink():  # dangling (or a loop): listed, so reading it names it
+                found.append((entry.path, 0))
     return found
 
 
