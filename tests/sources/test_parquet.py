@@ -409,6 +409,32 @@ def test_corrupt_row_group_names_file_and_row_group(tmp_path: Path) -> None:
         assert seen == list(range(200)), read_ahead
 
 
+def test_verify_checksums_names_the_page_that_changed(tmp_path: Path) -> None:
+    """A file written with page CRCs and one bit flipped in row group 2's data: with
+    ``verify_checksums`` every read path (whole row groups, a row group's head, a filter)
+    raises naming the file and row group; files without CRCs read the same."""
+    path = tmp_path / "crc.parquet"
+    ids = pa.table({"id": pa.array(range(200), pa.int64())})
+    pq.write_table(ids, path, compression="none", write_page_checksum=True, row_group_size=50)
+    data = bytearray(path.read_bytes())
+    data[data.find((137).to_bytes(8, "little"))] ^= 0x40
+    path.write_bytes(bytes(data))
+    assert 137 not in [i for b in ParquetStream(path, batch_size=50) for i in b["id"].tolist()]
+    for options in ({"batch_size": 50}, {"batch_size": 20}, {"filter": pc.field("id") >= 0}):
+        stream = ParquetStream(path, verify_checksums=True, read_ahead=0, **options)
+        with pytest.raises(SourceError, match="CRC checksum verification failed") as err:
+            list(stream)
+        assert (err.value.path, err.value.row_group) == (str(path), 2), options
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(ids, plain, row_group_size=50)
+    got = [
+        i
+        for b in ParquetStream(plain, batch_size=20, verify_checksums=True)
+        for i in b["id"].tolist()
+    ]
+    assert got == list(range(200))
+
+
 def test_schema_mismatch_names_file_column_and_types(tmp_path: Path) -> None:
     pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64())}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"id": pa.array([1.5], pa.float64())}), tmp_path / "b.parquet")

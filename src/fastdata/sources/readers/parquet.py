@@ -31,7 +31,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from fastdata._validate import check_names
+from fastdata._validate import check_bool, check_names
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow import converter, first_null_inside
 from fastdata.sources._arrow_types import refuses_nulls_inside
@@ -63,6 +63,8 @@ class ParquetRowGroups:
         filter: a ``pyarrow.compute`` expression pushed down to the scan.
         filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem for ``source``.
         fill_null: ``{column: value}`` for nulls in columns that become tensors.
+        verify_checksums: check each data page read against the CRC its writer stored
+            (files written without page checksums read as without it).
 
     Raises:
         SourceError: a missing file, an empty glob, a file that is not Parquet, storage that
@@ -81,6 +83,7 @@ class ParquetRowGroups:
         filter: pc.Expression | None = None,
         filesystem: Any = None,
         fill_null: Mapping[str, Any] | None = None,
+        verify_checksums: bool = False,
     ) -> None:
         if filter is not None and not isinstance(filter, pc.Expression):
             raise TypeError(
@@ -94,6 +97,7 @@ class ParquetRowGroups:
         )
         self.filter = filter
         self.fill_null = dict(fill_null or {})
+        self.verify_checksums = check_bool("verify_checksums", verify_checksums)
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
         self._lock = threading.Lock()
         self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
@@ -229,7 +233,11 @@ class ParquetRowGroups:
         with self._lock:
             fragment = self._open.pop(path, None)
         if fragment is None:
-            fragment = ds.ParquetFileFormat().make_fragment(path, filesystem=self.fs)
+            options = ds.ParquetFragmentScanOptions(
+                page_checksum_verification=self.verify_checksums
+            )
+            parquet = ds.ParquetFileFormat(default_fragment_scan_options=options)
+            fragment = parquet.make_fragment(path, filesystem=self.fs)
             fragment.ensure_complete_metadata()
         with self._lock:
             self._open[path] = fragment
@@ -306,7 +314,12 @@ class ParquetRowGroups:
         """File ``f`` opened for one read, on the footer already parsed: a ``ParquetFile``
         is not shared, since reads ahead run on several threads."""
         path = self.files[f]
-        return pq.ParquetFile(path, filesystem=self.fs, metadata=self._fragment(path).metadata)
+        return pq.ParquetFile(
+            path,
+            filesystem=self.fs,
+            metadata=self._fragment(path).metadata,
+            page_checksum_verification=self.verify_checksums,
+        )
 
     def _head(self, f: int, rg: int, stop: int) -> pa.Table:
         """The first ``stop`` rows of a row group, decoding no further."""
