@@ -346,22 +346,30 @@ class ParquetRowGroups:
                 fix = f"fill_null={{{name!r}: value}} or filter=pc.field({name!r}).is_valid()"
                 raise SourceError(
                     f"{column.null_count} null(s) in a column that becomes a tensor (first at "
-                    f"row {first} of the rows read from the row group); pass {fix}",
+                    f"row {first} {self._rows_counted}); pass {fix}",
                     path=self.files[f],
                     row_group=rg,
+                    row=first,
                     column=name,
                 )
             inner = first_null_inside(column) if self._inner[name] else None
             if inner is not None:
                 raise SourceError(
                     f"null(s) inside the lists of a column whose values become tensors (first "
-                    f"in row {inner} of the rows read from the row group); drop or fill them "
-                    "when writing the data, or filter those rows out",
+                    f"in row {inner} {self._rows_counted}); drop or fill them when writing the "
+                    "data, or filter those rows out",
                     path=self.files[f],
                     row_group=rg,
+                    row=inner,
                     column=name,
                 )
         return table
+
+    @property
+    def _rows_counted(self) -> str:
+        """What a row number in an error counts (as in :meth:`location`): every row of the
+        row group, or with a filter its matching rows only."""
+        return "of the row group" if self.filter is None else "of the row group's matching rows"
 
     def __getstate__(self) -> dict[str, Any]:
         self.units  # noqa: B018 - counted once, here, not in every worker
