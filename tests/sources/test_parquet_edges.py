@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
@@ -333,6 +334,23 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
         row_group_size=4,
     )
     return root
+
+
+def test_a_hive_partition_column_is_named_as_one_with_the_way_round(tmp_path: Path) -> None:
+    """Partition values live in directory names (year=2020/), not in the files, which are
+    all ParquetStream reads: asking for one says so, and the files of a partition read."""
+    for year in (2020, 2021):
+        (tmp_path / f"year={year}").mkdir()
+        _write(
+            tmp_path / f"year={year}/p.parquet", {"id": [year, year]}, [pa.field("id", pa.int64())]
+        )
+    dataset = ds.dataset(tmp_path, partitioning="hive")
+    for options in ({"columns": ["id", "year"]}, {"filter": pc.field("year") == 2020}):
+        with pytest.raises(SchemaError, match="'year' is a partition column") as err:
+            ParquetStream(dataset, **options)
+        assert err.value.column == "year"
+    chosen = [f.path for f in dataset.get_fragments(filter=pc.field("year") == 2020)]
+    assert [i for b in ParquetStream(chosen, batch_size=4) for i in b["id"].tolist()] == [2020] * 2
 
 
 def test_a_filter_on_a_missing_column_names_the_column(plain: Path) -> None:

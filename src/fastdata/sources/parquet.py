@@ -30,8 +30,9 @@ class ParquetStream(PlannedStream):
 
     Args:
         source: a file, directory, glob, URI (``s3://bucket/data/*.parquet``), a list of
-            these, or a ``pyarrow.dataset.FileSystemDataset``. A file reached twice (by
-            overlapping items) is an error.
+            these, or a ``pyarrow.dataset.FileSystemDataset`` (its files' columns: hive
+            partition columns are not read). A file reached twice (by overlapping items) is
+            an error.
         columns: columns to read (all when None); only these are read from storage.
         filter: a ``pyarrow.compute`` expression, e.g. ``pc.field("label") < 5``, pushed down
             to the scan (row groups whose statistics exclude it are never read).
@@ -64,7 +65,8 @@ class ParquetStream(PlannedStream):
             where a tensor is needed (naming the file, row group, row and column).
         SchemaError: unknown columns, files whose types differ (beyond nullability), files
             whose columns differ when ``columns`` is None (name the columns to read), a
-            filter naming a column the files lack or comparing it to another type.
+            filter naming a column the files lack (a dataset's partition column, too) or
+            comparing it to another type.
     """
 
     reader: ParquetRowGroups

@@ -100,7 +100,18 @@ class ParquetRowGroups:
         self.verify_checksums = check_bool("verify_checksums", verify_checksums)
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
         self._lock = threading.Lock()
-        self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
+        try:
+            self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
+        except SchemaError as exc:  # a hive partition column of a dataset: say so
+            partitioning = getattr(getattr(source, "partitioning", None), "schema", None)
+            if exc.column is None or exc.column not in getattr(partitioning, "names", ()):
+                raise
+            raise SchemaError(
+                f"{exc.column!r} is a partition column of the dataset (its values are in "
+                "directory names, not in the files), and only the files' columns are read; "
+                "choose files by partition: [f.path for f in dataset.get_fragments(filter=...)]",
+                column=exc.column,
+            ) from exc
         for name, value in self.fill_null.items():
             if name not in self.schema.names:
                 raise SchemaError(f"fill_null names {name!r}, which is not a selected column")
