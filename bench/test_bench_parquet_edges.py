@@ -12,6 +12,8 @@ worker, and what a row group split between many readers costs to read.
 - ``parquet-slice``: one 400,000-row row group read by 8 readers (4 ranks x 2 workers), each
   its eighth, against each reading the whole row group (what the reader did before it decoded
   a slice only up to its end), timed in turns in one test.
+- ``parquet-checksums``: one epoch of a file written with page checksums read with
+  ``verify_checksums=True``, against the same stream without verification, in turns.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from fastdata import ParquetStream
 from fastdata.sources.readers import ParquetRowGroups
 from fastdata.synthetic import make_parquet
 
@@ -201,3 +204,49 @@ def test_slice_for_the_first_reader(benchmark, one_group: ParquetRowGroups) -> N
         rounds=scaled(7, 15),
     )
     assert got["fastdata"] == got["whole-row-group"] == stop - start
+
+
+CRC_ROWS = scaled(400_000, 1_000_000)
+
+
+@pytest.fixture(scope="module")
+def with_crcs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Numbers and text with page CRCs: ``id`` int64 (sequential), ``x`` float32 (normal),
+    ``label`` int64 (0-999), ``text`` 8-40 random lowercase letters and spaces; snappy, row
+    groups of 65,536 rows (16.6 MB at 400,000 rows)."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(8, 41, CRC_ROWS)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", np.uint8)
+    chars = letters[rng.integers(0, len(letters), int(offsets[-1]))]
+    text = pa.StringArray.from_buffers(CRC_ROWS, pa.py_buffer(offsets), pa.py_buffer(chars))
+    table = pa.table(
+        {
+            "id": np.arange(CRC_ROWS),
+            "x": rng.standard_normal(CRC_ROWS, dtype=np.float32),
+            "label": rng.integers(0, 1000, CRC_ROWS),
+            "text": text,
+        }
+    )
+    path = tmp_path_factory.mktemp("crc") / "data.parquet"
+    pq.write_table(table, path, row_group_size=65_536, write_page_checksum=True)
+    return path
+
+
+@pytest.mark.benchmark(group="parquet-checksums")
+def test_verifying_page_checksums(benchmark, with_crcs: Path) -> None:
+    """What ``verify_checksums=True`` costs an epoch (read in line, so that the time is the
+    reads' and conversions', not how threads share the cores)."""
+
+    def epoch(verify: bool) -> int:
+        stream = ParquetStream(with_crcs, batch_size=4096, read_ahead=0, verify_checksums=verify)
+        return sum(len(batch["id"]) for batch in stream)
+
+    got = measure_interleaved(
+        benchmark,
+        lambda: epoch(True),
+        {"unverified": lambda: epoch(False)},
+        items=CRC_ROWS,
+        rounds=scaled(15, 30),
+    )
+    assert got["fastdata"] == got["unverified"] == CRC_ROWS

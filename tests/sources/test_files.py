@@ -11,6 +11,8 @@ import pytest
 
 from fastdata.errors import SourceError
 from fastdata.sources._files import class_folders, paths_digest, resolve_files, walk
+from fastdata.sources.images import ImageStream
+from fastdata.synthetic import make_images
 
 
 @pytest.fixture
@@ -42,6 +44,26 @@ def test_a_glob_stays_within_its_depth_unless_it_says_double_star(tree: Path) ->
     assert [os.path.relpath(p, tree) for p in found] == ["b/2.jpg"]  # 1.JPG: case-sensitive
 
 
+def test_a_directory_a_glob_matches_is_read_whole(tmp_path: Path) -> None:
+    """Spark writes ``out.parquet/`` as a directory of part files: a glob that matches it
+    reads it as a directory path would (hidden names and other suffixes left out), at the
+    glob's depth only."""
+    for name in ("out.parquet/part-1.parquet", "out.parquet/part-0.parquet", "other.parquet"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    for name in ("out.parquet/_SUCCESS", "out.parquet/log.txt", "nested/sub/deeper.parquet"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    suffixes = (".parquet",)
+    found = resolve_files(str(tmp_path / "*.parquet"), suffixes=suffixes).paths
+    expected = ["other.parquet", "out.parquet/part-0.parquet", "out.parquet/part-1.parquet"]
+    assert [os.path.relpath(p, tmp_path) for p in found] == expected
+    alone = resolve_files(str(tmp_path / "out*"), suffixes=suffixes).paths
+    assert [os.path.relpath(p, tmp_path) for p in alone] == expected[1:]
+    deep = resolve_files(str(tmp_path / "**/sub"), suffixes=suffixes).paths
+    assert [os.path.relpath(p, tmp_path) for p in deep] == ["nested/sub/deeper.parquet"]
+
+
 def test_a_file_reached_twice_is_refused_unless_repeats_are_meant(tree: Path) -> None:
     twice = [str(tree / "a"), str(tree / "a/0.png")]
     with pytest.raises(SourceError, match="reached twice") as caught:
@@ -61,6 +83,25 @@ def test_walk_follows_a_link_loop_once(tree: Path) -> None:
     (tree / "a" / "loop").symlink_to(tree / "a")
     found = walk(pafs.LocalFileSystem(), str(tree / "a"), (".png",))
     assert [os.path.relpath(p, tree) for p, _ in found] == ["a/0.png"]
+
+
+def test_a_dangling_link_is_listed_so_reading_it_names_it(tmp_path: Path) -> None:
+    """torchvision's ImageFolder lists a link to a missing file and fails loading it; left
+    out of the listing it would be a sample lost without a word."""
+    make_images(tmp_path, 4, classes=2, min_short=16, max_short=16)
+    link = tmp_path / "class_00" / "gone.jpg"
+    link.symlink_to(tmp_path / "nowhere.jpg")
+    found = walk(pafs.LocalFileSystem(), str(tmp_path), (".jpg",))
+    assert (str(link), 0) in found and len(found) == 5
+    strict = ImageStream.from_folder(tmp_path, size=16, crop="center")
+    assert len(strict) == 5
+    with pytest.raises(SourceError, match="cannot read") as caught:
+        list(strict)
+    assert caught.value.path == str(link)
+    tolerant = ImageStream.from_folder(tmp_path, size=16, crop="center", on_error="skip")
+    with pytest.warns(UserWarning, match="skipped"):
+        assert len(list(tolerant)) == 4
+    assert tolerant.skipped == 1
 
 
 def test_hidden_names_are_walked_only_when_asked(tree: Path) -> None:

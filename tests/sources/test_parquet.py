@@ -409,6 +409,32 @@ def test_corrupt_row_group_names_file_and_row_group(tmp_path: Path) -> None:
         assert seen == list(range(200)), read_ahead
 
 
+def test_verify_checksums_names_the_page_that_changed(tmp_path: Path) -> None:
+    """A file written with page CRCs and one bit flipped in row group 2's data: with
+    ``verify_checksums`` every read path (whole row groups, a row group's head, a filter)
+    raises naming the file and row group; files without CRCs read the same."""
+    path = tmp_path / "crc.parquet"
+    ids = pa.table({"id": pa.array(range(200), pa.int64())})
+    pq.write_table(ids, path, compression="none", write_page_checksum=True, row_group_size=50)
+    data = bytearray(path.read_bytes())
+    data[data.find((137).to_bytes(8, "little"))] ^= 0x40
+    path.write_bytes(bytes(data))
+    assert 137 not in [i for b in ParquetStream(path, batch_size=50) for i in b["id"].tolist()]
+    for options in ({"batch_size": 50}, {"batch_size": 20}, {"filter": pc.field("id") >= 0}):
+        stream = ParquetStream(path, verify_checksums=True, read_ahead=0, **options)
+        with pytest.raises(SourceError, match="CRC checksum verification failed") as err:
+            list(stream)
+        assert (err.value.path, err.value.row_group) == (str(path), 2), options
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(ids, plain, row_group_size=50)
+    got = [
+        i
+        for b in ParquetStream(plain, batch_size=20, verify_checksums=True)
+        for i in b["id"].tolist()
+    ]
+    assert got == list(range(200))
+
+
 def test_schema_mismatch_names_file_column_and_types(tmp_path: Path) -> None:
     pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64())}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"id": pa.array([1.5], pa.float64())}), tmp_path / "b.parquet")
@@ -433,6 +459,21 @@ def test_nulls_in_tensor_columns_explain_the_fix(tmp_path: Path) -> None:
     assert err.value.path.endswith("part-00000.parquet")
 
 
+@pytest.mark.parametrize("filtered", [False, True])
+def test_a_null_names_its_row_as_the_message_counts_it(tmp_path: Path, filtered: bool) -> None:
+    """``err.row`` is the row the message names: within the row group, or among its rows
+    that match the filter."""
+    x = pa.array([float(i) if i != 27 else None for i in range(40)], pa.float32())
+    pq.write_table(pa.table({"id": range(40), "x": x}), tmp_path / "n.parquet", row_group_size=20)
+    where = {"filter": pc.field("id") > 23} if filtered else {}
+    with pytest.raises(SourceError, match="null") as err:
+        list(ParquetStream(tmp_path, batch_size=5, **where))
+    row = 3 if filtered else 7  # id 27: row 7 of row group 1, its 4th id above 23
+    assert (err.value.row_group, err.value.row, err.value.column) == (1, row, "x")
+    counted = "of the row group's matching rows" if filtered else "of the row group)"
+    assert f"first at row {row} {counted}" in str(err.value)
+
+
 def test_errors_from_a_worker_keep_type_and_location(tmp_path: Path) -> None:
     [path] = make_parquet(tmp_path, rows=100, files=1, null_fraction=0.5)
     loader = DataLoader(
@@ -440,11 +481,14 @@ def test_errors_from_a_worker_keep_type_and_location(tmp_path: Path) -> None:
     )
     with pytest.raises(SourceError, match="null") as err:
         next(iter(loader))
-    assert f"file={path} row_group=0 column=x" in str(err.value)
+    column = pq.ParquetFile(path).read_row_group(0, columns=["x"])["x"]
+    first = pc.index(pc.is_null(column), True).as_py()
+    assert f"file={path} row_group=0 row={first} column=x" in str(err.value)
     assert "worker process 0" in str(err.value)
     # The attributes survive torch's re-raise in the main process, not only the text.
-    assert (err.value.path, err.value.row_group, err.value.column) == (str(path), 0, "x")
-    assert err.value.member is None and err.value.row is None
+    located = (err.value.path, err.value.row_group, err.value.row, err.value.column)
+    assert located == (str(path), 0, first, "x")
+    assert err.value.member is None
     assert "null" in err.value.reason and "worker process" not in err.value.reason
 
 

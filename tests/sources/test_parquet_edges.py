@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
@@ -279,6 +280,31 @@ def test_files_whose_types_differ_name_file_column_and_both_types(tmp_path: Path
     assert (Path(err.value.path).name, err.value.column) == ("b.parquet", "x")
 
 
+@pytest.mark.parametrize("extra_first", [True, False])
+def test_a_column_only_some_files_have_is_refused_whatever_the_order(
+    tmp_path: Path, extra_first: bool
+) -> None:
+    """No `columns`: a column only one file has is neither dropped (pyarrow.dataset keeps
+    the first file's columns) nor read from some files, whichever file comes first; naming
+    the columns reads what every file has."""
+    base = ({"id": range(3)}, [pa.field("id", pa.int64())])
+    extra = (
+        {"id": range(3, 5), "extra": ["e", "f"]},
+        [pa.field("id", pa.int64()), pa.field("extra", pa.string())],
+    )
+    first, second = (extra, base) if extra_first else (base, extra)
+    _write(tmp_path / "a.parquet", *first)
+    _write(tmp_path / "b.parquet", *second)
+    with pytest.raises(SchemaError, match=r"different columns.*columns=") as err:
+        ParquetStream(tmp_path)
+    assert (Path(err.value.path).name, err.value.column) == ("b.parquet", "extra")
+    assert ("lacks" if extra_first else "has") + " column 'extra'" in str(err.value)
+    ids = [
+        i for b in ParquetStream(tmp_path, columns=["id"], batch_size=5) for i in b["id"].tolist()
+    ]
+    assert sorted(ids) == list(range(5))
+
+
 def test_an_empty_first_file_of_another_schema_does_not_block(tmp_path: Path) -> None:
     _write(
         tmp_path / "a.parquet",
@@ -308,6 +334,23 @@ def plain(tmp_path_factory: pytest.TempPathFactory) -> Path:
         row_group_size=4,
     )
     return root
+
+
+def test_a_hive_partition_column_is_named_as_one_with_the_way_round(tmp_path: Path) -> None:
+    """Partition values live in directory names (year=2020/), not in the files, which are
+    all ParquetStream reads: asking for one says so, and the files of a partition read."""
+    for year in (2020, 2021):
+        (tmp_path / f"year={year}").mkdir()
+        _write(
+            tmp_path / f"year={year}/p.parquet", {"id": [year, year]}, [pa.field("id", pa.int64())]
+        )
+    dataset = ds.dataset(tmp_path, partitioning="hive")
+    for options in ({"columns": ["id", "year"]}, {"filter": pc.field("year") == 2020}):
+        with pytest.raises(SchemaError, match="'year' is a partition column") as err:
+            ParquetStream(dataset, **options)
+        assert err.value.column == "year"
+    chosen = [f.path for f in dataset.get_fragments(filter=pc.field("year") == 2020)]
+    assert [i for b in ParquetStream(chosen, batch_size=4) for i in b["id"].tolist()] == [2020] * 2
 
 
 def test_a_filter_on_a_missing_column_names_the_column(plain: Path) -> None:

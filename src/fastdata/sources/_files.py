@@ -46,7 +46,8 @@ def resolve_files(
     """The filesystem, files and file sizes ``source`` names, in a deterministic order.
 
     Directories and globs expand to the files below them, sorted, keeping only names ending
-    in ``suffixes`` (all when empty) and skipping hidden/underscore names. Local directories
+    in ``suffixes`` (all when empty) and skipping hidden/underscore names; a directory a glob
+    matches expands like a directory path. Local directories
     are walked following symbolic links, each directory once (a link loop is not followed
     round). Explicit file paths are kept as given, in the given order.
 
@@ -164,7 +165,10 @@ def walk(
 def _walk_local(base: str, hidden: bool) -> list[tuple[str, int]]:
     """The files below a local directory (the visible ones unless ``hidden``). Symbolic
     links are followed, but each directory is entered once, by its first path in sorted
-    order: a link back up the tree (a loop) or a second link to one directory adds nothing."""
+    order: a link back up the tree (a loop) or a second link to one directory adds nothing.
+    A link that leads nowhere is listed (with size 0), as torchvision's ImageFolder lists
+    it: reading it then fails naming it (or ``on_error="skip"`` counts it), where leaving
+    it out would lose a sample silently."""
     found: list[tuple[str, int]] = []
     seen: set[tuple[int, int]] = set()
     pending = [base]
@@ -185,6 +189,8 @@ def _walk_local(base: str, hidden: bool) -> list[tuple[str, int]]:
                 pending.append(entry.path)
             elif entry.is_file():
                 found.append((entry.path, entry.stat().st_size))
+            elif entry.is_symlink():  # dangling (or a loop): listed, so reading it names it
+                found.append((entry.path, 0))
     return found
 
 
@@ -200,19 +206,26 @@ def _glob(
     base = "/".join(parts[:fixed]) or "/"
     tail = "/".join(parts[fixed:])
     # Like glob: "*" stays within one directory level unless the pattern says "**".
-    same_depth = "**" not in pattern
+    depth = None if "**" in pattern else tail.count("/") + 1
     found = []
     for path, size in walk(fs, base, suffixes):
         # Matched below the base, as the filesystem lists it (an fsspec filesystem may put
         # a root "/" before a relative base: "/datasets/x" for "datasets").
         relative = path.lstrip("/")[len(base.strip("/")) :].lstrip("/")
-        if fnmatch.fnmatchcase(relative, tail) and (
-            not same_depth or relative.count("/") == tail.count("/")
-        ):
+        if _matches(relative.split("/"), tail, depth):
             found.append((path, size))
     if not found:
         raise SourceError("glob matched no files: check the pattern and the directory", path=shown)
     return found
+
+
+def _matches(parts: list[str], tail: str, depth: int | None) -> bool:
+    """Whether the pattern ``tail`` names the file (``parts`` of its path below the glob's
+    base) or a directory above it: a matched directory is read whole, as a directory path
+    is (Spark writes ``out.parquet/`` as a directory of part files). ``depth``: the number
+    of parts the pattern spans (None when "**" spans any)."""
+    ends = range(1, len(parts) + 1) if depth is None else [depth] if depth <= len(parts) else []
+    return any(fnmatch.fnmatchcase("/".join(parts[:end]), tail) for end in ends)
 
 
 def paths_digest(paths: Sequence[str]) -> str:

@@ -110,6 +110,17 @@ def test_files_must_hold_the_columns_with_agreeing_types(tmp_path: Path) -> None
         agreement.check("other.parquet", other)
 
 
+def test_with_every_column_read_the_files_must_hold_the_same_columns() -> None:
+    ref = pa.schema([("a", pa.int64()), ("s", pa.string())])
+    every = SchemaAgreement("ref.parquet", ref, ["a", "s"], every=True)
+    every.check("reordered.parquet", pa.schema([("s", pa.string()), ("a", pa.int64())]))
+    wider = pa.schema([("a", pa.int64()), ("s", pa.string()), ("x", pa.int8())])
+    with pytest.raises(SchemaError, match=r"this file has column 'x', unlike ref\.parquet") as err:
+        every.check("wider.parquet", wider)
+    assert err.value.column == "x" and "share: a, s" in str(err.value)
+    SchemaAgreement("ref.parquet", ref, ["a", "s"]).check("wider.parquet", wider)  # columns named
+
+
 def test_files_differing_in_width_or_nullability_read_as_the_relaxed_type() -> None:
     ref = pa.schema([("a", pa.int64(), False), ("s", pa.string()), ("l", pa.list_(pa.int32()))])
     agreement = SchemaAgreement("ref.parquet", ref, ["a", "s", "l"])

@@ -110,18 +110,29 @@ def refuse_encrypted(path: str, encrypted: frozenset[str], names: list[str]) -> 
 
 class SchemaAgreement:
     """Checks, file by file, that the selected columns exist with agreeing types, and gives
-    the one schema every read is cast to."""
+    the one schema every read is cast to.
 
-    def __init__(self, ref_path: str, ref: pa.Schema, names: list[str]) -> None:
+    With ``every`` (no ``columns`` given: the reference file's columns are read), every file
+    must have the same columns: a column that only some files have would otherwise be read
+    or dropped depending on which file comes first (pyarrow.dataset drops it silently)."""
+
+    def __init__(
+        self, ref_path: str, ref: pa.Schema, names: list[str], *, every: bool = False
+    ) -> None:
+        present = set(ref.names)
         for name in names:
-            _require(ref_path, ref, name)
+            _require(ref_path, ref, present, name)
         self.ref_path = ref_path
         self.fields = {name: ref.field(name) for name in names}
         self.exact = dict.fromkeys(names, True)  # every file has the reference's exact type
+        self.every = every
 
     def check(self, path: str, schema: pa.Schema) -> None:
+        present = set(schema.names)
+        if self.every and present != self.fields.keys():
+            self._refuse_other_columns(path, schema, present)
         for name, ref in self.fields.items():
-            field = _require(path, schema, name)
+            field = _require(path, schema, present, name)
             got, expected = delivered_type(field.type), delivered_type(ref.type)
             if _relaxed(got) != _relaxed(expected):
                 raise SchemaError(
@@ -134,6 +145,24 @@ class SchemaAgreement:
             if field.nullable and not ref.nullable:
                 self.fields[name] = ref.with_nullable(True)
 
+    def _refuse_other_columns(self, path: str, schema: pa.Schema, present: set[str]) -> None:
+        extra = [name for name in schema.names if name not in self.fields]
+        missing = [name for name in self.fields if name not in present]
+        differs = ", ".join(
+            [f"has column {name!r}" for name in extra]
+            + [f"lacks column {name!r}" for name in missing]
+        )
+        shared = [name for name in self.fields if name in present]
+        raise SchemaError(
+            f"the files have different columns: this file {differs}, unlike {self.ref_path} "
+            "(the first file with rows); with no `columns` given every file must have the "
+            "same columns, so that none is dropped or refused depending on the file order. "
+            f"Pass columns=[...] naming the columns to read (every file must have them; "
+            f"these two share: {', '.join(shared) or 'none'}), or rewrite the files to one schema",
+            path=path,
+            column=(extra or missing)[0],
+        )
+
     def schema(self) -> pa.Schema:
         """Each column's delivered type; where files differ (in nullability inside nested
         types, or large against small), the relaxed type every file casts to losslessly."""
@@ -144,8 +173,8 @@ class SchemaAgreement:
         return pa.schema(fields)
 
 
-def _require(path: str, schema: pa.Schema, name: str) -> pa.Field:
-    if name not in schema.names:
+def _require(path: str, schema: pa.Schema, present: set[str], name: str) -> pa.Field:
+    if name not in present:
         raise SchemaError(
             f"column {name!r} does not exist; available columns: {', '.join(schema.names)}",
             path=path,

@@ -10,7 +10,9 @@ with the number of files, and a worker receives a few numbers per file.
 Files may differ in what does not change the values: nullability (the column is nullable if
 any file's is), dictionary encoding, and string / binary / list against their large or view
 forms. Every table read is cast to one schema (:attr:`ParquetRowGroups.schema`), so tables of
-different files concatenate. Other type differences are a :class:`~fastdata.SchemaError`.
+different files concatenate. Other type differences are a :class:`~fastdata.SchemaError`, and
+so, when no ``columns`` are named, is a column that only some files have (whichever file comes
+first: nothing is dropped depending on the order).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from fastdata._validate import check_names
+from fastdata._validate import check_bool, check_names
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow import converter, first_null_inside
 from fastdata.sources._arrow_types import refuses_nulls_inside
@@ -61,12 +63,15 @@ class ParquetRowGroups:
         filter: a ``pyarrow.compute`` expression pushed down to the scan.
         filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem for ``source``.
         fill_null: ``{column: value}`` for nulls in columns that become tensors.
+        verify_checksums: check each data page read against the CRC its writer stored
+            (files written without page checksums read as without it).
 
     Raises:
         SourceError: a missing file, an empty glob, a file that is not Parquet, storage that
             cannot be reached.
-        SchemaError: unknown columns, files whose types differ, a filter on a column a file
-            does not have, or a type no conversion fits.
+        SchemaError: unknown columns, files whose types differ, files whose columns differ
+            when ``columns`` is None, a filter on a column a file does not have, or a type no
+            conversion fits.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class ParquetRowGroups:
         filter: pc.Expression | None = None,
         filesystem: Any = None,
         fill_null: Mapping[str, Any] | None = None,
+        verify_checksums: bool = False,
     ) -> None:
         if filter is not None and not isinstance(filter, pc.Expression):
             raise TypeError(
@@ -91,9 +97,21 @@ class ParquetRowGroups:
         )
         self.filter = filter
         self.fill_null = dict(fill_null or {})
+        self.verify_checksums = check_bool("verify_checksums", verify_checksums)
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
         self._lock = threading.Lock()
-        self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
+        try:
+            self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
+        except SchemaError as exc:  # a hive partition column of a dataset: say so
+            partitioning = getattr(getattr(source, "partitioning", None), "schema", None)
+            if exc.column is None or exc.column not in getattr(partitioning, "names", ()):
+                raise
+            raise SchemaError(
+                f"{exc.column!r} is a partition column of the dataset (its values are in "
+                "directory names, not in the files), and only the files' columns are read; "
+                "choose files by partition: [f.path for f in dataset.get_fragments(filter=...)]",
+                column=exc.column,
+            ) from exc
         for name, value in self.fill_null.items():
             if name not in self.schema.names:
                 raise SchemaError(f"fill_null names {name!r}, which is not a selected column")
@@ -124,7 +142,7 @@ class ParquetRowGroups:
         construction memory grow with files x all columns."""
         ref_path, ref_schema = self._reference()
         names = ref_schema.names if columns is None else columns
-        agreement = SchemaAgreement(ref_path, ref_schema, names)
+        agreement = SchemaAgreement(ref_path, ref_schema, names, every=columns is None)
         content = ContentDigest()
         groups: list[tuple[int, int, int]] = []
         # file schemas (with their encrypted columns) the filter was checked on
@@ -226,7 +244,11 @@ class ParquetRowGroups:
         with self._lock:
             fragment = self._open.pop(path, None)
         if fragment is None:
-            fragment = ds.ParquetFileFormat().make_fragment(path, filesystem=self.fs)
+            options = ds.ParquetFragmentScanOptions(
+                page_checksum_verification=self.verify_checksums
+            )
+            parquet = ds.ParquetFileFormat(default_fragment_scan_options=options)
+            fragment = parquet.make_fragment(path, filesystem=self.fs)
             fragment.ensure_complete_metadata()
         with self._lock:
             self._open[path] = fragment
@@ -303,7 +325,12 @@ class ParquetRowGroups:
         """File ``f`` opened for one read, on the footer already parsed: a ``ParquetFile``
         is not shared, since reads ahead run on several threads."""
         path = self.files[f]
-        return pq.ParquetFile(path, filesystem=self.fs, metadata=self._fragment(path).metadata)
+        return pq.ParquetFile(
+            path,
+            filesystem=self.fs,
+            metadata=self._fragment(path).metadata,
+            page_checksum_verification=self.verify_checksums,
+        )
 
     def _head(self, f: int, rg: int, stop: int) -> pa.Table:
         """The first ``stop`` rows of a row group, decoding no further."""
@@ -330,22 +357,30 @@ class ParquetRowGroups:
                 fix = f"fill_null={{{name!r}: value}} or filter=pc.field({name!r}).is_valid()"
                 raise SourceError(
                     f"{column.null_count} null(s) in a column that becomes a tensor (first at "
-                    f"row {first} of the rows read from the row group); pass {fix}",
+                    f"row {first} {self._rows_counted}); pass {fix}",
                     path=self.files[f],
                     row_group=rg,
+                    row=first,
                     column=name,
                 )
             inner = first_null_inside(column) if self._inner[name] else None
             if inner is not None:
                 raise SourceError(
                     f"null(s) inside the lists of a column whose values become tensors (first "
-                    f"in row {inner} of the rows read from the row group); drop or fill them "
-                    "when writing the data, or filter those rows out",
+                    f"in row {inner} {self._rows_counted}); drop or fill them when writing the "
+                    "data, or filter those rows out",
                     path=self.files[f],
                     row_group=rg,
+                    row=inner,
                     column=name,
                 )
         return table
+
+    @property
+    def _rows_counted(self) -> str:
+        """What a row number in an error counts (as in :meth:`location`): every row of the
+        row group, or with a filter its matching rows only."""
+        return "of the row group" if self.filter is None else "of the row group's matching rows"
 
     def __getstate__(self) -> dict[str, Any]:
         self.units  # noqa: B018 - counted once, here, not in every worker
