@@ -520,6 +520,22 @@ def test_corrupt_image_in_parquet_names_file_row_group_and_row(tmp_path: Path) -
     assert err.value.path.endswith("imgs.parquet")
 
 
+def test_image_parquet_pages_are_checked_against_their_crcs_when_asked(tmp_path: Path) -> None:
+    """A bit flipped in an image's bytes: the checksums name the row group, where decoding
+    might not notice at all (a JPEG's scan data decodes to other pixels)."""
+    image = make_images(tmp_path / "src", 1, **SMALL)[0].read_bytes()
+    table = pa.table({"image": pa.array([image] * 4, pa.binary()), "label": list(range(4))})
+    path = tmp_path / "imgs.parquet"
+    pq.write_table(table, path, row_group_size=2, compression="none", write_page_checksum=True)
+    data = bytearray(path.read_bytes())
+    data[data.rfind(image) + len(image) // 2] ^= 0x01  # inside row group 1's last image
+    path.write_bytes(bytes(data))
+    stream = ImageStream.from_parquet(path, size=8, crop="center", verify_checksums=True)
+    with pytest.raises(SourceError, match="CRC checksum verification failed") as err:
+        list(stream)
+    assert (err.value.path, err.value.row_group) == (str(path), 1)
+
+
 def write_tar(path: Path, members: dict[str, bytes]) -> None:
     with tarfile.open(path, "w") as tar:
         for name, data in members.items():

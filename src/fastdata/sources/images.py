@@ -260,11 +260,13 @@ class ImageStream(PlannedStream):
         filesystem: Any = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
+        verify_checksums: bool = False,
         **options: Unpack[ImageOptions],
     ) -> ImageStream:
         """Encoded images in a column of Parquet files (a unit is a row group): binary, or a
         struct with a binary ``bytes`` field (Hugging Face ``datasets.Image``);
-        ``label_column=None`` for unlabelled data.
+        ``label_column=None`` for unlabelled data. ``verify_checksums`` as
+        :class:`fastdata.ParquetStream`'s: pages are checked against their writer's CRCs.
 
         ``columns`` are other columns of a sample carried beside its image (a caption, a
         token list, metadata), converted as :class:`fastdata.ParquetStream` converts them
@@ -278,7 +280,13 @@ class ImageStream(PlannedStream):
                 )
         columns = [image_column] + ([label_column] if label_column else []) + extra
         source, filesystem = with_cache(source, filesystem, cache_dir, cache_limit)
-        reader = ParquetRowGroups(source, columns=columns, filter=filter, filesystem=filesystem)
+        reader = ParquetRowGroups(
+            source,
+            columns=columns,
+            filter=filter,
+            filesystem=filesystem,
+            verify_checksums=verify_checksums,
+        )
         kind = reader.schema.field(image_column).type
         if not _is_bytes(kind) and not (
             pa.types.is_struct(kind)
