@@ -1,7 +1,5 @@
-"""Build of the optional C extensions: ``fastdata.decode._jpeg`` (JPEG decoding with libjpeg-turbo:
-corrupt data reported, regions decoded alone), ``fastdata.decode._resample`` (torch's
-antialiased resize) and ``fastdata.sources.readers._readfiles`` (local files read without the
-GIL); without one, fastdata runs its Python fallback.
+"""Build of the optional C extension ``fastdata.decode._jpeg`` (JPEG decoding with libjpeg-turbo:
+corrupt data reported, regions decoded alone).
 
 Everything else is in pyproject.toml. The extension needs libjpeg-turbo's headers and library
 (``libjpeg-turbo8-dev`` / ``libjpeg62-turbo-dev`` / ``libjpeg-turbo-devel``); without them the
@@ -25,13 +23,6 @@ setup(
             "fastdata.decode._resample",
             ["src/fastdata/decode/_resample.c"],
             extra_compile_args=["-ffp-contract=off", "-fno-fast-math"],
-            optional=True,
-        ),
-        # local image files read with the GIL released (see _readfiles.c)
-        Extension(
-            "fastdata.sources.readers._readfiles",
-            ["src/fastdata/sources/readers/_readfiles.c"],
-            extra_compile_args=["-Wall"],
             optional=True,
         ),
     ]

@@ -6,9 +6,7 @@ cannot read, or leaves its image null under ``on_error="skip"``."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ import fastdata as fd
 from fastdata import check_reader
 from fastdata.sources import RowReader
 from fastdata.sources.base import declares
-from fastdata.sources.readers import files
 
 SMALL = {"min_short": 16, "max_short": 24}
 
@@ -102,20 +99,9 @@ def test_files_on_a_remote_filesystem_are_read_on_threads_in_order(folder: Path)
     assert reader.read(0, 0, 12).column("image").to_pylist() == [p.read_bytes() for p in paths]
 
 
-@pytest.fixture(params=["extension", "python"])
-def reading(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Local files read by the C extension in one call, or one by one from Python (the
-    fallback of a build without it)."""
-    if request.param == "python":
-        monkeypatch.setattr(files, "_read_local", None)
-    else:
-        assert files._read_local is not None, "the _readfiles extension is not built"
-    return str(request.param)
-
-
 @pytest.mark.parametrize("how", ["deleted", "grown", "a directory"])
 def test_a_file_that_cannot_be_read_is_named_or_left_null_under_skip(
-    folder: Path, tmp_path: Path, how: str, reading: str
+    folder: Path, tmp_path: Path, how: str
 ) -> None:
     paths = [tmp_path / f"{i}.jpg" for i in range(3)]
     for path, source in zip(paths, sorted(folder.rglob("*.jpg")), strict=False):
@@ -140,54 +126,3 @@ def test_a_file_that_cannot_be_read_is_named_or_left_null_under_skip(
     images = skipping.read(0, 0, 3).column("image").to_pylist()
     assert images[1] is None  # the decoder counts it as a bad image
     assert images[0] == paths[0].read_bytes() and images[2] == paths[2].read_bytes()
-
-
-def test_the_extension_reads_local_files_into_their_places(tmp_path: Path) -> None:
-    contents = [b"first", b"", b"x" * 70_000, b"last"]
-    paths = []
-    for i, content in enumerate(contents):
-        paths.append(tmp_path / f"{i}.bin")
-        paths[-1].write_bytes(content)
-    offsets = np.cumsum([0] + [len(c) for c in contents]).astype(np.int64)
-    out = np.full(int(offsets[-1]) + 3, 7, np.uint8)
-    assert files._read_local is not None
-    assert files._read_local([os.fsencode(p) for p in paths], offsets, out) == []
-    assert out.tobytes() == b"".join(contents) + bytes([7, 7, 7])
-    paths[1].unlink()
-    paths[2].write_bytes(b"shorter")
-    failures = files._read_local([os.fsencode(p) for p in paths], offsets, out)
-    assert failures == [(1, 2, 0), (2, -1, 7)]  # ENOENT; the size now
-
-
-def test_the_extension_refuses_offsets_outside_its_buffer_and_paths_not_bytes(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "a.bin"
-    path.write_bytes(b"abc")
-    read = files._read_local
-    assert read is not None
-    for offsets, out in [([0, 3], 2), ([0], 3), ([3, 0], 3), ([-1, 2], 3)]:
-        with pytest.raises(ValueError, match="offsets"):
-            read([bytes(path)], np.array(offsets, np.int64), np.zeros(out, np.uint8))
-    with pytest.raises(ValueError, match="paths as bytes"):
-        read([str(path)], np.array([0, 3], np.int64), np.zeros(3, np.uint8))
-
-
-def test_the_extension_lets_other_threads_run_while_it_reads(tmp_path: Path) -> None:
-    """Opening a FIFO blocks until a writer opens it: the writer here is Python code on
-    another thread, which could not run if the reads held the GIL (the test would hang)."""
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    got: list[object] = []
-    read = files._read_local
-    assert read is not None
-    out = np.zeros(1, np.uint8)
-    reader = threading.Thread(
-        target=lambda: got.append(read([bytes(fifo)], np.array([0, 0], np.int64), out))
-    )
-    reader.start()
-    with open(fifo, "wb"):  # returns once the extension has opened the FIFO, GIL-free
-        pass
-    reader.join(timeout=10)
-    assert not reader.is_alive()
-    assert got == [[]]  # read whole: a FIFO's size is 0, as listed

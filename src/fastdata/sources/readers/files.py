@@ -15,7 +15,6 @@ leaves out as a bad image; the cause is logged here.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -44,11 +43,6 @@ are read one after the other (from the page cache, 40-50 us each: handing them t
 cost twice that)."""
 
 _UNREADABLE = (OSError, pa.ArrowException)  # what opening or reading a file raises
-
-try:  # the C extension: a part's local files read in one call without the GIL (_readfiles.c)
-    from fastdata.sources.readers._readfiles import read_into as _read_local
-except ImportError:  # pragma: no cover - depends on the build
-    _read_local = None  # type: ignore[assignment]
 
 
 class ImageFiles:
@@ -116,10 +110,6 @@ class ImageFiles:
         if len(rows) > 1 and not self._local:
             pool = self._pools.get("files", READ_THREADS)
             read = list(pool.map(self._read_into, paths, slots))
-        elif self._local and _read_local is not None:
-            read = [True] * len(rows)
-            for i, err, got in _read_local(list(map(os.fsencode, paths)), offsets, data):
-                read[i] = self._failed(paths[i], slots[i], _local_error(err, got, len(slots[i])))
         else:
             read = [self._read_into(path, slot) for path, slot in zip(paths, slots, strict=True)]
         valid = None if all(read) else pa.array(read, pa.bool_()).buffers()[1]
@@ -134,21 +124,19 @@ class ImageFiles:
             with self.fs.open_input_file(path) as f:
                 size = f.size()
                 if size != len(slot):
-                    raise _changed(len(slot), size)
+                    raise OSError(
+                        f"its size changed since the stream listed it ({len(slot)} bytes, now "
+                        f"{size}): the files must not change while a stream reads them"
+                    )
                 if f.readinto(slot) != size:
-                    raise _ended(size)
+                    raise OSError(f"it ended before its {size} bytes")
             return True
         except _UNREADABLE as exc:
-            return self._failed(path, slot, exc)
-
-    def _failed(self, path: str, slot: np.ndarray, exc: Exception) -> bool:
-        """A file that could not be read: a :class:`SourceError` naming it, or (``skip``)
-        its slot zeroed and False, the cause logged."""
-        if self.on_error == "raise":
-            raise SourceError(f"cannot read ({exc})", path=path) from exc
-        log.info("cannot read %s (%s): its image is skipped (on_error='skip')", path, exc)
-        slot[:] = 0
-        return False
+            if self.on_error == "raise":
+                raise SourceError(f"cannot read ({exc})", path=path) from exc
+            log.info("cannot read %s (%s): its image is skipped (on_error='skip')", path, exc)
+            slot[:] = 0
+            return False
 
     def location(self, unit: int, row: int) -> dict[str, Any]:
         return {"path": self.paths[unit * self.per_unit + row]}
@@ -164,23 +152,3 @@ class ImageFiles:
 
     def __repr__(self) -> str:
         return f"ImageFiles({len(self.paths)} files)"
-
-
-def _changed(listed: int, size: int) -> OSError:
-    return OSError(
-        f"its size changed since the stream listed it ({listed} bytes, now {size}): the files "
-        "must not change while a stream reads them"
-    )
-
-
-def _ended(size: int) -> OSError:
-    return OSError(f"it ended before its {size} bytes")
-
-
-def _local_error(err: int, got: int, size: int) -> OSError:
-    """The error of a failure ``(err, got)`` of the extension's ``read_into``."""
-    if err == -1:
-        return _changed(size, got)
-    if err == -2:
-        return _ended(size)
-    return OSError(err, os.strerror(err))
