@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from fastdata.tune import Trial, TuneError
+from fastdata.tune.decide import MAX_PAIRS
 from fastdata.tune.search import SearchSpace, search
 
 from .fakes import FakeClock, GiB, settings
@@ -248,6 +250,32 @@ def test_a_setting_measured_at_a_lucky_moment_is_taken_back_by_the_pairs() -> No
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "In 2 pairs of back-to-back rounds, num_workers=2" in outcome.reason
     assert "the 14% drift seen between a trial and the paired rounds" in outcome.reason
+
+
+def test_a_pair_whose_round_did_not_count_is_measured_again_with_longer_rounds() -> None:
+    """Issue A of the third review: 4 workers need longer than half a screening share to
+    measure an interval, so a paired round of them at that length does not count. The same
+    short pair was measured again until the budget ran out; now each repeat doubles the
+    rounds, so the comparison finishes and the choice follows from counted pairs."""
+    limits: dict[int, float] = {}
+
+    class SlowToSettle(Surface):
+        def __call__(self, params: dict[str, Any], time_limit: float) -> Trial:
+            trial = super().__call__(params, time_limit)
+            workers = params["num_workers"]
+            limits.setdefault(workers, time_limit)  # its screening trial's share
+            if workers == 4 and time_limit < 0.75 * limits[4]:
+                return replace(trial, rel_ci=5.0)  # one block: no upper bound
+            return trial
+
+    rates = {0: 8.0, 1: 10.0, 2: 20.0, 3: 39.0, 4: 40.0}
+    surface = SlowToSettle(lambda p: rates[p["num_workers"]], step_s=0.01)
+    outcome = surface.search(space(4, prefetch=1), budget_s=200)
+    assert outcome.stopped == "complete"
+    assert len(pairs(outcome)) <= MAX_PAIRS  # not the same void pair until the budget ends
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 3
+    assert "ran at 97% of the rate of the fastest" in outcome.reason
+    assert "within the 5% tolerance" in outcome.reason
 
 
 def test_thread_workers_are_chosen_where_they_feed_the_consumer_as_well_as_processes() -> None:

@@ -101,8 +101,9 @@ class Run:
         share = remaining / max(self.planned - self.used, _LAST_SHARES)
         return min(max(share, self.min_slice), remaining)
 
-    def pair(self, first: dict[str, Any], second: dict[str, Any]) -> bool:
-        """One pair of paired rounds, ``first`` then ``second``; whether both completed.
+    def pair(self, first: dict[str, Any], second: dict[str, Any], *, stretch: float = 1) -> bool:
+        """One pair of paired rounds, ``first`` then ``second``, each ``stretch`` times half a
+        share (within the remaining budget); whether both completed.
 
         Raises:
             StopSearch: ``"budget"`` when the budget has no room for the pair.
@@ -110,7 +111,7 @@ class Run:
         remaining = self.budget_s - self.elapsed()
         if remaining < 2 * self.min_slice:
             raise StopSearch("budget")
-        share = min(self._share(remaining) / 2, remaining / 2)
+        share = min(stretch * self._share(remaining) / 2, remaining / 2)
         self.used += 1
         number, self.pairs = self.pairs, self.pairs + 1
         rounds = [self._measure(p, share, pair=number) for p in (first, second)]

@@ -24,7 +24,9 @@ then ``worker_method``, then ``prefetch_factor``, then ``pin_memory``), each in 
 2. **Comparisons**: :func:`~fastdata.tune.decide.decide` names the cheaper setting to compare
    with the fastest measured, and the two are measured in pairs of back-to-back rounds in
    alternating order until the rule's verdict is in (see :mod:`.decide`), then the next,
-   until the decision is final. Its choice is the answer the next setting starts from.
+   until the decision is final. A pair with a round that does not count (no interval) is
+   measured again with rounds twice as long, so the same short rounds are never repeated.
+   Its choice is the answer the next setting starts from.
 
 The budget is shared out as it goes: a screening trial gets what remains of it over the shares
 still planned (the screening trials of every stage, and :data:`PLANNED_PAIRS` pairs per stage),
@@ -45,7 +47,7 @@ from typing import Any, NamedTuple
 from fastdata.tune._explain import describe_refused, explain
 from fastdata.tune._line import coarse, line, thread_workers, varying
 from fastdata.tune._run import Evaluate, Run, StopSearch, TuneError
-from fastdata.tune._statistics import pairs_of
+from fastdata.tune._statistics import attempts, pairs_of
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import MAX_PAIRS, Decision
 from fastdata.tune.space import SETTINGS, SearchSpace
@@ -56,6 +58,10 @@ __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 PLANNED_PAIRS = 4
 """Pairs of paired rounds planned per stage when the budget is shared out (a comparison
 takes as many as its verdict needs, up to :data:`~fastdata.tune.decide.MAX_PAIRS`)."""
+
+_MAX_STRETCH = 3
+"""A pair measured again because a round did not count gets rounds twice as long each time,
+up to 2 ** this."""
 
 
 class Outcome(NamedTuple):
@@ -182,8 +188,9 @@ def _compare(run: Run) -> None:
     while (decision := run.decision()).next is not None:
         cheap, fast = run.trials[decision.next].params, run.trials[decision.fastest].params
         done = pairs_of(run.trials, decision.next, decision.fastest)
+        void = attempts(run.trials, decision.next, decision.fastest) - done
         order = (cheap, fast) if done % 2 == 0 else (fast, cheap)
-        if not run.pair(*order):
+        if not run.pair(*order, stretch=2 ** min(void, _MAX_STRETCH)):
             return  # a round failed or was refused: the rule decides on what is there
 
 
