@@ -165,7 +165,8 @@ class TuneResult:
             f"  fastdata.DataLoader(dataset, ..., {kwargs})",
             "  (torch.utils.data.DataLoader takes the same keyword arguments)"
             if self.config.worker_method != "thread"
-            else "  (fastdata's thread workers: torch's DataLoader has no worker_method)",
+            else "  (thread workers need fastdata.DataLoader: torch's DataLoader has no "
+            "worker_method)",
         ]
         if path is not None:
             lines.append(f"  fastdata.DataLoader(dataset, ..., config={os.fspath(path)!r})")
