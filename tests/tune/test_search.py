@@ -3,7 +3,9 @@ returns trials computed from formulas on a fake clock, so every choice is determ
 
 from __future__ import annotations
 
+import contextlib
 import random
+import signal
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -171,6 +173,27 @@ def test_ctrl_c_mid_search_returns_the_best_so_far() -> None:
     assert [t.params["num_workers"] for t in outcome.trials] == [0, 1, 2]
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "Interrupted (Ctrl-C)" in outcome.reason
+
+
+def test_ctrl_c_whose_keyboard_interrupt_was_swallowed_still_ends_the_search() -> None:
+    """The third review: SIGINT landed in logging's at-fork hook while a worker started, the
+    KeyboardInterrupt was printed as "Exception ignored" and dropped, and the search ran on to
+    the end of its budget. Here the third trial swallows it the same way; the search ends at
+    that trial's boundary, with the best so far, and SIGINT's handler is restored."""
+    surface = Surface(saturating)
+    before = signal.getsignal(signal.SIGINT)
+
+    def swallowing(params: dict[str, Any], time_limit: float) -> Trial:
+        if len(surface.calls) == 2:
+            with contextlib.suppress(KeyboardInterrupt):  # as the at-fork hook does
+                signal.raise_signal(signal.SIGINT)
+        return surface(params, time_limit)
+
+    outcome = search(swallowing, space(), budget_s=100, target=0.95, clock=surface.clock)
+    assert outcome.stopped == "interrupted"
+    assert [t.params["num_workers"] for t in outcome.trials] == [0, 1, 2]
+    assert "Interrupted (Ctrl-C)" in outcome.reason
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_ctrl_c_before_any_trial_is_not_swallowed() -> None:

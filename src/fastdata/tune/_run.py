@@ -9,7 +9,8 @@ When the budget has no room for the next one, :class:`StopSearch` ends the searc
 trial starts, its memory is predicted from the trials with fewer workers (the largest growth
 per worker seen so far); a setting predicted over ``max_memory`` is refused without starting
 it, and one that went over is refused after. A broken loader (the first setting fails) is a
-:class:`TuneError`.
+:class:`TuneError`. A Ctrl-C recorded by :class:`~fastdata.tune._interrupt.Interrupts` ends
+the search at the next trial or round boundary, even where its ``KeyboardInterrupt`` was lost.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from itertools import pairwise
 from typing import Any
 
 from fastdata.errors import FastDataError
+from fastdata.tune._interrupt import Interrupts
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import Decision, decide
 from fastdata.tune.space import PARAMS
@@ -63,11 +65,13 @@ class Run:
         max_pairs: int,
         clock: Callable[[], float],
         on_trial: Callable[[Trial], None] | None,
+        interrupts: Interrupts | None = None,
     ) -> None:
         self.evaluate, self.budget_s, self.planned = evaluate, budget_s, planned
         self.target, self.tolerance = target, tolerance
         self.max_memory, self.max_pairs = max_memory, max_pairs
         self.clock, self.on_trial = clock, on_trial
+        self.interrupts = interrupts if interrupts is not None else Interrupts()
         self.start = clock()
         self.min_slice = budget_s / planned / 4
         self.used = 0.0  # shares used: 1 a screening trial, 1/2 a paired round
@@ -118,6 +122,7 @@ class Run:
         return all(t.ok for t in rounds)
 
     def _measure(self, params: dict[str, Any], time_limit: float, pair: int | None = None) -> Trial:
+        self.interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed ends it here
         predicted = self.predicted_rss(params)
         if self.max_memory is not None and predicted is not None and predicted > self.max_memory:
             trial = Trial(
@@ -141,6 +146,7 @@ class Run:
         self.trials.append(trial)
         if self.on_trial is not None:
             self.on_trial(trial)
+        self.interrupts.check()
         return trial
 
     def predicted_rss(self, params: dict[str, Any]) -> float | None:

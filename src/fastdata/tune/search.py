@@ -35,7 +35,9 @@ stops when the budget has no room for the next one. Before a trial starts,
 its memory is predicted from the trials with fewer workers (the largest growth per worker
 seen so far); a setting predicted over ``max_memory`` is refused without starting it, and a
 running trial that goes over is stopped (:class:`~fastdata.tune.measure.MemoryGuard`).
-Ctrl-C returns the best so far.
+Ctrl-C returns the best so far: SIGINT is recorded (:mod:`fastdata.tune._interrupt`) and
+checked at every trial and round boundary, so an interrupt swallowed where it landed (in an
+at-fork hook as a worker starts) still ends the search there.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from fastdata.tune._explain import describe_refused, explain
+from fastdata.tune._interrupt import Interrupts
 from fastdata.tune._line import coarse, line, thread_workers, varying
 from fastdata.tune._run import Evaluate, Run, StopSearch, TuneError
 from fastdata.tune._statistics import attempts, pairs_of
@@ -109,6 +112,30 @@ def search(
             within ``max_memory``.
         KeyboardInterrupt: interrupted before any setting was measured.
     """
+    with Interrupts() as interrupts:
+        return _search(
+            evaluate, space, budget_s=budget_s, target=target, tolerance=tolerance,
+            max_memory=max_memory, cores=cores, max_pairs=max_pairs, clock=clock,
+            on_trial=on_trial, interrupts=interrupts,
+        )  # fmt: skip
+
+
+def _search(
+    evaluate: Evaluate,
+    space: SearchSpace,
+    /,
+    *,
+    budget_s: float,
+    target: float,
+    tolerance: float,
+    max_memory: int | None,
+    cores: int | None,
+    max_pairs: int,
+    clock: Callable[[], float],
+    on_trial: Callable[[Trial], None] | None,
+    interrupts: Interrupts,
+) -> Outcome:
+    """:func:`search`, with Ctrl-C recorded by ``interrupts``."""
     run = Run(
         evaluate,
         budget_s=budget_s,
@@ -119,6 +146,7 @@ def search(
         max_pairs=max_pairs,
         clock=clock,
         on_trial=on_trial,
+        interrupts=interrupts,
     )
     stopped = "complete"
     try:
