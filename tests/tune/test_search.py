@@ -123,7 +123,27 @@ def test_search_stops_climbing_at_the_target_and_tries_only_cheaper_values_after
     assert chosen.params == settings(3, 1) and chosen.busy >= 0.95
     screened = [key(t.params) for t in outcome.trials if t.pair is None]
     assert screened == [(0, None), (1, 2), (2, 2), (4, 2), (3, 2), (3, 1)]  # no costlier
-    assert "screening ended at the first setting that reached the target" in outcome.reason
+    assert (
+        "num_workers=4, prefetch_factor=2, pin_memory=False reached the target, so no costlier "
+        "setting was screened after it." in outcome.reason
+    )
+
+
+def test_the_end_at_the_target_names_the_setting_that_reached_it() -> None:
+    """The third review's t3: process workers 1, 2 and 4 were screened, then 1 thread worker
+    reached the target, and the reason said screening ended "at the first setting that
+    reached the target, so costlier ones were not tried"."""
+    surface = Surface(lambda p: 8.0 if p["num_workers"] == 0 else
+                      (50.0 if p["worker_method"] == "thread" else 40.0))  # fmt: skip
+    outcome = surface.search(space(4, prefetch=2, methods=("multiprocessing", "thread")))
+    assert outcome.stopped == "target"
+    screened = [key(t.params) for t in outcome.trials if t.pair is None]
+    assert (4, 2) in screened  # costlier process settings were screened before
+    assert (
+        "num_workers=1, worker_method=thread, prefetch_factor=2, pin_memory=False reached the "
+        "target, so no costlier setting was screened after it." in outcome.reason
+    )
+    assert "costlier ones were not tried" not in outcome.reason
 
 
 def test_search_refuses_settings_over_max_memory_before_starting_them() -> None:

@@ -137,7 +137,8 @@ class Run:
             except Exception as exc:
                 if not any(t.ok for t in self.trials):
                     raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
-                trial = Trial(params=dict(params), seconds=self.clock() - begun, error=repr(exc))
+                trial = Trial(params=dict(params), seconds=self.clock() - begun,
+                              error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             if trial.ok and self.max_memory is not None and trial.peak_rss > self.max_memory:
                 trial = replace(trial, refused=f"peak {format_size(trial.peak_rss)}, over the "
                                 f"memory ceiling of {format_size(self.max_memory)}")  # fmt: skip

@@ -266,11 +266,12 @@ def _reason(run: Run, decision: Decision, stopped: str, cores: int | None) -> st
     n = f"{len(trials)} trial{'' if len(trials) == 1 else 's'}"
     if run.pairs:
         n += f" ({run.pairs} pair{'' if run.pairs == 1 else 's'} of paired rounds among them)"
+    fed = next((describe(t.params) for t in trials if t.pair is None and run.reaches(t)), "")
     lines.append(
         {
             "complete": f"Search complete: {n} in {run.elapsed():.0f} s.",
-            "target": f"Search complete: {n} in {run.elapsed():.0f} s; screening ended at the "
-            "first setting that reached the target, so costlier ones were not tried.",
+            "target": f"Search complete: {n} in {run.elapsed():.0f} s; {fed} reached the "
+            "target, so no costlier setting was screened after it.",
             "budget": f"Stopped after {n} when the {run.budget_s:g} s budget was used; a "
             "larger budget measures more settings and finishes the comparisons.",
             "interrupted": f"Interrupted (Ctrl-C): the best of {n} so far.",
