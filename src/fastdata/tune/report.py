@@ -127,9 +127,7 @@ class TuneResult:
             ]
             if not t.ok:
                 why = (
-                    f"refused: {t.refused}"
-                    if t.error is None
-                    else (f"failed: {error_line(t.error)}")
+                    f"refused: {t.refused}" if t.error is None else f"failed: {error_line(t.error)}"
                 )
                 rows.append([*row, why + ("" if t.pair is None else f" (pair {t.pair + 1})")])
                 continue
