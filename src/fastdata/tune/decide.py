@@ -38,7 +38,8 @@ of 1 or more: a stall swallowed it) does not count, and its pair is measured aga
 **What the choice is when the comparisons are cut short.** A comparison that the budget ends
 before its verdict (fewer than two pairs, or an interval containing the line after fewer than
 :data:`MAX_PAIRS`) has shown nothing, so it has not shown the cheaper setting slower: the
-cheaper setting is kept, as the rule says. The choice is the cheapest setting whose comparison
+cheaper setting is kept, as the rule says. Unless a finished comparison showed a cheaper
+setting as good (it is chosen), the choice is the cheapest setting whose comparison
 did not finish and whose own trial is not slower than the fastest's beyond both intervals
 (:func:`apart`, with the drift seen so far, or none before it is known); failing that (every
 cheaper setting shown slower, by pairs or by its trial), the fastest. The reason says which
