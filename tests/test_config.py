@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,31 @@ def test_config_merged_lets_explicit_arguments_win() -> None:
     }
     assert torch.utils.data.DataLoader(range(4), **no_workers).num_workers == 0
     assert config.merged({"num_workers": 0, "prefetch_factor": 3})["prefetch_factor"] == 3
+
+
+def test_thread_configs_give_torch_only_its_keywords_and_say_threads_need_fastdata() -> None:
+    """The third review: ``DataLoader(**config.to_dict())`` of torch raised TypeError on
+    'worker_method' for a tuned thread config, and ``merged({"num_workers": 0})`` still
+    carried it, though merged drops worker-only settings without workers."""
+    config = LoaderConfig(num_workers=2, prefetch_factor=2, worker_method="thread")
+    with pytest.warns(UserWarning, match=r"thread workers, which only fastdata.DataLoader runs"):
+        kwargs = config.torch_kwargs()
+    assert kwargs == {"num_workers": 2, "prefetch_factor": 2, "pin_memory": False,
+                      "persistent_workers": False}  # fmt: skip
+    assert torch.utils.data.DataLoader(range(8), batch_size=4, **kwargs).num_workers == 2
+    no_workers = config.merged({"batch_size": None, "num_workers": 0})
+    assert "worker_method" not in no_workers
+    assert len(list(torch.utils.data.DataLoader(range(4), **no_workers))) == 4
+    explicit = config.merged({"num_workers": 0, "worker_method": "thread"})
+    assert explicit["worker_method"] == "thread"  # asked for: kept
+    assert config.merged({})["worker_method"] == "thread"  # with workers: the config's
+
+
+def test_process_configs_give_torch_the_same_keywords_without_warning() -> None:
+    config = LoaderConfig(num_workers=2, prefetch_factor=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert config.torch_kwargs() == config.to_dict()
 
 
 configs = st.integers(0, 64).flatmap(

@@ -89,14 +89,39 @@ class LoaderConfig:
         Arguments in ``explicit`` win. Where they turn the workers off (an explicit
         ``num_workers=0``), the config's worker-only settings are dropped rather than passed
         on, since torch rejects ``prefetch_factor`` or ``persistent_workers=True`` without
-        workers: ``DataLoader(ds, config="tuned.json", num_workers=0)`` then just works.
+        workers, and ``worker_method`` means nothing without them:
+        ``DataLoader(ds, config="tuned.json", num_workers=0)`` then just works, and so does
+        ``torch.utils.data.DataLoader(ds, **config.merged({"num_workers": 0}))``.
         """
         merged = {**self.to_dict(), **explicit}
         if merged["num_workers"] == 0:
             for name, off in (("prefetch_factor", None), ("persistent_workers", False)):
                 if name not in explicit:
                     merged[name] = off
+            if "worker_method" not in explicit:
+                merged.pop("worker_method", None)
         return merged
+
+    def torch_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``torch.utils.data.DataLoader`` this config sets:
+        ``num_workers``, ``prefetch_factor``, ``pin_memory`` and ``persistent_workers``.
+
+        ``worker_method`` is fastdata's, and left out: thread workers need
+        ``fastdata.DataLoader`` (or ``config=``). With torch's DataLoader the same number of
+        workers runs as processes, which is not the setting the tuner measured, so a config
+        with ``worker_method="thread"`` warns here.
+        """
+        if self.worker_method == "thread":
+            from fastdata.errors import warn_user
+
+            warn_user(
+                f"this config's {self.num_workers} worker(s) are thread workers, which only "
+                "fastdata.DataLoader runs; torch.utils.data.DataLoader runs them as processes, "
+                "not what was measured: use fastdata.DataLoader(..., config=...) instead"
+            )
+        settings = asdict(self)
+        del settings["worker_method"]
+        return settings
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain JSON-able dict: the keyword arguments of
@@ -105,7 +130,8 @@ class LoaderConfig:
         torch's four are always present, so the config fully decides them unless the caller
         passes one explicitly: ``DataLoader(ds, batch_size=None, **config.to_dict())``.
         ``worker_method`` is present only when it is ``"thread"``, so that the dict of a
-        config with process workers stays valid for torch's own DataLoader.
+        config with process workers stays valid for torch's own DataLoader; for torch's
+        DataLoader whatever the method, use :meth:`torch_kwargs`.
         """
         settings = asdict(self)
         if settings["worker_method"] == "multiprocessing":

@@ -57,7 +57,9 @@ def test_data_hints_never_suggest_writing_into_the_path_given(
         "without --data tunes on the demo images (`--demo --data NEW_DIR` keeps them",
         "empty": "holds no images in DIR/<class>/<image>; `fastdata tune` without --data",
         "flat": "its 2 image(s) lie directly in it, but --data takes an ImageFolder tree",
+        "nope_dir": "no such folder; `fastdata tune` without --data",  # not a typo of nvdir
     }
+    (tmp_path / "nvdir").mkdir()
     for name, message in cases.items():
         status, err = exits(capsys, "tune", "--data", str(tmp_path / name))
         assert status == 2 and message in " ".join(err.split()), err

@@ -113,6 +113,18 @@ def test_a_loader_too_slow_for_the_blocks_stops_at_twice_its_time_limit() -> Non
     assert 0 < trial.rel_ci < math.inf  # 3 blocks: an interval, a wide one (t with 2 df)
 
 
+def test_a_slow_trial_goes_on_past_twice_its_limit_until_its_interval_has_an_upper_bound() -> None:
+    """Batches alternate 1 s and 3 s (start-up 3 s, limit 3 s): at twice the limit two blocks
+    give a half-width of 635%, three 172%, four 92%: the trial stops there, so a paired round
+    always counts rather than being measured again for nothing."""
+    trial = endless(lambda i: 1.0 if i % 2 else 3.0, time_limit=3.0)
+    assert trial.batches == 4 and trial.seconds == pytest.approx(11.0)
+    assert trial.rel_ci == pytest.approx(3.182446 * (4 / 3) ** 0.5 / 2 / 2)  # t with 3 df
+    # An interval that never gets an upper bound stops at four times the limit.
+    stalled = endless(lambda i: 1.0 if i % 2 else 3.0, time_limit=1.0)
+    assert stalled.seconds == pytest.approx(4.0) and stalled.batches == 1
+
+
 def test_a_trial_stops_at_its_time_limit_when_the_estimate_stays_unstable() -> None:
     trial = endless(lambda i: 0.01 if i % 2 else 0.05, time_limit=3.0, rel_ci=0.0)  # never stable
     assert 3.0 <= trial.seconds < 3.0 + 0.05

@@ -41,6 +41,28 @@ def test_tune_result_json_round_trip_and_report(tmp_path: Path) -> None:
         TuneResult.load(tmp_path / "other.json")
 
 
+def test_a_failed_trial_is_one_readable_line_and_its_traceback_is_kept() -> None:
+    """The third review: a worker's failure filled its row with the repr of torch's message,
+    the whole worker traceback with literal \\n. The row shows the original exception; the
+    trial (and the result file) keeps the whole text."""
+    error = (
+        "RuntimeError: Caught RuntimeError in DataLoader worker process 0.\n"
+        "Original Traceback (most recent call last):\n"
+        '  File "data.py", line 11, in __getitem__\n'
+        "    raise RuntimeError('cannot open the database in a worker')\n"
+        "RuntimeError: cannot open the database in a worker\n"
+    )
+    trials = (Trial(params=settings(0), throughput=9.0, rel_ci=0.05),
+              Trial(params=settings(1), error=error))  # fmt: skip
+    result = TuneResult(trials=trials, chosen=0, config=LoaderConfig(), reason="because")
+    row = next(line for line in result.report().splitlines() if "failed:" in line)
+    assert row.endswith(
+        "failed: RuntimeError: cannot open the database in a worker (traceback in the trial's "
+        "error)"
+    )
+    assert "\\n" not in result.report() and result.trials[1].error == error
+
+
 def test_the_report_shows_what_was_measured_on_and_how_to_apply_the_answer(
     tmp_path: Path,
 ) -> None:

@@ -103,4 +103,4 @@ def test_a_broken_loader_is_an_error_and_a_later_failure_a_failed_trial() -> Non
     run = make_run(broken, clock)
     run.trials = [Trial(params=settings(0), throughput=5.0)]  # one setting worked
     failed = run.trial(settings(1))
-    assert failed.error == "OSError('no such file')" and not failed.ok
+    assert failed.error == "OSError: no such file" and not failed.ok

@@ -3,13 +3,17 @@ returns trials computed from formulas on a fake clock, so every choice is determ
 
 from __future__ import annotations
 
+import contextlib
 import random
+import signal
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from fastdata.tune import Trial, TuneError
+from fastdata.tune.decide import MAX_PAIRS
 from fastdata.tune.search import SearchSpace, search
 
 from .fakes import FakeClock, GiB, settings
@@ -119,7 +123,27 @@ def test_search_stops_climbing_at_the_target_and_tries_only_cheaper_values_after
     assert chosen.params == settings(3, 1) and chosen.busy >= 0.95
     screened = [key(t.params) for t in outcome.trials if t.pair is None]
     assert screened == [(0, None), (1, 2), (2, 2), (4, 2), (3, 2), (3, 1)]  # no costlier
-    assert "screening ended at the first setting that reached the target" in outcome.reason
+    assert (
+        "num_workers=4, prefetch_factor=2, pin_memory=False reached the target, so no costlier "
+        "setting was screened after it." in outcome.reason
+    )
+
+
+def test_the_end_at_the_target_names_the_setting_that_reached_it() -> None:
+    """The third review's t3: process workers 1, 2 and 4 were screened, then 1 thread worker
+    reached the target, and the reason said screening ended "at the first setting that
+    reached the target, so costlier ones were not tried"."""
+    surface = Surface(lambda p: 8.0 if p["num_workers"] == 0 else
+                      (50.0 if p["worker_method"] == "thread" else 40.0))  # fmt: skip
+    outcome = surface.search(space(4, prefetch=2, methods=("multiprocessing", "thread")))
+    assert outcome.stopped == "target"
+    screened = [key(t.params) for t in outcome.trials if t.pair is None]
+    assert (4, 2) in screened  # costlier process settings were screened before
+    assert (
+        "num_workers=1, worker_method=thread, prefetch_factor=2, pin_memory=False reached the "
+        "target, so no costlier setting was screened after it." in outcome.reason
+    )
+    assert "costlier ones were not tried" not in outcome.reason
 
 
 def test_search_refuses_settings_over_max_memory_before_starting_them() -> None:
@@ -169,6 +193,27 @@ def test_ctrl_c_mid_search_returns_the_best_so_far() -> None:
     assert [t.params["num_workers"] for t in outcome.trials] == [0, 1, 2]
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "Interrupted (Ctrl-C)" in outcome.reason
+
+
+def test_ctrl_c_whose_keyboard_interrupt_was_swallowed_still_ends_the_search() -> None:
+    """The third review: SIGINT landed in logging's at-fork hook while a worker started, the
+    KeyboardInterrupt was printed as "Exception ignored" and dropped, and the search ran on to
+    the end of its budget. Here the third trial swallows it the same way; the search ends at
+    that trial's boundary, with the best so far, and SIGINT's handler is restored."""
+    surface = Surface(saturating)
+    before = signal.getsignal(signal.SIGINT)
+
+    def swallowing(params: dict[str, Any], time_limit: float) -> Trial:
+        if len(surface.calls) == 2:
+            with contextlib.suppress(KeyboardInterrupt):  # as the at-fork hook does
+                signal.raise_signal(signal.SIGINT)
+        return surface(params, time_limit)
+
+    outcome = search(swallowing, space(), budget_s=100, target=0.95, clock=surface.clock)
+    assert outcome.stopped == "interrupted"
+    assert [t.params["num_workers"] for t in outcome.trials] == [0, 1, 2]
+    assert "Interrupted (Ctrl-C)" in outcome.reason
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 def test_ctrl_c_before_any_trial_is_not_swallowed() -> None:
@@ -248,6 +293,32 @@ def test_a_setting_measured_at_a_lucky_moment_is_taken_back_by_the_pairs() -> No
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "In 2 pairs of back-to-back rounds, num_workers=2" in outcome.reason
     assert "the 14% drift seen between a trial and the paired rounds" in outcome.reason
+
+
+def test_a_pair_whose_round_did_not_count_is_measured_again_with_longer_rounds() -> None:
+    """Issue A of the third review: 4 workers need longer than half a screening share to
+    measure an interval, so a paired round of them at that length does not count. The same
+    short pair was measured again until the budget ran out; now each repeat doubles the
+    rounds, so the comparison finishes and the choice follows from counted pairs."""
+    limits: dict[int, float] = {}
+
+    class SlowToSettle(Surface):
+        def __call__(self, params: dict[str, Any], time_limit: float) -> Trial:
+            trial = super().__call__(params, time_limit)
+            workers = params["num_workers"]
+            limits.setdefault(workers, time_limit)  # its screening trial's share
+            if workers == 4 and time_limit < 0.75 * limits[4]:
+                return replace(trial, rel_ci=5.0)  # one block: no upper bound
+            return trial
+
+    rates = {0: 8.0, 1: 10.0, 2: 20.0, 3: 39.0, 4: 40.0}
+    surface = SlowToSettle(lambda p: rates[p["num_workers"]], step_s=0.01)
+    outcome = surface.search(space(4, prefetch=1), budget_s=200)
+    assert outcome.stopped == "complete"
+    assert len(pairs(outcome)) <= MAX_PAIRS  # not the same void pair until the budget ends
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 3
+    assert "ran at 97% of the rate of the fastest" in outcome.reason
+    assert "within the 5% tolerance" in outcome.reason
 
 
 def test_thread_workers_are_chosen_where_they_feed_the_consumer_as_well_as_processes() -> None:

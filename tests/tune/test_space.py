@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastdata.tune.space import SETTINGS, SearchSpace, cost, torch_defaults
+from fastdata.tune.space import SETTINGS, SearchSpace, cost
 
 from .fakes import settings
 
@@ -55,9 +55,3 @@ def test_the_cost_order_is_workers_then_threads_then_prefetch_then_pinning() -> 
     assert sorted(reversed(ordered), key=cost) == ordered
     assert [s.name for s in SETTINGS] == list(settings(1))  # the table is the cost order
     assert cost({"num_workers": 3}) == cost(settings(3, None))  # the rest at their off value
-
-
-def test_torch_defaults_keep_the_workers_and_reset_the_rest() -> None:
-    tuned = settings(4, 8, pin=True, method="thread")
-    assert torch_defaults(tuned) == settings(4)
-    assert torch_defaults(settings(0, pin=True)) == settings(0)

@@ -117,14 +117,15 @@ def _folder_problem(root: Path) -> str | None:
 
 
 def _near_names(path: Path) -> list[str]:
-    """Existing paths whose name is close to ``path``'s (a typo), beside it."""
+    """Existing folders beside ``path`` whose name is a typo away from its name (a
+    similarity of 0.8: ``photso`` finds ``photos``; ``nope_dir`` does not find ``nvdir``)."""
     import difflib
 
     parent = path.parent if path.parent.is_dir() else None
     if parent is None or not path.name:
         return []
     names = [p.name for p in parent.iterdir() if p.is_dir()]
-    near = difflib.get_close_matches(path.name, names, n=2, cutoff=0.6)
+    near = difflib.get_close_matches(path.name, names, n=2, cutoff=0.8)
     return [str(parent / name) for name in near]
 
 

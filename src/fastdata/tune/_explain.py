@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
-from fastdata.tune._statistics import Paired, counts
+from fastdata.tune._statistics import Paired, attempts, counts, pairs_of
 from fastdata.tune._trial import Trial
-from fastdata.tune.decide import Decision
+from fastdata.tune.decide import Decision, Verdict
 from fastdata.tune.words import describe, format_size, percent
 
 __all__ = ["describe_refused", "explain"]
@@ -50,23 +50,16 @@ def explain(
     unfinished = decision.next  # the search ended before this comparison's verdict
     cut = ""
     if unfinished is not None:
-        rounds = by_outcome[unfinished].rounds if unfinished in by_outcome else None
-        so_far = (
-            "did not get two pairs of rounds"
-            if rounds is None
-            else f"could not decide in the {rounds.pairs} pairs it got ({percent(rounds.ratio)} "
-            f"of the fastest's rate, 95% CI {_interval(rounds)}, which contains "
-            f"{line})"
-        )
-        cut = (
-            f"the comparison of the cheaper {describe(trials[unfinished].params)} with the "
-            f"fastest {so_far} before the search ended"
-        )
+        cut = _cut_short(trials, unfinished, decision.fastest, by_outcome, line)
     if decision.fallback:
+        kept = (
+            "so it is kept" if decision.chosen == unfinished else
+            f"so the cheaper {describe(pick.params)}, whose comparison did not finish either, "
+            "is kept"
+        )  # fmt: skip
         lines.append(
             f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}; "
-            f"{cut}. Settings above torch's defaults are chosen only when they measurably "
-            "help, so torch's defaults are kept with the fastest setting's workers."
+            f"{cut}. A cheaper setting is given up only when shown slower, {kept}."
         )
     elif mine is None:
         if unfinished is not None:
@@ -154,6 +147,32 @@ def describe_refused(
         why = t.refused or f"peak {format_size(t.peak_rss)} over {format_size(max_memory or 0)}"
         parts.append(f"{describe(t.params)} ({why})")
     return f"{len(parts)} setting(s) refused for memory: {'; '.join(parts)}."
+
+
+def _cut_short(
+    trials: Sequence[Trial], cheap: int, fastest: int, by_outcome: dict[int, Verdict], line: str
+) -> str:
+    """The comparison of ``trials[cheap]`` with the fastest that the search ended before its
+    verdict, with the pairs it measured and the pairs that counted (as the table shows them)."""
+    rounds = by_outcome[cheap].rounds if cheap in by_outcome else None
+    measured = attempts(trials, cheap, fastest)
+    if rounds is not None:
+        so_far = (
+            f"could not decide in the {rounds.pairs} pairs it got ({percent(rounds.ratio)} "
+            f"of the fastest's rate, 95% CI {_interval(rounds)}, which contains {line})"
+        )
+    elif measured == 0:
+        so_far = "was not started"
+    else:
+        counted = pairs_of(trials, cheap, fastest)
+        so_far = (
+            f"measured {measured} pair(s) of rounds, {counted} of which counted (a round "
+            "without an interval, shown as ? in the table, does not count; two pairs are needed)"
+        )
+    return (
+        f"the comparison of the cheaper {describe(trials[cheap].params)} with the fastest "
+        f"{so_far} before the search ended"
+    )
 
 
 def _paired_words(rounds: Paired, trial: Trial, fastest: str) -> str:

@@ -9,7 +9,8 @@ When the budget has no room for the next one, :class:`StopSearch` ends the searc
 trial starts, its memory is predicted from the trials with fewer workers (the largest growth
 per worker seen so far); a setting predicted over ``max_memory`` is refused without starting
 it, and one that went over is refused after. A broken loader (the first setting fails) is a
-:class:`TuneError`.
+:class:`TuneError`. A Ctrl-C recorded by :class:`~fastdata.tune._interrupt.Interrupts` ends
+the search at the next trial or round boundary, even where its ``KeyboardInterrupt`` was lost.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from itertools import pairwise
 from typing import Any
 
 from fastdata.errors import FastDataError
+from fastdata.tune._interrupt import Interrupts
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import Decision, decide
 from fastdata.tune.space import PARAMS
@@ -63,11 +65,13 @@ class Run:
         max_pairs: int,
         clock: Callable[[], float],
         on_trial: Callable[[Trial], None] | None,
+        interrupts: Interrupts | None = None,
     ) -> None:
         self.evaluate, self.budget_s, self.planned = evaluate, budget_s, planned
         self.target, self.tolerance = target, tolerance
         self.max_memory, self.max_pairs = max_memory, max_pairs
         self.clock, self.on_trial = clock, on_trial
+        self.interrupts = interrupts if interrupts is not None else Interrupts()
         self.start = clock()
         self.min_slice = budget_s / planned / 4
         self.used = 0.0  # shares used: 1 a screening trial, 1/2 a paired round
@@ -101,8 +105,9 @@ class Run:
         share = remaining / max(self.planned - self.used, _LAST_SHARES)
         return min(max(share, self.min_slice), remaining)
 
-    def pair(self, first: dict[str, Any], second: dict[str, Any]) -> bool:
-        """One pair of paired rounds, ``first`` then ``second``; whether both completed.
+    def pair(self, first: dict[str, Any], second: dict[str, Any], *, stretch: float = 1) -> bool:
+        """One pair of paired rounds, ``first`` then ``second``, each ``stretch`` times half a
+        share (within the remaining budget); whether both completed.
 
         Raises:
             StopSearch: ``"budget"`` when the budget has no room for the pair.
@@ -110,13 +115,14 @@ class Run:
         remaining = self.budget_s - self.elapsed()
         if remaining < 2 * self.min_slice:
             raise StopSearch("budget")
-        share = min(self._share(remaining) / 2, remaining / 2)
+        share = min(stretch * self._share(remaining) / 2, remaining / 2)
         self.used += 1
         number, self.pairs = self.pairs, self.pairs + 1
         rounds = [self._measure(p, share, pair=number) for p in (first, second)]
         return all(t.ok for t in rounds)
 
     def _measure(self, params: dict[str, Any], time_limit: float, pair: int | None = None) -> Trial:
+        self.interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed ends it here
         predicted = self.predicted_rss(params)
         if self.max_memory is not None and predicted is not None and predicted > self.max_memory:
             trial = Trial(
@@ -131,7 +137,8 @@ class Run:
             except Exception as exc:
                 if not any(t.ok for t in self.trials):
                     raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
-                trial = Trial(params=dict(params), seconds=self.clock() - begun, error=repr(exc))
+                trial = Trial(params=dict(params), seconds=self.clock() - begun,
+                              error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             if trial.ok and self.max_memory is not None and trial.peak_rss > self.max_memory:
                 trial = replace(trial, refused=f"peak {format_size(trial.peak_rss)}, over the "
                                 f"memory ceiling of {format_size(self.max_memory)}")  # fmt: skip
@@ -140,6 +147,7 @@ class Run:
         self.trials.append(trial)
         if self.on_trial is not None:
             self.on_trial(trial)
+        self.interrupts.check()
         return trial
 
     def predicted_rss(self, params: dict[str, Any]) -> float | None:

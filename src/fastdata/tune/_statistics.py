@@ -30,6 +30,7 @@ __all__ = [
     "BlockStats",
     "Paired",
     "apart",
+    "attempts",
     "counts",
     "drift",
     "equivalent",
@@ -154,6 +155,17 @@ def paired(trials: Sequence[Trial], cheap: int, fast: int) -> Paired | None:
 def pairs_of(trials: Sequence[Trial], cheap: int, fast: int) -> int:
     """The number of complete pairs of the settings of ``trials[cheap]`` and ``trials[fast]``."""
     return len(_rounds(trials, (cost(trials[cheap].params), cost(trials[fast].params))))
+
+
+def attempts(trials: Sequence[Trial], cheap: int, fast: int) -> int:
+    """The number of pairs measured of the settings of ``trials[cheap]`` and ``trials[fast]``,
+    whether their rounds count or not (:func:`pairs_of` counts only those that do)."""
+    keys = {cost(trials[cheap].params), cost(trials[fast].params)}
+    pairs: dict[int | None, set[Any]] = {}
+    for t in trials:
+        if t.pair is not None:
+            pairs.setdefault(t.pair, set()).add(cost(t.params))
+    return sum(1 for p in pairs.values() if p == keys)
 
 
 def counts(trial: Trial) -> bool:

@@ -37,11 +37,13 @@ of 1 or more: a stall swallowed it) does not count, and its pair is measured aga
 
 **What the choice is when the comparisons are cut short.** A comparison that the budget ends
 before its verdict (fewer than two pairs, or an interval containing the line after fewer than
-:data:`MAX_PAIRS`) has shown nothing. The choice is then the cheapest setting whose
-comparison did finish as good; failing that, the fastest setting's workers with torch's
-defaults for the rest (``prefetch_factor=2``, ``pin_memory`` off), when that setting was
-measured and not shown slower — settings above torch's defaults only when they measurably
-help —; failing that, the fastest. The reason says which comparison did not finish.
+:data:`MAX_PAIRS`) has shown nothing, so it has not shown the cheaper setting slower: the
+cheaper setting is kept, as the rule says. Unless a finished comparison showed a cheaper
+setting as good (it is chosen), the choice is the cheapest setting whose comparison
+did not finish and whose own trial is not slower than the fastest's beyond both intervals
+(:func:`apart`, with the drift seen so far, or none before it is known); failing that (every
+cheaper setting shown slower, by pairs or by its trial), the fastest. The reason says which
+comparison did not finish and how many of its pairs counted.
 :attr:`Decision.next` says which comparison would come next; :mod:`.search` makes it while the
 budget lasts.
 
@@ -58,7 +60,7 @@ from dataclasses import dataclass
 
 from fastdata.tune._statistics import Paired, apart, drift, paired, pairs_of
 from fastdata.tune._trial import Trial
-from fastdata.tune.space import cost, torch_defaults
+from fastdata.tune.space import cost
 
 __all__ = ["MAX_PAIRS", "Decision", "Paired", "Verdict", "decide"]
 
@@ -104,8 +106,8 @@ class Decision:
         reached: trials whose :attr:`~fastdata.tune.measure.Trial.utilization` reaches the
             target.
         refused: trials refused for memory.
-        fallback: the comparisons did not finish, and ``chosen`` is the fastest setting's
-            workers with torch's defaults for the rest (see the module docstring).
+        fallback: the comparisons did not finish, and ``chosen`` is the cheaper setting whose
+            comparison was cut short (see the module docstring).
     """
 
     chosen: int
@@ -175,14 +177,14 @@ def decide(
         # twice: the drift is unknown. Compare the fastest of them first to learn it.
         following = max(cheaper, key=lambda i: trials[i].throughput)
     fallback = False
-    if following is not None and chosen == fastest:  # unfinished: nothing shown better
-        default = torch_defaults(best.params)
-        sibling = next((i for i in cheaper if trials[i].params == default), None)
-        if sibling is not None and not (
-            _shown_slower(trials, sibling, pool, tolerance)
-            or (seen is not None and apart(trials[sibling], best, tolerance, seen))
-        ):  # a trial rules it out only once the drift is known
-            chosen, fallback = sibling, True
+    if following is not None and chosen == fastest:  # unfinished: keep the cheapest not shown
+        kept = next(  # slower, by pairs or by its trial (with the drift seen so far, if any)
+            (v.trial for v in verdicts
+             if v.outcome == "open" and not apart(trials[v.trial], best, tolerance, seen or 0.0)),
+            None,
+        )  # fmt: skip
+        if kept is not None:
+            chosen, fallback = kept, True
     return Decision(
         chosen=chosen,
         fastest=fastest,

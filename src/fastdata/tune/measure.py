@@ -15,7 +15,9 @@ mean batch time, estimated from means over blocks of ``block`` batches (batches 
 bursts of one per worker, so single batches are not independent), is within ``rel_ci`` of
 the mean — or when its time limit is used, but never before ``min_blocks`` blocks are
 measured, so that every trial has an interval (the tuner compares trials by it); a loader
-too slow to give that many within twice its time limit stops there with a wider one. When the
+too slow to give that many within twice its time limit stops there once its interval has an
+upper bound (a relative half-width under 1: a paired round without one does not count, so a
+shorter one would be measured for nothing), and at four times its limit with what it has. When the
 loader runs out of data it is iterated again; each new pass starts like the first (its warm-up
 is discarded, not counted as steady).
 
@@ -122,7 +124,7 @@ def measure(
         time_limit: seconds the trial may take, start-up included; checked after each batch
             once ``min_blocks`` blocks of steady batches are measured (so a slow start-up
             overruns it rather than measuring nothing); at twice the limit the trial stops
-            once it has one block.
+            once its interval has an upper bound, at four times once it has one block.
         warmup: batches of each pass not counted as steady (the first round: one per worker).
         block: batches per block of the confidence interval (the number of workers).
         rel_ci: stop once the CI's half-width is within this fraction of the mean batch time.
@@ -146,7 +148,7 @@ def measure(
     else:
         read_memory = memory if memory is not None else rss_reader()
     start = clock()
-    deadline, hard_deadline = start + time_limit, start + 2 * time_limit
+    deadlines = (start + time_limit, start + 2 * time_limit, start + 4 * time_limit)
     waits: list[float] = []
     steps: list[float] = []
     startup: float | None = None
@@ -176,7 +178,7 @@ def measure(
                                 _drain(iterator)
                             done = True
                             break
-                        if _trial_done(stats, t2, deadline, hard_deadline, rel_ci, min_blocks):
+                        if _trial_done(stats, t2, deadlines, rel_ci, min_blocks):
                             done = True
                             break
                     del iterator  # a multi-process iterator shuts its workers down
@@ -225,15 +227,19 @@ def _drain(iterator: Iterator[Any], seconds: float = 10.0) -> None:
 def _trial_done(
     stats: BlockStats,
     now: float,
-    deadline: float,
-    hard_deadline: float,
+    deadlines: tuple[float, float, float],
     rel_ci: float,
     min_blocks: int,
 ) -> bool:
-    """Whether a trial has measured enough (see :func:`measure`)."""
+    """Whether a trial has measured enough (see :func:`measure`): past its time limit
+    (``deadlines[0]``) once it has ``min_blocks`` blocks, past twice the limit once its interval
+    has an upper bound, past four times once it has a block."""
+    deadline, hard, last = deadlines
     if stats.blocks >= max(min_blocks, MIN_BLOCKS):
         return now >= deadline or stats.relative_ci(min_blocks) <= rel_ci
-    return stats.blocks > 0 and now >= hard_deadline
+    if now >= hard and stats.relative_ci() < 1:
+        return True
+    return stats.blocks > 0 and now >= last
 
 
 def _timed_batches(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from fastdata.tune._trial import Trial
-from fastdata.tune.words import describe, percent
+from fastdata.tune.words import describe, error_line, percent
 
 __all__ = ["Progress"]
 
@@ -79,7 +79,7 @@ class Progress:
             elif trial.refused is not None:
                 outcome = f"refused for memory: {trial.refused}"
             else:
-                outcome = f"failed: {trial.error}"
+                outcome = f"failed: {error_line(trial.error or '')}"
             pair = "" if trial.pair is None else f" (pair {trial.pair + 1})"
             line = f"  trial {len(self.trials)}{pair}: {describe(trial.params)} -> {outcome} "
             line += f"({trial.seconds:.1f} s)"

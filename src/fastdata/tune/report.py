@@ -21,7 +21,7 @@ from typing import Any
 from fastdata._validate import constructor_keywords_checked
 from fastdata.config import LoaderConfig
 from fastdata.tune._trial import Trial
-from fastdata.tune.words import describe, format_size, percent
+from fastdata.tune.words import describe, error_line, format_size, percent
 
 __all__ = ["RESULT_FORMAT", "TuneResult"]
 
@@ -126,7 +126,9 @@ class TuneResult:
                 "yes" if p.get("pin_memory") else "no",
             ]
             if not t.ok:
-                why = f"failed: {t.error}" if t.error is not None else f"refused: {t.refused}"
+                why = (
+                    f"refused: {t.refused}" if t.error is None else f"failed: {error_line(t.error)}"
+                )
                 rows.append([*row, why + ("" if t.pair is None else f" (pair {t.pair + 1})")])
                 continue
             row += [
@@ -165,7 +167,8 @@ class TuneResult:
             f"  fastdata.DataLoader(dataset, ..., {kwargs})",
             "  (torch.utils.data.DataLoader takes the same keyword arguments)"
             if self.config.worker_method != "thread"
-            else "  (fastdata's thread workers: torch's DataLoader has no worker_method)",
+            else "  (thread workers need fastdata.DataLoader: torch's DataLoader has no "
+            "worker_method)",
         ]
         if path is not None:
             lines.append(f"  fastdata.DataLoader(dataset, ..., config={os.fspath(path)!r})")

@@ -24,7 +24,9 @@ then ``worker_method``, then ``prefetch_factor``, then ``pin_memory``), each in 
 2. **Comparisons**: :func:`~fastdata.tune.decide.decide` names the cheaper setting to compare
    with the fastest measured, and the two are measured in pairs of back-to-back rounds in
    alternating order until the rule's verdict is in (see :mod:`.decide`), then the next,
-   until the decision is final. Its choice is the answer the next setting starts from.
+   until the decision is final. A pair with a round that does not count (no interval) is
+   measured again with rounds twice as long, so the same short rounds are never repeated.
+   Its choice is the answer the next setting starts from.
 
 The budget is shared out as it goes: a screening trial gets what remains of it over the shares
 still planned (the screening trials of every stage, and :data:`PLANNED_PAIRS` pairs per stage),
@@ -33,7 +35,9 @@ stops when the budget has no room for the next one. Before a trial starts,
 its memory is predicted from the trials with fewer workers (the largest growth per worker
 seen so far); a setting predicted over ``max_memory`` is refused without starting it, and a
 running trial that goes over is stopped (:class:`~fastdata.tune.measure.MemoryGuard`).
-Ctrl-C returns the best so far.
+Ctrl-C returns the best so far: SIGINT is recorded (:mod:`fastdata.tune._interrupt`) and
+checked at every trial and round boundary, so an interrupt swallowed where it landed (in an
+at-fork hook as a worker starts) still ends the search there.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from fastdata.tune._explain import describe_refused, explain
+from fastdata.tune._interrupt import Interrupts
 from fastdata.tune._line import coarse, line, thread_workers, varying
 from fastdata.tune._run import Evaluate, Run, StopSearch, TuneError
-from fastdata.tune._statistics import pairs_of
+from fastdata.tune._statistics import attempts, pairs_of
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import MAX_PAIRS, Decision
 from fastdata.tune.space import SETTINGS, SearchSpace
@@ -56,6 +61,10 @@ __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 PLANNED_PAIRS = 4
 """Pairs of paired rounds planned per stage when the budget is shared out (a comparison
 takes as many as its verdict needs, up to :data:`~fastdata.tune.decide.MAX_PAIRS`)."""
+
+_MAX_STRETCH = 3
+"""A pair measured again because a round did not count gets rounds twice as long each time,
+up to 2 ** this."""
 
 
 class Outcome(NamedTuple):
@@ -103,6 +112,30 @@ def search(
             within ``max_memory``.
         KeyboardInterrupt: interrupted before any setting was measured.
     """
+    with Interrupts() as interrupts:
+        return _search(
+            evaluate, space, budget_s=budget_s, target=target, tolerance=tolerance,
+            max_memory=max_memory, cores=cores, max_pairs=max_pairs, clock=clock,
+            on_trial=on_trial, interrupts=interrupts,
+        )  # fmt: skip
+
+
+def _search(
+    evaluate: Evaluate,
+    space: SearchSpace,
+    /,
+    *,
+    budget_s: float,
+    target: float,
+    tolerance: float,
+    max_memory: int | None,
+    cores: int | None,
+    max_pairs: int,
+    clock: Callable[[], float],
+    on_trial: Callable[[Trial], None] | None,
+    interrupts: Interrupts,
+) -> Outcome:
+    """:func:`search`, with Ctrl-C recorded by ``interrupts``."""
     run = Run(
         evaluate,
         budget_s=budget_s,
@@ -113,6 +146,7 @@ def search(
         max_pairs=max_pairs,
         clock=clock,
         on_trial=on_trial,
+        interrupts=interrupts,
     )
     stopped = "complete"
     try:
@@ -182,8 +216,9 @@ def _compare(run: Run) -> None:
     while (decision := run.decision()).next is not None:
         cheap, fast = run.trials[decision.next].params, run.trials[decision.fastest].params
         done = pairs_of(run.trials, decision.next, decision.fastest)
+        void = attempts(run.trials, decision.next, decision.fastest) - done
         order = (cheap, fast) if done % 2 == 0 else (fast, cheap)
-        if not run.pair(*order):
+        if not run.pair(*order, stretch=2 ** min(void, _MAX_STRETCH)):
             return  # a round failed or was refused: the rule decides on what is there
 
 
@@ -231,11 +266,12 @@ def _reason(run: Run, decision: Decision, stopped: str, cores: int | None) -> st
     n = f"{len(trials)} trial{'' if len(trials) == 1 else 's'}"
     if run.pairs:
         n += f" ({run.pairs} pair{'' if run.pairs == 1 else 's'} of paired rounds among them)"
+    fed = next((describe(t.params) for t in trials if t.pair is None and run.reaches(t)), "")
     lines.append(
         {
             "complete": f"Search complete: {n} in {run.elapsed():.0f} s.",
-            "target": f"Search complete: {n} in {run.elapsed():.0f} s; screening ended at the "
-            "first setting that reached the target, so costlier ones were not tried.",
+            "target": f"Search complete: {n} in {run.elapsed():.0f} s; {fed} reached the "
+            "target, so no costlier setting was screened after it.",
             "budget": f"Stopped after {n} when the {run.budget_s:g} s budget was used; a "
             "larger budget measures more settings and finishes the comparisons.",
             "interrupted": f"Interrupted (Ctrl-C): the best of {n} so far.",

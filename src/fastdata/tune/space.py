@@ -26,7 +26,6 @@ __all__ = [
     "SearchSpace",
     "Setting",
     "cost",
-    "torch_defaults",
 ]
 
 
@@ -114,15 +113,6 @@ def cost(params: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a setting costs, for ordering: fewer workers, then threads before processes,
     then a smaller prefetch_factor, then pin_memory off (the order of :data:`SETTINGS`)."""
     return tuple(s.rank(params.get(s.name, s.off)) for s in SETTINGS)
-
-
-def torch_defaults(params: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with every setting but ``num_workers`` at torch's default (or its value
-    without workers)."""
-    workers = params["num_workers"]
-    return {"num_workers": workers} | {
-        s.name: s.off if s.needs_workers and workers == 0 else s.base for s in SETTINGS[1:]
-    }
 
 
 @dataclass(frozen=True)

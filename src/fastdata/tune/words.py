@@ -11,13 +11,23 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["describe", "format_size", "parse_size", "percent"]
+__all__ = ["describe", "error_line", "format_size", "parse_size", "percent"]
 
 
 def percent(share: float, /) -> str:
     """A busy fraction or utilization as a whole percent, rounded *down*, so that a value
     under the target never shows as the target (0.9496 is ``"94%"``, not ``"95%"``)."""
     return f"{math.floor(share * 100 + 1e-9):d}%"
+
+
+def error_line(error: str, /) -> str:
+    """A failed trial's error in one line, for the table and the progress log: its last
+    non-empty line (for an exception from a torch worker, the original exception under the
+    worker's traceback), noting that the whole text is the trial's ``error``."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else error
+    return f"{lines[-1]} (traceback in the trial's error)"
 
 
 def describe(params: Mapping[str, Any]) -> str:
