@@ -160,6 +160,13 @@ class Indices:
             self.generators.append(generator)
         self.plan = plan
         self.iterator: Any = None  # the sampler's (or batch sampler's) iterator
+        # What states() saves, found once: it runs with every batch.
+        self._stateful = [
+            (name, obj)
+            for name, obj in (("sampler", sampler), ("batch_sampler", batch_sampler))
+            if obj is not None and stateful(obj)
+        ]
+        self._iterator_stateful = False
         self.start: dict[str, Any] | None = None  # the randomness at this epoch's first draw
         self.position = Position(0, 0, 0, None)  # after the last batch handed to torch
 
@@ -197,6 +204,7 @@ class Indices:
                 self.iterator = iter(self._base())
             if (plan.states or {}).get("iterator"):
                 self.iterator.load_state_dict(decode(plan.states["iterator"]))  # type: ignore[index]
+        self._iterator_stateful = stateful(self.iterator)
         return self._epoch(plan, replay)
 
     def _epoch(self, plan: IndexPlan | None, replay: bool) -> Iterator[Any]:
@@ -214,7 +222,7 @@ class Indices:
             if len(list(itertools.islice(self.iterator, skip))) < skip:
                 return  # the saved epoch had ended
             done = plan.done if plan is not None else ()
-            batches = self._batches(_without(self.iterator, units, done))
+            batches = self._batches(self.iterator, units, done)
             # A sampler may make its first draw only when asked for its first index (torch's
             # RandomSampler seeds itself then): under the epoch's randomness too.
             first = list(itertools.islice(batches, 1))
@@ -223,14 +231,24 @@ class Indices:
             self.position = Position(tasks, end, start)
             yield batch
 
-    def _batches(self, units: Iterator[tuple[Any, int]]) -> Iterator[tuple[Any, int, int]]:
-        """The batches (or indices) made of ``units`` (each with its offset in the epoch's
-        units), with the offsets of their first unit and past their last."""
+    def _batches(
+        self, iterator: Iterator[Any], start: int, done: tuple[tuple[int, int], ...]
+    ) -> Iterator[tuple[Any, int, int]]:
+        """The batches (or indices) made of the units ``iterator`` gives, the first at offset
+        ``start`` in the epoch, less the ranges ``done`` (see :func:`_without`), with the
+        offsets of their first unit and past their last."""
+        units = _without(iterator, start, done)
         if not self.standard:
             for unit, offset in units:
                 yield unit, offset, offset + 1
             return
         size, drop_last = self.batch_sampler.batch_size, self.batch_sampler.drop_last
+        while not done:  # nothing to leave out: batches straight from the sampler's indices
+            batch = list(itertools.islice(iterator, size))
+            if not batch or (drop_last and len(batch) < size):
+                return
+            yield batch, start, start + len(batch)
+            start += len(batch)
         while True:
             taken = list(itertools.islice(units, size))
             if not taken or (drop_last and len(taken) < size):
@@ -245,12 +263,8 @@ class Indices:
     def states(self) -> dict[str, Any] | None:
         """The states of the samplers (and sampler iterator) that have ``state_dict()``,
         now; None when none has (the position is then replayed)."""
-        found = {
-            name: encode(obj.state_dict())
-            for name, obj in (("sampler", self.sampler), ("batch_sampler", self.batch_sampler))
-            if obj is not None and stateful(obj)
-        }
-        if stateful(self.iterator):
+        found = {name: encode(obj.state_dict()) for name, obj in self._stateful}
+        if self._iterator_stateful:
             found["iterator"] = encode(self.iterator.state_dict())
         return found or None
 
