@@ -131,7 +131,8 @@ def _answer_thread() -> Any:
     except to torch's tensor collate, which would otherwise put every batch in a fresh
     shared-memory segment, whoever calls ``default_collate`` there (the loader, a user's
     ``collate_fn``, a dataset); a thread hands its batch over in the same process."""
-    if sys._getframe(2).f_code is _TENSOR_COLLATE:  # 1: get_worker_info, 2: its caller
+    caller = sys._getframe(1).f_back  # 1: get_worker_info; None when C code called it
+    if caller is not None and caller.f_code is _TENSOR_COLLATE:
         return None
     return getattr(_thread, "info", None)
 
