@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 import fastdata as fd
-from fastdata._env import resolve_rank, worker_slot
+from fastdata._env import in_process_group, resolve_rank, worker_slot
 
 
 @pytest.fixture
@@ -101,6 +101,14 @@ def test_an_initialized_group_wins_over_the_variables(
     no_env.setenv("WORLD_SIZE", "8")
     assert resolve_rank(None, None) == (0, 1)  # the group's, not the variables'
     assert resolve_rank(2, 3) == (2, 3)  # explicit arguments win over the group too
+
+
+def test_one_process_is_in_no_process_group(no_env: pytest.MonkeyPatch) -> None:
+    assert not in_process_group()  # nothing initialized
+
+
+def test_a_group_of_one_rank_needs_no_collective(group: None) -> None:
+    assert not in_process_group()
 
 
 class Slots(Dataset[tuple[int, int]]):

@@ -217,7 +217,7 @@ def test_trainer_argument_is_checked(data: str) -> None:
 
 def test_uneven_ranks_are_refused_under_ddp(data: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # 600 rows in batches of 100 over 4 ranks: 2, 2, 1, 1 batches; DDP would hang.
-    monkeypatch.setattr(fdl, "_distributed", lambda: True)
+    monkeypatch.setattr(fdl, "in_process_group", lambda: True)
     stream = fd.ParquetStream(data, columns=["id"], batch_size=BATCH, rank=0, world_size=4)
     loader = fdl.DataLoader(stream, batch_size=None, trainer=trainer(max_epochs=1))
     with pytest.raises(ValueError, match=r"1 to 2 batches.*even_batches"):

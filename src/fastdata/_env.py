@@ -40,6 +40,14 @@ def _from_environment() -> tuple[int, int]:
     return 0, 1
 
 
+def in_process_group() -> bool:
+    """Whether this process is one of several ranks of an initialized ``torch.distributed``
+    group (a collective such as ``all_gather_object`` then needs every rank)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def worker_slot() -> tuple[int, int]:
     """``(worker id, number of workers)`` of the current DataLoader worker; (0, 1) outside."""
     from torch.utils.data import get_worker_info

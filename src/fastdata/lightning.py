@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch.distributed as dist
-
+from fastdata._env import in_process_group
 from fastdata.errors import ResumeError
 from fastdata.loader import DataLoader as _FastDataLoader
 from fastdata.loader import gather_state
@@ -79,7 +78,7 @@ class DataLoader(_FastDataLoader):
 
     def _check_even(self, stream: PlannedStream) -> None:
         """Under DDP, refuse an epoch in which the ranks' batch counts differ."""
-        if not _distributed():
+        if not in_process_group():
             return
         items = stream.summary().items_per_rank
         size = self.batch_size
@@ -118,7 +117,3 @@ class DataLoader(_FastDataLoader):
                 f"this fastdata reads version {STATE_VERSION}"
             )
         super().load_state_dict(list(state["ranks"]))
-
-
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

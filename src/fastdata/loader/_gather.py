@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import torch.distributed as dist
 
+from fastdata._env import in_process_group
 from fastdata.errors import ResumeError
 
 __all__ = ["gather_state", "own_rank_state"]
@@ -28,7 +29,7 @@ def gather_state(loader: _Saving | dict[str, Any]) -> list[dict[str, Any]]:
     loader over your own dataset takes its own rank's state from the list.
     """
     own = loader if isinstance(loader, dict) else loader.state_dict()
-    if not _distributed():
+    if not in_process_group():
         return [own]
     states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(states, own)
@@ -45,7 +46,7 @@ def own_rank_state(states: list[Any]) -> Any:
     """
     if len(states) == 1:
         return states[0]
-    if not _distributed():
+    if not in_process_group():
         raise ResumeError(
             f"cannot resume: a list of {len(states)} ranks' states, but this process is in no "
             "torch.distributed group: load the state of the rank this process stands for"
@@ -58,7 +59,3 @@ def own_rank_state(states: list[Any]) -> Any:
             "with (a fastdata stream resumes under any)"
         )
     return states[rank]
-
-
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

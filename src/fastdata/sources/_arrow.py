@@ -196,6 +196,7 @@ def iter_rows(table: pa.Table, locate: Locate | None = None) -> Iterator[dict[st
     ]
     if not columns:  # no column but the rows' origin to come: an empty dict per row
         yield from ({} for _ in range(table.num_rows))
+        return
     for values in zip(*columns, strict=True):
         yield dict(zip(names, values, strict=True))
 
