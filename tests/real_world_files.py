@@ -91,10 +91,17 @@ _TIFF_DTYPES = {(UINT, 8): "<u1", (UINT, 16): "<u2", (UINT, 32): "<u4", (INT, 16
                 (INT, 32): "<i4", (FLOAT, 32): "<f4", (FLOAT, 64): "<f8"}  # fmt: skip
 
 
-def tiff(samples: np.ndarray, bits: int, photometric: int, sample_format: int = UINT) -> bytes:
+def tiff(
+    samples: np.ndarray,
+    bits: int,
+    photometric: int,
+    sample_format: int = UINT,
+    extra_samples: int | None = None,
+) -> bytes:
     """An uncompressed little-endian TIFF of ``samples`` ``(H, W, C)``, one strip, at
     ``bits`` per sample: whole bytes as the dtype says, other depths (1, 4, 10, 12) packed
-    most significant bit first, each row padded to a byte, as libtiff packs them."""
+    most significant bit first, each row padded to a byte, as libtiff packs them. With
+    ``extra_samples`` (1 associated alpha, 2 unassociated), the last sample is that alpha."""
     h, w, c = samples.shape
     if (sample_format, bits) in _TIFF_DTYPES:
         data = samples.astype(_TIFF_DTYPES[sample_format, bits]).tobytes()
@@ -112,6 +119,8 @@ def tiff(samples: np.ndarray, bits: int, photometric: int, sample_format: int = 
         (262, 3, 1, photometric), (273, 4, 1, None), (277, 3, 1, c), (278, 4, 1, h),
         (279, 4, 1, len(data)), (284, 3, 1, 1), (339, 3, c, None),
     ]  # fmt: skip
+    if extra_samples is not None:
+        entries.insert(-1, (338, 3, 1, extra_samples))
     extra = 8 + 2 + 12 * len(entries) + 4  # after the header and the IFD
     bits_at, formats_at, data_at = extra, extra + 2 * c, extra + 4 * c
     ifd = struct.pack("<H", len(entries))

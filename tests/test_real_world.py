@@ -351,6 +351,32 @@ def test_tiffs_of_every_depth_decode_scaled_to_8_bits(name: str) -> None:
     assert np.abs(image.astype(int) - want.astype(int)).max() <= tolerance
 
 
+STRAIGHT = RNG.integers(0, 256, (6, 7, 4)).astype(np.uint8)  # colours beside a random alpha
+
+
+def test_unassociated_alpha_tiffs_decode_their_stored_colours(tmp_path: Path) -> None:
+    """An 8-bit RGBA TIFF with unassociated alpha (as Pillow writes one) came back with its
+    colours multiplied by alpha / 255 (OpenCV reads 8-bit TIFFs through libtiff's RGBA
+    interface): half as bright on average, silently, in decode_image and the streams."""
+    data = tiff(STRAIGHT, 8, RGB, extra_samples=2)
+    np.testing.assert_array_equal(decode_image(data), STRAIGHT[..., :3])
+    np.testing.assert_array_equal(decode_image(data, keep_alpha=True), STRAIGHT)
+    rgb16 = STRAIGHT.astype(np.uint16) * 257  # 16-bit samples OpenCV always read as stored
+    np.testing.assert_array_equal(
+        decode_image(tiff(rgb16, 16, RGB, extra_samples=2)), rgb16[..., :3] // 257
+    )
+    (tmp_path / "cutout.tif").write_bytes(data)
+    image = next(iter(ImageStream.from_files([tmp_path / "cutout.tif"])))
+    assert torch.equal(image, torch.from_numpy(STRAIGHT[..., :3]).permute(2, 0, 1))
+
+
+def test_associated_alpha_tiffs_decode_their_stored_colours() -> None:
+    """Premultiplied colours (ExtraSamples 1) come as stored, which is the image over black;
+    Pillow divides them by alpha instead (losing colour where alpha is small)."""
+    data = tiff(STRAIGHT, 8, RGB, extra_samples=1)
+    np.testing.assert_array_equal(decode_image(data, keep_alpha=True), STRAIGHT)
+
+
 def test_a_tiff_opencv_cannot_read_says_what_it_is() -> None:
     data = tiff(RNG.integers(0, 65536, (6, 7, 4)), 16, CMYK)
     with pytest.raises(DecodeError, match="16-bit CMYK TIFF") as err:

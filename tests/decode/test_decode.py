@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import pickle
 
 import cv2
@@ -82,6 +83,21 @@ def test_keep_alpha_returns_rgba() -> None:
         assert rgba.shape == (48, 64, 4)
         np.testing.assert_array_equal(rgba[..., :3], decode_image(data))
         assert (rgba[..., 3] == 255).all()
+
+
+STRAIGHT = np.dstack([RGB, np.random.default_rng(7).integers(0, 256, (48, 64), dtype=np.uint8)])
+
+
+@pytest.mark.parametrize("compression", [None, "tiff_lzw", "tiff_adobe_deflate", "packbits"])
+def test_pillow_rgba_tiff_keeps_its_stored_colours(compression: str | None) -> None:
+    """Pillow writes RGBA TIFFs with unassociated alpha (ExtraSamples 2); OpenCV's 8-bit TIFF
+    reader (libtiff's RGBA interface) multiplied their colours by alpha / 255."""
+    data = pil_encode(Image.fromarray(STRAIGHT, "RGBA"), "TIFF", compression=compression)
+    assert Image.open(io.BytesIO(data)).tag_v2[338] == (2,)
+    pillow = Image.open(io.BytesIO(data))
+    np.testing.assert_array_equal(decode_image(data), np.asarray(pillow.convert("RGB")))
+    np.testing.assert_array_equal(decode_image(data, keep_alpha=True), np.asarray(pillow))
+    np.testing.assert_array_equal(decode_image(data, keep_alpha=True), STRAIGHT)
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))

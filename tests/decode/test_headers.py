@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 from decode_helpers import (
@@ -20,7 +22,9 @@ from fastdata.decode import (
     image_header,
     image_size,
 )
+from fastdata.decode._headers import tiff_straight_alpha
 from fastdata.errors import DecodeError
+from real_world_files import RGB, tiff
 
 ENCODERS = {
     "jpeg": lambda img: cv_encode(img, ".jpg"),
@@ -63,3 +67,24 @@ def test_exif_orientation_as_long_and_the_first_exif_segment_rule() -> None:
         data = plain[:2] + segments + plain[2:]
         assert image_header(data).orientation == expected
         assert decode_image(data).shape[:2] == image_size(data)
+
+
+def test_tiff_straight_alpha_marks_only_unassociated_8_bit_alpha_associated() -> None:
+    """The copy OpenCV decodes an 8-bit unassociated-alpha TIFF from: ExtraSamples 2 -> 1,
+    nothing else changed, the caller's bytes untouched; None for every other image."""
+    rgba = photo(6, 8, seed=2)
+    straight = np.dstack([rgba, rgba[..., 0]])
+    data = pil_encode(Image.fromarray(straight, "RGBA"), "TIFF")
+    buf = np.frombuffer(data, np.uint8)
+    patched = tiff_straight_alpha(buf)
+    assert patched is not None and bytes(buf) == data
+    assert Image.open(io.BytesIO(patched.tobytes())).tag_v2[338] == (1,)
+    assert np.count_nonzero(patched != buf) == 1
+    assert tiff_straight_alpha(patched) is None  # associated already
+    for other in (
+        pil_encode(Image.fromarray(rgba), "TIFF"),  # no alpha
+        pil_encode(Image.fromarray(straight, "RGBA"), "PNG"),
+        tiff(straight.astype(np.uint16) * 257, 16, RGB, extra_samples=2),  # read as stored
+    ):
+        assert tiff_straight_alpha(np.frombuffer(other, np.uint8)) is None
+    assert tiff_straight_alpha(np.frombuffer(data[:8], np.uint8)) is None  # IFD cut off

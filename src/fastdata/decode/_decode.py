@@ -16,6 +16,7 @@ from fastdata.decode._headers import (
     image_header,
     oriented_hw,
     tiff_kind,
+    tiff_straight_alpha,
 )
 from fastdata.decode._resize import Size
 from fastdata.decode._transforms import Geometry, ImageTransform
@@ -140,7 +141,8 @@ def decode_image(
         ``(H, W, 3)`` uint8 RGB, or ``(H, W, 4)`` RGBA with ``keep_alpha``. Gray and palette
         images are expanded to RGB; deeper samples are scaled to 8 bits by their type's
         range, with rounding: 16-bit by 255/65535, other integers from 0 to their type's
-        maximum, floating point from 0.0 to 1.0 (clipped).
+        maximum, floating point from 0.0 to 1.0 (clipped). Colours come as stored, beside
+        an unassociated alpha too (a TIFF's, which OpenCV alone would premultiply).
 
     Raises:
         DecodeError: empty, truncated, corrupt (for JPEGs: anything libjpeg warns about, with
@@ -161,6 +163,8 @@ def decode_image(
         factor = reduction_factor(oriented_hw(header), size)
         image = _decode_jpeg(buf, header, factor, source)
         return cv2.cvtColor(image, cv2.COLOR_RGB2RGBA) if keep_alpha else image
+    if header is not None and header.format == "tiff":  # libtiff would premultiply: see there
+        buf = straight if (straight := tiff_straight_alpha(buf)) is not None else buf
     flags = 0 if exif else cv2.IMREAD_IGNORE_ORIENTATION
     # Decoded at the stored depth and scaled here: OpenCV's own 8-bit conversion truncates
     # 16-bit samples and fails on 32-bit and floating-point ones.

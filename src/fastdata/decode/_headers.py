@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["ImageData", "ImageHeader", "as_array", "image_header", "oriented_hw", "tiff_kind"]
+__all__ += ["tiff_straight_alpha"]
 
 ImageData = bytes | bytearray | memoryview | np.ndarray
 """Encoded image bytes: any bytes-like object, or a 1-D uint8 array."""
@@ -225,9 +226,29 @@ def tiff_kind(data: ImageData) -> str | None:
     return f"{fields[258]}-bit {colour}"
 
 
-def _tiff_fields(buf: memoryview, tags: tuple[int, ...]) -> dict[int, int] | None:
+def tiff_straight_alpha(buf: np.ndarray) -> np.ndarray | None:
+    """For a TIFF of 8-bit (or narrower) samples whose alpha is unassociated (ExtraSamples
+    2, as Pillow writes RGBA), a copy whose ExtraSamples says associated (1); None for any
+    other TIFF. OpenCV decodes TIFFs of such depths through libtiff's RGBA interface, which
+    multiplies the colours of an unassociated alpha by alpha / 255 (contiguous or planar,
+    strips or tiles, whatever the IMREAD flags) and passes those of an associated one as
+    stored: the copy decodes to the stored colours and alpha, exactly. Deeper samples are
+    read as stored either way."""
+    at: dict[int, int] = {}
+    fields = _tiff_fields(buf.data, (258, 338), at)  # BitsPerSample, ExtraSamples
+    if not fields or fields.get(338) != 2 or fields.get(258, 1) > 8:
+        return None
+    patched = bytearray(buf)
+    struct.pack_into("<H" if bytes(buf[:2]) == b"II" else ">H", patched, at[338], 1)
+    return np.frombuffer(patched, np.uint8)
+
+
+def _tiff_fields(
+    buf: memoryview, tags: tuple[int, ...], at: dict[int, int] | None = None
+) -> dict[int, int] | None:
     """The first value of each of ``tags`` found in the first IFD (integer types only; a
-    value that does not fit the entry is read from where the entry points), or None."""
+    value that does not fit the entry is read from where the entry points), or None; ``at``
+    gets the offset of each value found."""
     e = "<" if bytes(buf[:2]) == b"II" else ">"
     try:
         (version,) = struct.unpack_from(e + "H", buf, 2)
@@ -247,6 +268,8 @@ def _tiff_fields(buf: memoryview, tags: tuple[int, ...]) -> dict[int, int] | Non
             if values * struct.calcsize(code) > struct.calcsize(offset):
                 (where,) = struct.unpack_from(e + offset, buf, entry + value_at)
             (found[tag],) = struct.unpack_from(e + code, buf, where)
+            if at is not None:
+                at[tag] = where
     except struct.error:  # an offset past the end
         return None
     return found
