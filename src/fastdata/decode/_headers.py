@@ -234,21 +234,22 @@ def tiff_straight_alpha(buf: np.ndarray) -> np.ndarray | None:
     strips or tiles, whatever the IMREAD flags) and passes those of an associated one as
     stored: the copy decodes to the stored colours and alpha, exactly. Deeper samples are
     read as stored either way."""
-    at: dict[int, int] = {}
+    at: dict[int, tuple[int, str]] = {}
     fields = _tiff_fields(buf.data, (258, 338), at)  # BitsPerSample, ExtraSamples
     if not fields or fields.get(338) != 2 or fields.get(258, 1) > 8:
         return None
     patched = bytearray(buf)
-    struct.pack_into("<H" if bytes(buf[:2]) == b"II" else ">H", patched, at[338], 1)
+    where, code = at[338]
+    struct.pack_into(("<" if bytes(buf[:2]) == b"II" else ">") + code, patched, where, 1)
     return np.frombuffer(patched, np.uint8)
 
 
 def _tiff_fields(
-    buf: memoryview, tags: tuple[int, ...], at: dict[int, int] | None = None
+    buf: memoryview, tags: tuple[int, ...], at: dict[int, tuple[int, str]] | None = None
 ) -> dict[int, int] | None:
     """The first value of each of ``tags`` found in the first IFD (integer types only; a
     value that does not fit the entry is read from where the entry points), or None; ``at``
-    gets the offset of each value found."""
+    gets the offset and struct code of each value found."""
     e = "<" if bytes(buf[:2]) == b"II" else ">"
     try:
         (version,) = struct.unpack_from(e + "H", buf, 2)
@@ -269,7 +270,7 @@ def _tiff_fields(
                 (where,) = struct.unpack_from(e + offset, buf, entry + value_at)
             (found[tag],) = struct.unpack_from(e + code, buf, where)
             if at is not None:
-                at[tag] = where
+                at[tag] = where, code
     except struct.error:  # an offset past the end
         return None
     return found
