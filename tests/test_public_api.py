@@ -129,7 +129,7 @@ PUBLIC_NAMES = {
     "fastdata.contract": ("ContractError check_reader"),
     "fastdata.decode": (
         "DEFAULT_MAX_PIXELS Geometry INTERPOLATIONS ImageHeader ImageTransform JPEG_EXTENSION "
-        "center_crop decode_for decode_image decode_many hflip image_header image_size "
+        "Window center_crop decode_for decode_image decode_many hflip image_header image_size "
         "limit_opencv_threads output_hw random_resized_crop random_resized_crop_params "
         "reduction_factor resize resized_center_crop sample_rng verify_image"
     ),

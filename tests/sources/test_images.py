@@ -304,7 +304,7 @@ def test_without_reduced_decode_large_photos_get_torchvisions_pixels(tmp_path: P
     reduced = ImageStream.from_files(paths, seed=1, **options)
     for index, (path, image, fast) in enumerate(zip(paths, exact, reduced, strict=True)):
         original = torch.from_numpy(decode_image(path.read_bytes())).permute(2, 0, 1)
-        box, _, flip = exact.transform.geometry(original.shape[1:], sample_rng(1, 0, index))
+        box, _, flip, _ = exact.transform.geometry(original.shape[1:], sample_rng(1, 0, index))
         expected = tvf2.resized_crop(original, *box, [64, 64], antialias=True)
         assert torch.equal(image, tvf2.horizontal_flip(expected) if flip else expected)
         assert not torch.equal(fast, image)

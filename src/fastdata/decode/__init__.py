@@ -49,6 +49,7 @@ from fastdata.decode._rng import sample_rng
 from fastdata.decode._transforms import (
     Geometry,
     ImageTransform,
+    Window,
     center_crop,
     hflip,
     random_resized_crop,
@@ -63,6 +64,7 @@ __all__ = [
     "Geometry",
     "ImageHeader",
     "ImageTransform",
+    "Window",
     "center_crop",
     "decode_for",
     "decode_image",

@@ -327,7 +327,8 @@ def decode_for(
     ``transform.apply(image, geometry)`` then gives the sample: identical to
     ``transform(decode_image(data), rng)`` when nothing is reduced, and otherwise close to it
     (libjpeg's DCT scaling and area resizing differ slightly, and the box edges are rounded
-    to the reduced grid, within half a reduced pixel; docs/guides/images.md gives the PSNR
+    to the reduced grid, within half a reduced pixel, except a centre crop's, whose window is
+    resampled at its place in the full image; docs/guides/images.md gives the PSNR
     measured on photo-like images). The reduced grid starts at the stored image's top left,
     which an EXIF orientation may turn to another corner: the box is placed on the grid as
     it lies in the oriented image (:func:`fastdata.decode._libjpeg.reduced_grid`). Should the
@@ -370,7 +371,7 @@ def decode_for(
         )
         if found is not None:
             image, (row, col) = found
-            return image, Geometry((row, col, *scaled.box[2:]), scaled.size, scaled.flip)
+            return image, scaled._replace(box=(row, col, *scaled.box[2:]))
     image = decode_image(data, size=hint, **options)
     if image.shape[:2] == scaled_hw:
         return image, scaled

@@ -175,19 +175,28 @@ def _transform(
     image: torch.Tensor, transform: ImageTransform, rng: np.random.Generator | None
 ) -> torch.Tensor:
     hw = (int(image.shape[1]), int(image.shape[2]))
-    (top, left, h, w), out_hw, flip = transform.geometry(hw, rng)
+    (top, left, h, w), out_hw, flip, window = transform.geometry(hw, rng)
     out = image[:, top : top + h, left : left + w]
-    if out_hw != (h, w):
-        mode = _MODES[transform.interpolation]
-        resized = torch.nn.functional.interpolate(
-            out[None].float(),
-            size=out_hw,
-            mode=mode or "bilinear",
-            # As torchvision's Resize: antialiased along each axis that shrinks (one may
-            # shrink while the other grows); plain bilinear along one that grows.
-            antialias=mode is None,
-            **({} if mode in ("nearest", "area") else {"align_corners": False}),
-        )[0]
-        out = resized.round_().clamp_(0, 255).to(torch.uint8)
+    if window is not None:  # a centre crop: the whole image resized, then its window
+        (top, left), size = window.offset, window.resized
+        out = _resize(image, size, transform.interpolation)
+        out = out[:, top : top + out_hw[0], left : left + out_hw[1]]
+    elif out_hw != (h, w):
+        out = _resize(out, out_hw, transform.interpolation)
     hwc = out.permute(1, 2, 0)  # channels-last in memory, like the CPU path's images
     return (hwc.flip(1) if flip else hwc.contiguous()).permute(2, 0, 1)
+
+
+def _resize(image: torch.Tensor, size: tuple[int, int], interpolation: str) -> torch.Tensor:
+    """A ``(C, H, W)`` uint8 image resized to ``size`` in float32, rounded back to uint8."""
+    mode = _MODES[interpolation]
+    resized = torch.nn.functional.interpolate(
+        image[None].float(),
+        size=size,
+        mode=mode or "bilinear",
+        # As torchvision's Resize: antialiased along each axis that shrinks (one may
+        # shrink while the other grows); plain bilinear along one that grows.
+        antialias=mode is None,
+        **({} if mode in ("nearest", "area") else {"align_corners": False}),
+    )[0]
+    return resized.round_().clamp_(0, 255).to(torch.uint8)

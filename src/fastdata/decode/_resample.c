@@ -46,8 +46,7 @@ static void axis_free(axis *a) {
 /* torch's weights for in_size -> out_size (UpSampleKernel.cpp,
  * _compute_indices_min_size_weights_aa and _compute_index_ranges_int16_weights), in the same
  * double arithmetic; returns 0 when out of memory. */
-static int axis_init(axis *a, int in_size, int out_size) {
-    double scale = (double)in_size / out_size;
+static int axis_init_at(axis *a, int in_size, double scale, double shift, int out_size) {
     double support = scale >= 1.0 ? 1.0 * scale : 1.0; /* bilinear: interp_size * 0.5 = 1 */
     double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
     int max_taps = (int)ceil(support) * 2 + 1;
@@ -66,7 +65,7 @@ static int axis_init(axis *a, int in_size, int out_size) {
         return 0;
     }
     for (i = 0; i < out_size; i++) {
-        double center = scale * (i + 0.5), total = 0.0, *wi = w + (size_t)i * max_taps;
+        double center = scale * (i + 0.5) + shift, total = 0.0, *wi = w + (size_t)i * max_taps;
         int64_t xmin = (int64_t)(center - support + 0.5), xsize;
         if (xmin < 0) xmin = 0;
         xsize = (int64_t)(center + support + 0.5);
@@ -96,6 +95,42 @@ static int axis_init(axis *a, int in_size, int out_size) {
             a->weights[(size_t)i * a->taps + j] = (int16_t)(v < 0 ? (int)(-0.5 + v) : (int)(0.5 + v));
         }
     PyMem_RawFree(w);
+    return 1;
+}
+
+static int axis_init(axis *a, int in_size, int out_size) {
+    return axis_init_at(a, in_size, (double)in_size / out_size, 0.0, out_size);
+}
+
+/* One axis of a window (a centre crop): outputs [start, start + length) of the image of
+ * `whole` pixels resized to `total` with the scale given (its centres moved by shift), their
+ * taps counted from pixel `origin` of that image, where the source passed begins. With shift
+ * 0 and scale whole / total these are outputs start ... of torch's resize of the whole image,
+ * weights and precision included (the precision is torch's, from all `total` outputs). */
+typedef struct {
+    int whole, total, start, origin;
+    double scale, shift;
+} window_axis;
+
+/* Returns 1, 0 when out of memory, -1 when the window's taps leave the `source` pixels. */
+static int axis_window(axis *a, const window_axis *wa, int length, int source) {
+    int i;
+    if (wa->whole < 1 || wa->total < 1 || wa->start < 0 || wa->start + length > wa->total ||
+        !(wa->scale > 0.0))
+        return -1;
+    if (!axis_init_at(a, wa->whole, wa->scale, wa->shift, wa->total)) return 0;
+    for (i = 0; i < length; i++) {
+        int k = wa->start + i, first = a->start[k] - wa->origin;
+        if (a->count[k] > 0 && (first < 0 || first + a->count[k] > source)) {
+            axis_free(a);
+            return -1;
+        }
+        a->start[i] = a->count[k] > 0 ? first : 0;
+        a->count[i] = a->count[k];
+        memmove(a->weights + (size_t)i * a->taps, a->weights + (size_t)k * a->taps,
+                sizeof(int16_t) * (size_t)a->taps);
+    }
+    a->size = length;
     return 1;
 }
 
@@ -361,20 +396,32 @@ static void mirror(uint8_t *img, int height, int width, int channels) {
     }
 }
 
-/* Resize src into the contiguous out (out_h x out_w, same channels); 0 when out of memory. */
-static int resize(const image *src, uint8_t *out, int out_h, int out_w, int flip, int simd) {
-    int need_h = out_w != src->width, need_v = out_h != src->height, ok = 1, y;
+/* Resize src into the contiguous out (out_h x out_w, same channels), or, with a window
+ * (rows, columns), compute that window of the whole image resized; 0 when out of memory, -1
+ * when the window's taps leave src. */
+static int resize(const image *src, uint8_t *out, int out_h, int out_w, int flip, int simd,
+                  const window_axis *window) {
+    int need_h = window || out_w != src->width, need_v = window || out_h != src->height, ok = 1, y;
     size_t out_bytes = (size_t)out_w * src->channels;
     axis h = {0}, v = {0};
 
+    if (window) {
+        ok = axis_window(&v, &window[0], out_h, src->height);
+        if (ok != 1) return ok;
+        ok = axis_window(&h, &window[1], out_w, src->width);
+        if (ok != 1) {
+            axis_free(&v);
+            return ok;
+        }
+    }
     if (!need_h && !need_v) {
         for (y = 0; y < out_h; y++)
             memcpy(out + (size_t)y * out_bytes, src->data + (size_t)y * src->pitch, out_bytes);
         if (flip) mirror(out, out_h, out_w, src->channels);
         return 1;
     }
-    if (need_h && !axis_init(&h, src->width, out_w)) return 0;
-    if (need_v && !axis_init(&v, src->height, out_h)) {
+    if (!window && need_h && !axis_init(&h, src->width, out_w)) return 0;
+    if (!window && need_v && !axis_init(&v, src->height, out_h)) {
         if (need_h) axis_free(&h);
         return 0;
     }
@@ -412,21 +459,35 @@ static int have_avx2(void) {
 }
 
 PyDoc_STRVAR(resize_doc,
-             "resize($module, src, out, flip, simd=True, /)\n--\n\n"
+             "resize($module, src, out, flip, simd=True, window=None, /)\n--\n\n"
              "Resize the uint8 image src (height x width x channels, 1 to 4 channels, rows at\n"
              "any stride, pixels contiguous: a crop of a larger array is read in place) into\n"
              "out (a C-contiguous out_height x out_width x channels uint8 array) with torch's\n"
              "antialiased bilinear resampling, mirrored left to right when flip is true.\n"
-             "simd=False runs the plain loops (tests compare both with torch).");
+             "simd=False runs the plain loops (tests compare both with torch).\n"
+             "window: ((whole, total, start, origin, scale, shift), (the same for columns)):\n"
+             "out is outputs start ... of the image of whole pixels resized to total with\n"
+             "this scale (centres moved by shift), src its part from pixel origin on\n"
+             "(ValueError if the taps leave src).");
 
 static PyObject *resize_py(PyObject *self, PyObject *args) {
     PyObject *src_obj, *out_obj;
     Py_buffer src, out;
+    PyObject *window_obj = Py_None;
     int flip, simd = 1, ok;
+    window_axis window[2];
     image img;
     (void)self;
 
-    if (!PyArg_ParseTuple(args, "OOp|p", &src_obj, &out_obj, &flip, &simd)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOp|pO", &src_obj, &out_obj, &flip, &simd, &window_obj))
+        return NULL;
+    if (window_obj != Py_None &&
+        !PyArg_ParseTuple(window_obj,
+                          "(iiiidd)(iiiidd);window: two (whole, total, start, origin, scale, shift)",
+                          &window[0].whole, &window[0].total, &window[0].start, &window[0].origin,
+                          &window[0].scale, &window[0].shift, &window[1].whole, &window[1].total,
+                          &window[1].start, &window[1].origin, &window[1].scale, &window[1].shift))
+        return NULL;
     if (PyObject_GetBuffer(src_obj, &src, PyBUF_RECORDS_RO) < 0) return NULL;
     if (PyObject_GetBuffer(out_obj, &out, PyBUF_CONTIG | PyBUF_FORMAT) < 0) {
         PyBuffer_Release(&src);
@@ -457,10 +518,16 @@ static PyObject *resize_py(PyObject *self, PyObject *args) {
     img.channels = (int)src.shape[2];
     simd = simd && avx2_here;
     Py_BEGIN_ALLOW_THREADS
-    ok = resize(&img, (uint8_t *)out.buf, (int)out.shape[0], (int)out.shape[1], flip, simd);
+    ok = resize(&img, (uint8_t *)out.buf, (int)out.shape[0], (int)out.shape[1], flip, simd,
+                window_obj == Py_None ? NULL : window);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&src);
     PyBuffer_Release(&out);
+    if (ok < 0) {
+        PyErr_SetString(PyExc_ValueError, "resize: the window's taps leave src, or the window "
+                                          "does not fit its resized image");
+        return NULL;
+    }
     if (!ok) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }

@@ -22,6 +22,15 @@ import cv2
 import numpy as np
 
 from fastdata._validate import constructor_keywords_checked
+from fastdata.decode._center import (
+    Window,
+    center_crop,
+    center_crop_box,
+    center_scale,
+    center_window,
+    resample_window,
+    resized_center_crop,
+)
 from fastdata.decode._resize import (
     INTERPOLATIONS,
     Size,
@@ -34,6 +43,7 @@ from fastdata.decode._resize import (
 __all__ = [
     "Geometry",
     "ImageTransform",
+    "Window",
     "center_crop",
     "center_crop_box",
     "hflip",
@@ -54,6 +64,10 @@ class Geometry(NamedTuple):
     """``(height, width)`` of the output."""
     flip: bool
     """Mirror the output left-right."""
+    window: Window | None = None
+    """For a centre crop with ``interpolation="antialias"``: where the output lies in the
+    whole image resized, so that the box is resampled at the whole image's scale (the
+    pixels of resize-then-crop); ``None``: the box is resized to the output."""
 
     def smallest_source(self, src_hw: tuple[int, int]) -> tuple[int, int]:
         """The smallest ``(height, width)`` the image of ``src_hw`` may be decoded at while
@@ -68,7 +82,9 @@ class Geometry(NamedTuple):
         factor - g)``, ``g`` the axis's ``grid`` offset) into ``hw``: the box's position
         and size divided by ``factor`` and rounded, so each edge sits within half a reduced
         pixel of the exact one, then moved inside ``hw``. A box of at least ``factor`` times
-        the output stays at least the output.
+        the output stays at least the output. A geometry with a ``window`` (a centre crop)
+        keeps its window, moved to the reduced image with its fractional offset, and takes
+        the box its taps cover there.
 
         ``grid`` is ``(0, 0)`` for an image in its stored orientation, whose reduced pixels
         start at its top left corner. An EXIF orientation that reverses an axis moves that
@@ -77,68 +93,15 @@ class Geometry(NamedTuple):
         :func:`fastdata.decode._libjpeg.reduced_grid`)."""
         if factor == 1:
             return self
+        if self.window is not None:
+            box, window = self.window.reduced(factor, hw, grid, self.size)
+            return Geometry(box, self.size, self.flip, window)
         top, left, h, w = self.box
         top, left = round((top + grid[0]) / factor), round((left + grid[1]) / factor)
         h, w = round(h / factor), round(w / factor)
         h, w = min(max(h, 1), hw[0]), min(max(w, 1), hw[1])
         top, left = min(top, hw[0] - h), min(left, hw[1] - w)
         return Geometry((top, left, h, w), self.size, self.flip)
-
-
-def center_crop(img: np.ndarray, size: Size) -> np.ndarray:
-    """The central ``size`` region (``int`` = square), placed as torchvision places it.
-
-    Returns a view into ``img``. Unlike torchvision, an image smaller than the crop is an
-    error rather than zero-padded: padding would hide a wrong pipeline behind black borders.
-    """
-    crop_h, crop_w = _pair(size)
-    h, w = img.shape[:2]
-    if crop_h > h or crop_w > w:
-        raise ValueError(
-            f"center_crop to {crop_h}x{crop_w} of a {h}x{w} image: the crop is larger than "
-            "the image; resize the image first (ImageTransform(crop='center') does)"
-        )
-    top = round((h - crop_h) / 2.0)
-    left = round((w - crop_w) / 2.0)
-    return img[top : top + crop_h, left : left + crop_w]
-
-
-def center_crop_box(
-    src_hw: tuple[int, int], resize_to: Size, size: Size
-) -> tuple[tuple[int, int, int, int], tuple[int, int]]:
-    """The source box ``(top, left, height, width)`` that survives
-    ``center_crop(resize(img, resize_to), size)`` for an image of ``src_hw``, and the crop's
-    ``(height, width)``; see :func:`resized_center_crop`."""
-    h, w = src_hw
-    new_h, new_w = output_hw((h, w), resize_to)
-    crop_h, crop_w = _pair(size)
-    if crop_h > new_h or crop_w > new_w:
-        raise ValueError(
-            f"center crop {crop_h}x{crop_w} of an image resized to {new_h}x{new_w}: the crop "
-            "is larger than the image; resize to a larger size"
-        )
-    top, left = round((new_h - crop_h) / 2.0), round((new_w - crop_w) / 2.0)
-    y0, y1 = round(top * h / new_h), round((top + crop_h) * h / new_h)
-    x0, x1 = round(left * w / new_w), round((left + crop_w) * w / new_w)
-    # a sliver of an image (say 1 x 4000 px) can round a side of the box to nothing
-    y0, x0 = min(y0, h - 1), min(x0, w - 1)
-    y1, x1 = max(y1, y0 + 1), max(x1, x0 + 1)
-    return (y0, x0, y1 - y0, x1 - x0), (crop_h, crop_w)
-
-
-def resized_center_crop(
-    img: np.ndarray, resize_to: Size, size: Size, *, interpolation: str = "antialias"
-) -> np.ndarray:
-    """``center_crop(resize(img, resize_to), size)``, computed by resizing only the source
-    region that survives the crop (for a 400x500 image resized to 256 and cropped to 224,
-    39% fewer pixels to filter).
-
-    The region's edges are rounded to whole source pixels, so the result may sit up to half
-    a source pixel off the two-step version (exactly equal when the edges fall on whole
-    pixels, as for 400x500 -> 256 -> 224).
-    """
-    (top, left, h, w), out_hw = center_crop_box(img.shape[:2], resize_to, size)
-    return resize(img[top : top + h, left : left + w], out_hw, interpolation=interpolation)
 
 
 def hflip(img: np.ndarray) -> np.ndarray:
@@ -236,7 +199,9 @@ class ImageTransform:
             the resize target (``int`` = shorter side, so the output size varies; a pair
             fixes it). ``None`` with ``crop=None`` keeps the decoded size.
         crop: ``"center"`` (resize the shorter side to ``size / crop_pct``, then take the
-            centre: the usual evaluation recipe; see :func:`resized_center_crop`),
+            centre: the usual evaluation recipe, torchvision's ``Resize`` + ``CenterCrop``,
+            whose pixels it gives with ``"antialias"``, computed from the crop's source
+            region only; see :func:`resized_center_crop`),
             ``"random-resized"`` (torchvision's RandomResizedCrop with ``scale`` and
             ``ratio``), or ``None``.
         flip: mirror left-right with probability 0.5 (torchvision's RandomHorizontalFlip).
@@ -290,7 +255,7 @@ class ImageTransform:
         little as ``scale[0]`` of the image; :func:`fastdata.decode.decode_for` (what the
         streams use) decides per sample instead, from the sample's own box."""
         if self.crop == "center" and self.size is not None:
-            return _center_scale(self.size, self.crop_pct)
+            return center_scale(self.size, self.crop_pct)
         if self.crop is None:
             return self.size
         return None
@@ -311,7 +276,12 @@ class ImageTransform:
             box = _random_resized_box(src_hw, self.scale, self.ratio, _require_rng(rng))
             out_hw = _pair(size)
         elif size is not None and self.crop == "center":
-            box, out_hw = center_crop_box(src_hw, _center_scale(size, self.crop_pct), size)
+            resize_to = center_scale(size, self.crop_pct)
+            if self.interpolation == "antialias":
+                box, window = center_window(src_hw, resize_to, size)
+                flip = self.flip and _require_rng(rng).random() < 0.5
+                return Geometry(box, _pair(size), flip, window)
+            box, out_hw = center_crop_box(src_hw, resize_to, size)
         elif size is not None:
             out_hw = output_hw(src_hw, size)
         flip = self.flip and _require_rng(rng).random() < 0.5
@@ -340,7 +310,7 @@ class ImageTransform:
         return, such as ``batch[i]`` of a preallocated batch (no per-image array, no
         stacking copy).
         """
-        (top, left, h, w), out_hw, flip = geometry
+        (top, left, h, w), out_hw, flip, window = geometry
         height, width = img.shape[:2]
         if min(top, left) < 0 or min(h, w) <= 0 or top + h > height or left + w > width:
             raise ValueError(
@@ -349,6 +319,8 @@ class ImageTransform:
                 "image (geometry() on its size, or reduced() to the size it was decoded at)"
             )
         region = img if (h, w) == img.shape[:2] else img[top : top + h, left : left + w]
+        if window is not None:  # resampled at the whole image's scale: resize-then-crop
+            return resample_window(region, window, out_hw, flip=flip, out=out)
         if (
             self.interpolation == "antialias"
             and out is not None
@@ -372,8 +344,3 @@ def _require_rng(rng: np.random.Generator | None) -> np.random.Generator:
             "rng=sample_rng(seed, epoch, index)"
         )
     return rng
-
-
-def _center_scale(size: Size, crop_pct: float) -> int:
-    """The shorter side to resize to before a centre crop of ``size`` keeping ``crop_pct``."""
-    return math.floor(max(_pair(size)) / crop_pct)
