@@ -135,6 +135,8 @@ def test_layout_refuses_multiples_of_another_rank() -> None:
     [
         (torch.bool, [0, 1, True], [2, -1, 0.5]),
         (torch.uint8, [0, 255], [-1, 256, 0.5]),
+        (torch.uint16, [0, 65535], [-1, 65536]),
+        (torch.uint64, [0, 2**64 - 1], [-1, 2**64]),
         (torch.int8, [-128, 127], [-129, 128]),
         (torch.int64, [-(2**40)], [1.5]),
         (torch.float16, [0.5, -1e4, float("-inf")], []),

@@ -55,6 +55,42 @@ def test_rows_round_trip(rows: list[Any]) -> None:
     assert r == pickle.loads(pickle.dumps(r))
 
 
+@settings(max_examples=60, deadline=None)
+@given(rows=ROWS)
+def test_from_rows_infers_int64_from_int_rows_as_pyarrow_does(rows: list[Any]) -> None:
+    """An empty list has no dtype of its own: it takes the other rows' (it made the whole
+    Ragged float32, and its padded tokens then failed in nn.Embedding)."""
+    r = Ragged.from_rows(rows)
+    if any(rows):
+        assert pa.array(rows).type == pa.list_(pa.int64())
+        assert r == Ragged.from_rows(rows, dtype=torch.int64)
+    else:  # no element anywhere: torch.tensor([])'s float32
+        assert r.values.dtype == torch.float32
+    assert r.tolist() == rows
+
+
+@pytest.mark.parametrize(
+    ("rows", "dtype"),
+    [
+        ([[5, 6, 7], [8], []], torch.int64),
+        ([[], None, [True]], torch.bool),
+        ([[1.5], [], [2]], torch.float32),
+        ([[[1, 2]], []], torch.int64),  # inner dims: an empty list is still no row's dtype
+        ([np.array([1], dtype=np.uint16), []], torch.uint16),
+        ([[5], torch.empty(0)], torch.float32),  # an empty tensor has a dtype: promoted
+        ([[5], np.array([], dtype=np.float64)], torch.float64),
+        ([[], []], torch.float32),
+    ],
+)
+def test_from_rows_dtype_comes_from_the_rows_that_have_one(
+    rows: list[Any], dtype: torch.dtype
+) -> None:
+    r = Ragged.from_rows(rows)
+    assert r.values.dtype == dtype
+    assert r.lengths.tolist() == [0 if x is None else len(x) for x in rows]
+    assert Ragged.from_rows(rows, dtype=torch.int16).values.dtype == torch.int16
+
+
 def _numeric(rows: list[Any]) -> bool:
     return not any(isinstance(x, (str, bytes)) for x in rows)
 

@@ -42,6 +42,12 @@ class Padded(NamedTuple):
 # "Measurements behind implementation choices").
 _SCATTER_MAX_MEAN_NUMEL = 2048
 
+# torch has no masked_scatter or index_put kernel for the unsigned dtypes wider than a byte
+# ("not implemented for 'UInt16'"; uint16 is the usual on-disk dtype of GPT-2 token ids), so
+# both write through a view of the same bits as the signed dtype of that width: bit-exact,
+# and the result keeps the unsigned dtype. Every other dtype is written as it is.
+_SIGNED_VIEW = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
 
 @dataclass(frozen=True)
 class PadSpec:
@@ -103,7 +109,7 @@ def pad_tensors(
     if scatter:
         mask = _mask(sizes, padded, full, spec.left)
         flat = torch.cat(tensors if ndim == 1 else [t.reshape(-1) for t in tensors])
-        values.masked_scatter_(mask, flat)
+        _scatterable(values).masked_scatter_(mask, _scatterable(flat))
     else:
         for i, (t, shape) in enumerate(zip(tensors, shapes, strict=True)):
             index: list[int | slice] = [i]
@@ -139,7 +145,7 @@ def pad_ragged(
     mask = None
     if spec.return_mask:
         mask = _mask(sizes, padded, full, spec.left)
-        out.masked_scatter_(mask, values)
+        _scatterable(out).masked_scatter_(mask, _scatterable(values))
     elif values.shape[0]:
         n = values.shape[0]
         shift = torch.arange(batch, device=device) * padded[0] - offsets[:-1]
@@ -149,9 +155,15 @@ def pad_ragged(
         flat += torch.repeat_interleave(shift, lengths, output_size=n)
         placed = (_placed(d, p, spec.left) for d, p in zip(inner, padded[1:], strict=True))
         index = (slice(None), slice(None), *placed)
-        region = out[index]
-        region.view(batch * padded[0], *region.shape[2:])[flat] = values
+        region = _scatterable(out)[index]
+        region.view(batch * padded[0], *region.shape[2:])[flat] = _scatterable(values)
     return out, sizes[:, 0] if not inner else sizes, mask
+
+
+def _scatterable(t: torch.Tensor) -> torch.Tensor:
+    """``t``, or a view of its bits as a dtype that masked_scatter and index_put handle."""
+    signed = _SIGNED_VIEW.get(t.dtype)
+    return t if signed is None else t.view(signed)
 
 
 def _placed(n: int, p: int, left: bool) -> slice:

@@ -144,8 +144,8 @@ class Ragged:
         """A Ragged from Python rows: tensors / arrays / lists of numbers, ``str`` or ``bytes``.
 
         ``None`` is a null row. The kind comes from the first row that is not None (all None
-        or no rows: ``"list"``). ``dtype`` casts numeric rows; without it they are
-        concatenated with torch's type promotion (empty lists count as float32).
+        or no rows: ``"list"``). ``dtype`` casts numeric rows; else torch promotes the rows'
+        dtypes, an empty list having none (``[[5], []]``: int64, as pyarrow; ``[[]]``: float32).
         """
         present = [row for row in rows if row is not None]
         first = present[0] if present else None
@@ -154,10 +154,13 @@ class Ragged:
         )
         if kind == "list":
             parts = [torch.as_tensor(row, dtype=dtype) for row in present]
-            for part in parts:
+            typed: list[torch.Tensor] = []  # all but empty lists (a tensor or array has a dtype)
+            for part, row in zip(parts, present, strict=True):
                 if part.ndim == 0:
                     raise TypeError(f"a row is a scalar ({part.item()!r}); rows are sequences")
-            values = torch.cat(parts) if parts else torch.empty(0, dtype=dtype or torch.float32)
+                if len(part) or hasattr(row, "dtype"):
+                    typed.append(part)
+            values = torch.cat(typed) if typed else torch.empty(0, dtype=dtype or torch.float32)
             lengths = [len(p) for p in parts]
         else:
             want = str if kind == "str" else bytes

@@ -56,6 +56,70 @@ def test_padding_a_ragged_equals_padding_its_rows(
     assert_same(ragged.to_padded(**options), want)
 
 
+# Every integer and float dtype torch has, and bool. masked_scatter and index_put have no
+# kernel for the wide unsigned ones (uint16 is the usual on-disk dtype of GPT-2 token ids).
+EVERY_DTYPE = [
+    *(torch.uint8, torch.uint16, torch.uint32, torch.uint64),
+    *(torch.int8, torch.int16, torch.int32, torch.int64, torch.bool),
+    *(torch.float16, torch.bfloat16, torch.float32, torch.float64),
+]
+
+
+def extreme_row(n: int, inner: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """``n`` rows of the dtype's extremes and small values (the high bit set for unsigned,
+    so a copy that is not bit-exact shows), in a seeded order."""
+    if dtype == torch.bool:
+        pool = [True, False]
+    else:
+        info = torch.iinfo(dtype) if not dtype.is_floating_point else torch.finfo(dtype)
+        pool = [int(info.max) if not dtype.is_floating_point else info.max, info.min, 2, 0]
+    picks = torch.randint(0, len(pool), (n, *inner), generator=torch.Generator().manual_seed(seed))
+    return torch.tensor([pool[i] for i in picks.flatten().tolist()], dtype=dtype).view(n, *inner)
+
+
+def pad_sequence(rows: list[torch.Tensor], value: float, left: bool) -> torch.Tensor:
+    """torch's padding (left: of the reversed rows, reversed back; torch 2.5 has no side)."""
+    if left:
+        return pad_sequence([r.flip(0) for r in rows], value, False).flip(1)
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)
+
+
+@PATHS
+@pytest.mark.parametrize("dtype", EVERY_DTYPE, ids=str)
+@settings(max_examples=15, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 5), min_size=1, max_size=5),
+    inner=st.sampled_from([(), (2,)]),
+    left=st.booleans(),
+    return_mask=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_every_dtype_pads_as_pad_sequence_does(
+    scatter_max: int,
+    dtype: torch.dtype,
+    lengths: list[int],
+    inner: tuple[int, ...],
+    left: bool,
+    return_mask: bool,
+    seed: int,
+) -> None:
+    rows = [extreme_row(n, inner, dtype, seed + i) for i, n in enumerate(lengths)]
+    want = pad_sequence(rows, 1, left)
+    want_mask = pad_sequence([torch.ones(r.shape, dtype=torch.bool) for r in rows], 0, left)
+    side = "left" if left else "right"
+    options: dict[str, Any] = {"pad_value": 1, "padding_side": side, "return_mask": return_mask}
+    with mock.patch.object(_padding, "_SCATTER_MAX_MEAN_NUMEL", scatter_max):
+        from_list = pad_collate([{"tokens": r} for r in rows], **options)
+    from_ragged = pad_collate({"tokens": Ragged.from_rows(rows, dtype=dtype)}, **options)
+    for out in (from_list, from_ragged):
+        assert out["tokens"].dtype == dtype
+        assert out["tokens"].tolist() == want.tolist()  # tolist: exact for every dtype
+        assert out["tokens_lengths"].tolist() == [[n, *inner] if inner else n for n in lengths]
+        assert ("tokens_mask" in out) == return_mask
+        if return_mask:
+            assert torch.equal(out["tokens_mask"], want_mask)
+
+
 @settings(max_examples=80, deadline=None)
 @given(case=raggeds())
 def test_nesting_a_ragged_equals_nesting_its_rows(case: tuple[Ragged, list[torch.Tensor]]) -> None:

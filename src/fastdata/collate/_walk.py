@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from fastdata._padding import Padded
+from fastdata.collate._mismatch import null_hint, raise_unlike
 from fastdata.ragged import Ragged
 
 KeyPath = tuple[Any, ...]
@@ -211,10 +212,13 @@ def _collate(items: Sequence[Any], path: KeyPath, where: str, walk: Walk) -> Any
     if len({type(item) for item in items}) > 1:  # types may differ within a kind (int, bool)
         for i, item in enumerate(items):
             if _kind(item) != kind:
+                fix = "Fix the dataset (or its transform) that produced this sample"
+                if item is None or elem is None:
+                    fix = null_hint(path, elem if item is None else item)
                 raise TypeError(
                     f"batch[{i}]{where} is {_describe(item)} but batch[0]{where} is "
                     f"{_describe(elem)}; every sample must hold the same type at the same "
-                    "place, so fix the dataset (or its transform) that produced this sample"
+                    f"place. {fix}"
                 )
     if kind == "tensor":
         return _tensor_field(items, path, where, walk)
@@ -239,6 +243,7 @@ def _collate(items: Sequence[Any], path: KeyPath, where: str, walk: Walk) -> Any
     raise TypeError(
         f"batch[0]{where} is {_describe(elem)}; collate handles tensors, numeric numpy "
         "arrays, numbers, strings, dicts, tuples and lists, so convert it in the dataset"
+        + (f". {null_hint(path, None)}" if elem is None else "")
     )
 
 
@@ -305,7 +310,7 @@ def _tensor_field(items: Sequence[Any], path: KeyPath, where: str, walk: Walk) -
             or len({t.dtype for t in tensors}) > 1
             or len({len(shape) for shape in shapes}) > 1
         ):
-            _raise_unlike(tensors, where)
+            raise_unlike(tensors, where)
         # By type, not by this batch's sizes: a batch of one, or of equal lengths, is
         # padded / nested like every other batch.
         if walk.pads(path) or (walk.keys is None and first.ndim > 0):
@@ -321,37 +326,8 @@ def _tensor_field(items: Sequence[Any], path: KeyPath, where: str, walk: Walk) -
     except RuntimeError:
         # Devices and layouts are checked per item only once torch objects: per item, those
         # checks cost more than the copies of a batch of short sequences.
-        _raise_unlike(tensors, where)
+        raise_unlike(tensors, where)
         raise
-
-
-def _raise_unlike(tensors: list[torch.Tensor], where: str) -> None:
-    """Raise for the first item that differs from ``batch[0]`` in a way collate cannot fix."""
-    first = tensors[0]
-    for i, t in enumerate(tensors):
-        if t.is_nested or t.layout != torch.strided:
-            layout = "nested" if t.is_nested else str(t.layout)
-            raise TypeError(
-                f"batch[{i}]{where} is a {layout} tensor; collate takes dense tensors, so "
-                "make it dense in the dataset (e.g. x.to_dense(), or unbind a nested tensor)"
-            )
-        if t.dtype != first.dtype:
-            raise TypeError(
-                f"batch[{i}]{where} has dtype {t.dtype} but batch[0]{where} has "
-                f"{first.dtype}; cast every item to one dtype in the dataset, e.g. "
-                f"x.to({first.dtype})"
-            )
-        if t.ndim != first.ndim:
-            raise ValueError(
-                f"batch[{i}]{where} has {t.ndim} dims (shape {tuple(t.shape)}) but "
-                f"batch[0]{where} has {first.ndim} (shape {tuple(first.shape)}); give every "
-                "item the same rank, e.g. with x.reshape(-1) or x.unsqueeze(0) in the dataset"
-            )
-        if t.device != first.device:
-            raise ValueError(
-                f"batch[{i}]{where} is on {t.device} but batch[0]{where} is on "
-                f"{first.device}; move every item to one device before collating"
-            )
 
 
 # --- helpers -----------------------------------------------------------------------------
