@@ -1,14 +1,20 @@
 """Tests of the ``fastdata`` command (fastdata.cli) and ``fastdata demo``: no subcommand
-prints the help and exits 2; bad arguments are one ``error:`` line and status 2."""
+prints the help and exits 2; bad arguments are one ``error:`` line and status 2; ``fastdata
+convert`` stopped by SIGTERM, Ctrl-C or SIGKILL leaves no worker process, no temporary file
+and (but for SIGKILL) one line and the conventional status, no traceback."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import fastdata as fd
 from fastdata.cli import main
+from writer.writer_helpers import SMALL, stop_midway
 
 
 def test_no_subcommand_prints_the_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,3 +75,26 @@ def test_demo_runs_with_the_old_workers_spelling(
                  "--epochs", "1", "--data", str(tmp_path)]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "2,000 rows" in out and "every row exactly once per epoch: yes" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "status", "what"),
+    [("SIGTERM", 143, "terminated"), ("Ctrl-C", 130, "interrupted"), ("SIGKILL", -9, None)],
+)
+def test_a_stopped_convert_leaves_no_worker_running(
+    tmp_path: Path, how: str, status: int, what: str | None
+) -> None:
+    # SIGTERM is what Slurm, Kubernetes and `timeout` send; its workers ran on for minutes,
+    # holding the terminal's (or `| tee log`'s) stderr open, and Ctrl-C printed a traceback.
+    fd.synthetic.make_images(tmp_path / "train", 400, classes=2, **SMALL)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "fastdata", "convert", str(tmp_path / "train"), str(out),
+               "--format", "tar", "--shard-size", "1", "--workers", "2", "--quiet"]  # fmt: skip
+    stopped = stop_midway(command, out, how)
+    assert stopped.workers_left == []
+    assert stopped.temporary == []
+    assert stopped.status == status
+    if what is not None:
+        pattern = rf"fastdata convert: {what}: .+; run the same command again to continue"
+        assert re.fullmatch(pattern, stopped.stderr.strip()), stopped.stderr

@@ -1,18 +1,29 @@
 """Tests of fastdata._cli, the pieces every subcommand shares: help that shows defaults,
 argument checks that end in argparse's ``error:`` line (status 2), importing a user's
-``MODULE:FUNCTION``, and writing to stderr."""
+``MODULE:FUNCTION``, writing to stderr, and SIGTERM raised as an exception."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fastdata._cli import HelpFormatter, check, fail, import_function, say
+from fastdata._cli import (
+    HelpFormatter,
+    Terminated,
+    check,
+    fail,
+    import_function,
+    say,
+    sigterm_raises,
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -124,3 +135,32 @@ def test_say_writes_a_line_to_stderr(capsys: pytest.CaptureFixture[str]) -> None
 def test_fail_reports_and_returns_the_status(capsys: pytest.CaptureFixture[str]) -> None:
     assert fail("convert", "no images in /data", 1) == 1
     assert capsys.readouterr() == ("", "fastdata convert: error: no images in /data\n")
+
+
+def test_sigterm_raises_terminated_inside_and_ends_the_process_again_after() -> None:
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with pytest.raises(Terminated), sigterm_raises():
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises as soon as it returns
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_sigterm_raises_leaves_a_handler_of_its_own_and_other_threads_alone() -> None:
+    def handler(signum: int, frame: object) -> None:
+        pass
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with sigterm_raises():
+            assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(_inside()))
+    thread.start()
+    thread.join()
+    assert seen == [signal.SIG_DFL]
+
+
+def _inside() -> object:
+    with sigterm_raises():
+        return signal.getsignal(signal.SIGTERM)

@@ -1,18 +1,31 @@
 """Pieces every ``fastdata`` subcommand shares: help that shows defaults, argument checks
 that end in argparse's own ``error:`` line (exit status 2, no traceback), importing a user's
-``MODULE:FUNCTION`` and writing to stderr. Standard library only, so ``--help`` is instant.
+``MODULE:FUNCTION``, writing to stderr, and SIGTERM as an exception. Standard library only,
+so ``--help`` is instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any
 
-__all__ = ["HelpFormatter", "check", "fail", "import_function", "say"]
+__all__ = [
+    "HelpFormatter",
+    "Terminated",
+    "check",
+    "fail",
+    "import_function",
+    "say",
+    "sigterm_raises",
+]
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -81,3 +94,32 @@ def fail(command: str, message: str, status: int) -> int:
     """Report an error found while running (not in the arguments); returns ``status``."""
     say(f"fastdata {command}: error: {message}")
     return status
+
+
+class Terminated(BaseException):
+    """SIGTERM came (what Slurm, Kubernetes and ``timeout`` send): raised in the main thread
+    inside :func:`sigterm_raises`, as SIGINT raises ``KeyboardInterrupt``."""
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Inside, SIGTERM raises :class:`Terminated` in the main thread instead of ending the
+    process at once, so that ``finally`` blocks run (temporary files deleted, worker
+    processes stopped) and the command reports where it stopped. Left alone off the main
+    thread (Python delivers signals there only) and where SIGTERM already has a handler."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    owner = os.getpid()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:  # a child forked before it set its own handler
+            os._exit(128 + signum)
+        raise Terminated
+
+    signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from fastdata._cli import HelpFormatter, check, fail, say
+from fastdata._cli import HelpFormatter, Terminated, check, fail, say, sigterm_raises
 from fastdata._version import __version__
 from fastdata.tune.cli import add_parsers as add_tune_parsers
 
@@ -40,7 +41,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from fastdata.errors import SourceError
-    from fastdata.writer import folder_samples, list_samples, write_shards
 
     parser = args.parser
     options = {
@@ -51,25 +51,18 @@ def _convert(args: argparse.Namespace) -> int:
     }
     progress = _ConvertProgress(quiet=args.quiet)
     try:
-        if os.path.isfile(args.src):
-            samples, classes = list_samples(args.src), None
-        else:
-            source = _filesystem(args.src)
-            samples, classes = folder_samples(source[1], filesystem=source[0])
-            options["source_filesystem"] = source[0]
-        result = write_shards(
-            samples,
-            args.dst,
-            format=args.format,
-            prefix=args.prefix,
-            classes=classes,
-            backend="ray" if args.ray else "local",
-            on_progress=progress,
-            **options,
-        )
+        with sigterm_raises():
+            result = _write(args, options, progress)
     except (SourceError, ValueError, OSError, ImportError) as exc:
         progress.end()
         return fail("convert", str(exc), 1)
+    except (KeyboardInterrupt, Terminated) as exc:  # finished shards stay, temporary files go
+        progress.end()
+        signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+        what = "interrupted" if signum == signal.SIGINT else "terminated"
+        say(f"fastdata convert: {what}: {progress.summary(args.dst)}; run the same command "
+            "again to continue")  # fmt: skip
+        return 128 + signum
     progress.end()
     for image in result.bad_images[:_LISTED]:  # even with --quiet: data was left out
         say(f"left out {image}")
@@ -88,6 +81,28 @@ def _convert(args: argparse.Namespace) -> int:
 _LISTED = 20  # images left out that convert names one by one
 
 
+def _write(args: argparse.Namespace, options: dict[str, Any], progress: Any) -> Any:
+    """List ``SRC``'s samples and write them to ``DST`` (``fastdata convert``'s work)."""
+    from fastdata.writer import folder_samples, list_samples, write_shards
+
+    if os.path.isfile(args.src):
+        samples, classes = list_samples(args.src), None
+    else:
+        source = _filesystem(args.src)
+        samples, classes = folder_samples(source[1], filesystem=source[0])
+        options["source_filesystem"] = source[0]
+    return write_shards(
+        samples,
+        args.dst,
+        format=args.format,
+        prefix=args.prefix,
+        classes=classes,
+        backend="ray" if args.ray else "local",
+        on_progress=progress,
+        **options,
+    )
+
+
 def _filesystem(src: str) -> tuple[Any, str]:
     """``(pyarrow filesystem or None, path)`` of a folder given as a path or URI."""
     if "://" not in src:
@@ -104,8 +119,10 @@ class _ConvertProgress:
         self.stream = sys.stderr if stream is None else stream
         self.quiet, self.live = quiet, not quiet and self.stream.isatty()
         self.start, self.reported = time.monotonic(), -1
+        self.last: Any = None  # the latest WriteProgress
 
     def __call__(self, done: Any) -> None:
+        self.last = done
         if self.quiet:
             return
         share = done.shards_done / done.shards
@@ -122,6 +139,12 @@ class _ConvertProgress:
         elif int(10 * share) > self.reported:
             self.reported = int(10 * share)
             print(line, file=self.stream, flush=True)
+
+    def summary(self, dst: str) -> str:
+        """Where an interrupted conversion stopped, as far as its reports tell."""
+        if self.last is None:
+            return f"no shard finished yet in {dst} (finished shards of an earlier run are kept)"
+        return f"{self.last.shards_done} of {self.last.shards} shards finished in {dst}"
 
     def end(self) -> None:
         if self.live:

@@ -187,9 +187,12 @@ class Destination:
                 )
             return
         staged = self.staged(MANIFEST)
-        with open(staged, "w", encoding="utf-8") as f:
-            f.write(manifest)
-        self.publish(staged, MANIFEST)
+        try:
+            with open(staged, "w", encoding="utf-8") as f:
+                f.write(manifest)
+            self.publish(staged, MANIFEST)
+        finally:  # interrupted: Destination.open removes only the shards' temporary files
+            unlink(staged)
 
     def publish(self, staged: str, name: str) -> None:
         """Move a finished file into place: a rename, or an upload whose object is deleted

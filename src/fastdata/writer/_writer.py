@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
@@ -17,6 +16,7 @@ from fastdata._validate import check_bytes, check_choice, check_int
 from fastdata.decode import DEFAULT_MAX_PIXELS
 from fastdata.sources.filesystem import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
+from fastdata.writer._pool import write_in_pool
 from fastdata.writer._samples import Sample
 from fastdata.writer._shard_files import (
     BadImage,
@@ -117,7 +117,9 @@ def write_shards(
         classes: class names (index = label), kept in the manifest
             (``{dest}/_fastdata_shards.json``, which also records the plan).
         workers: processes writing shards at once (default: the CPU count; 0 writes in
-            this process). With ``backend="ray"``: tasks at once (default: Ray's choice).
+            this process); they exit when this process dies, however it dies, and stop at
+            once on ``KeyboardInterrupt``. With ``backend="ray"``: tasks at once (default:
+            Ray's choice).
         backend: ``"local"``, or ``"ray"``: every shard is written by a Ray Data task on
             the cluster ``ray.init`` connected to (``pip install "fastdata[ray]"``); the
             paths of the samples and of ``dest`` must be reachable from every node.
@@ -177,14 +179,7 @@ def write_shards(
         for task in tasks:
             progress(task.name, write_shard(task))
     else:
-        with ProcessPoolExecutor(min(workers or os.cpu_count() or 1, len(tasks))) as pool:
-            futures = {pool.submit(write_shard, task): task.name for task in tasks}
-            try:
-                for future in as_completed(futures):
-                    progress(futures[future], future.result())
-            except BaseException:
-                pool.shutdown(cancel_futures=True)  # a failed shard stops the conversion
-                raise
+        write_in_pool(tasks, min(workers or os.cpu_count() or 1, len(tasks)), progress)
     destination.done()
     paths = [destination.final(name) for name in names]
     bad = tuple(image for name in names for image in progress.bad.get(name, []))

@@ -1,0 +1,75 @@
+"""fastdata.writer._pool: shard-writing workers never outlive the conversion (parent killed
+by any signal, the portable fallback where prctl is missing, a parent gone before its worker
+watched it), and an interrupted parent stops its workers at once, leaving no temporary
+file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+
+import fastdata as fd
+from fastdata.writer import folder_samples, write_shards
+
+from .writer_helpers import SMALL, stop_midway
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 small images: 400 shards of one, far more than a few seconds' work."""
+    root = tmp_path_factory.mktemp("pool") / "many"
+    fd.synthetic.make_images(root, 400, classes=2, **SMALL)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("watch", ["prctl", "polling"])
+def test_workers_exit_when_the_parent_is_killed(many: Path, tmp_path: Path, watch: str) -> None:
+    # SIGKILL leaves the parent no say: each worker has to notice by itself (they wrote on,
+    # reparented to init, for minutes), with the kernel's help or by polling its parent.
+    script = tmp_path / "convert.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import fastdata as fd
+        if {watch == "polling"}:
+            from fastdata.writer import _pool
+            _pool._exit_with_parent = lambda: False  # as where prctl is missing
+        samples, _ = fd.writer.folder_samples({str(many)!r})
+        fd.write_shards(samples, {str(tmp_path / "out")!r}, format="tar",
+                        target_shard_bytes=1, workers=2)
+    """)
+    )
+    stopped = stop_midway([sys.executable, str(script)], tmp_path / "out", "SIGKILL")
+    assert stopped.status == -9
+    assert stopped.workers_left == []
+    assert stopped.temporary == []  # each deleted the file of the shard it was writing
+
+
+def test_a_worker_whose_parent_died_before_it_watched_exits() -> None:
+    # The parent can die between the fork and prctl, which then watches init: the worker
+    # checks its parent is still the pool's owner once the kernel watches it.
+    code = "from fastdata.writer._pool import watch_parent; watch_parent(1, 'fork'); print('on')"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (run.returncode, run.stdout, run.stderr) == (143, "", "")
+
+
+def test_an_interrupt_stops_the_workers_at_once(many: Path, tmp_path: Path) -> None:
+    samples, _ = folder_samples(many)
+    workers: list[psutil.Process] = []
+
+    def interrupt(progress: object) -> None:
+        workers.extend(psutil.Process().children())
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_shards(samples, tmp_path / "out", format="tar", target_shard_bytes=1, workers=2,
+                     on_progress=interrupt)  # fmt: skip
+    assert workers and not [w for w in workers if w.is_running()]
+    names = [p.name for p in (tmp_path / "out").iterdir()]
+    assert not [name for name in names if ".tmp-" in name]
+    assert len(names) < 100  # not the 400 shards: the workers stopped, not just the parent
