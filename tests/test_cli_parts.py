@@ -138,10 +138,14 @@ def test_fail_reports_and_returns_the_status(capsys: pytest.CaptureFixture[str])
 
 
 def test_sigterm_raises_terminated_inside_and_ends_the_process_again_after() -> None:
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    with pytest.raises(Terminated), sigterm_raises():
-        os.kill(os.getpid(), signal.SIGTERM)  # the handler raises as soon as it returns
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # (an earlier test in this process may have left a handler: ray.init installs one)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(Terminated), sigterm_raises():
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises as soon as it returns
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_sigterm_raises_leaves_a_handler_of_its_own_and_other_threads_alone() -> None:
