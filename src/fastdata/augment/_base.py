@@ -7,8 +7,11 @@ torchvision's transforms draw from torch's global CPU generator; older code (tor
 function of the sample, :func:`globals_seeded` seeds all of them (torch's CPU generator and a
 CUDA device's, ``random``, ``np.random``) for the length of one call and puts their states
 back afterwards, so the caller's random state is neither read nor changed. Each generator is
-one per process, so the scopes take turns (a lock): a thread inside one sees its own seed
-only. fastdata's own augmentations (:class:`fastdata.augment.Augmentation`) draw from the
+one per process, shared by the decode threads and by thread workers
+(``worker_method="thread"``), so the scopes take turns (a lock): a thread inside one sees its
+own seed only. (A thread of the user's drawing from these generators outside any scope, at
+the moment a scope is open, is not held back by the lock and would shift that sample's draws.)
+fastdata's own augmentations (:class:`fastdata.augment.Augmentation`) draw from the
 sample's numpy generator instead and need no lock.
 
 A scope costs about 70 us (``timeit``, 2-core build machine): saving and restoring numpy's
