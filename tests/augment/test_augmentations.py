@@ -112,23 +112,40 @@ TORCHVISION = v2.Compose([v2.TrivialAugmentWide(), v2.RandomErasing(p=0.5)])
 MIXED = [TrivialAugmentWide(interpolation="bilinear"), v2.ColorJitter(0.4, 0.4), RandomErasing()]
 
 
+def python_roll(image: torch.Tensor) -> torch.Tensor:
+    """A step drawing from Python's ``random`` (as torchvision v1's RandomChoice does)."""
+    return image.roll(random.choice(range(1, 16)), dims=-1)
+
+
+def numpy_dim(image: torch.Tensor) -> torch.Tensor:
+    """A step drawing from numpy's legacy global generator (albumentations-style code)."""
+    return image // 2 + int(np.random.rand() * 100)
+
+
+OTHER_RNGS = [python_roll, numpy_dim]
+
+
 def stream(folder: Path, augment, **options) -> ImageStream:
     options = {"size": 32, "crop": "random-resized", "flip": True, "seed": 4, **options}
     return ImageStream.from_folder(folder, augment=augment, **options)
 
 
 @pytest.mark.parametrize(
-    "augment", [TrivialAugmentWide(), TORCHVISION, MIXED], ids=["fastdata", "torchvision", "mixed"]
+    "augment",
+    [TrivialAugmentWide(), TORCHVISION, MIXED, OTHER_RNGS],
+    ids=["fastdata", "torchvision", "mixed", "python-numpy-random"],
 )
 def test_threads_and_workers_give_the_same_augmentations(folder: Path, augment) -> None:
-    def run(threads: int, workers: int) -> list[str]:
+    def run(threads: int, workers: int, method: str = "multiprocessing") -> list[str]:
         images = stream(folder, augment, batch_size=6, decode_threads=threads)
-        loader = DataLoader(images, batch_size=None, num_workers=workers)
+        loader = DataLoader(images, batch_size=None, num_workers=workers, worker_method=method)
         return [digest(img) for batch, _ in loader for img in batch]
 
     one = run(1, 0)
+    assert run(1, 0) == one  # a second run in the same process
     assert run(4, 0) == one
     assert sorted(run(3, 2)) == sorted(one)
+    assert sorted(run(2, 2, "thread")) == sorted(one)  # worker threads share the generators
     plain = [digest(img) for batch, _ in stream(folder, None, batch_size=6) for img in batch]
     assert sum(a != b for a, b in zip(one, plain, strict=True)) > N // 2  # it augments
 
@@ -148,14 +165,23 @@ def test_types_and_layout_are_kept(folder: Path, augment) -> None:
     assert isinstance(batch, list) and all(img.dtype == torch.uint8 for img in batch)
 
 
-def test_a_torchvision_augment_leaves_the_global_generator_alone(folder: Path) -> None:
-    torch.manual_seed(7)
-    expected = torch.rand(3)
-    torch.manual_seed(7)
-    first = [digest(img) for batch, _ in stream(folder, TORCHVISION, batch_size=4) for img in batch]
-    assert torch.equal(torch.rand(3), expected)
-    torch.manual_seed(99)
-    again = [digest(img) for batch, _ in stream(folder, TORCHVISION, batch_size=4) for img in batch]
+def test_an_augment_leaves_the_global_generators_alone(folder: Path) -> None:
+    augment = [TORCHVISION, *OTHER_RNGS]
+
+    def seed_all(seed: int) -> None:
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+
+    seed_all(7)
+    expected = torch.rand(3), random.random(), np.random.rand(3)
+    seed_all(7)
+    first = [digest(img) for batch, _ in stream(folder, augment, batch_size=4) for img in batch]
+    after = torch.rand(3), random.random(), np.random.rand(3)
+    assert torch.equal(after[0], expected[0]) and after[1] == expected[1]
+    assert np.array_equal(after[2], expected[2])
+    seed_all(99)
+    again = [digest(img) for batch, _ in stream(folder, augment, batch_size=4) for img in batch]
     assert again == first  # neither read nor changed
 
 
@@ -166,10 +192,11 @@ def test_new_epoch_new_augmentations(folder: Path) -> None:
     assert [digest(img) for batch, _ in images for img in batch] != first
 
 
+@pytest.mark.parametrize("augment", [MIXED, OTHER_RNGS], ids=["mixed", "python-numpy-random"])
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_resume_repeats_the_augmentations(folder: Path, num_workers: int) -> None:
+def test_resume_repeats_the_augmentations(folder: Path, num_workers: int, augment) -> None:
     def make() -> DataLoader:
-        images = stream(folder, MIXED, batch_size=3, shuffle=True, decode_threads=2)
+        images = stream(folder, augment, batch_size=3, shuffle=True, decode_threads=2)
         return DataLoader(images, batch_size=None, num_workers=num_workers)
 
     check_resume(make, key=lambda batch: [digest(img) for img in batch[0]], stops=[0, 2, 5])
@@ -249,6 +276,20 @@ def test_batch_augment_is_a_function_of_seed_and_step() -> None:
     assert any(not torch.equal(ours[1], theirs[1]) for ours, theirs in pairs)
     with pytest.raises(ValueError, match="step"):
         mix(images, labels, step=-1)
+
+
+def test_batch_augment_seeds_pythons_and_numpys_generators_too() -> None:
+    def jitter(images: torch.Tensor) -> torch.Tensor:  # v1-style: Python's and numpy's draws
+        return images * random.random() + float(np.random.rand())
+
+    images = torch.rand(2, 3, 4, 4)
+    python, numpy = random.getstate(), np.random.get_state()
+    first = BatchAugment(jitter, seed=1)(images, step=3)
+    random.random(), np.random.rand()  # the caller's draws do not reach the transform
+    assert torch.equal(BatchAugment(jitter, seed=1)(images, step=3), first)
+    assert not torch.equal(BatchAugment(jitter, seed=1)(images, step=4), first)
+    random.setstate(python)
+    np.random.set_state(numpy)
 
 
 def test_batch_augment_after_a_resume_mixes_as_the_uninterrupted_run(folder: Path) -> None:

@@ -1,8 +1,9 @@
-"""Seeded augmentation (fastdata.augment._base): torch's generators seeded in a scope, and the
+"""Seeded augmentation (fastdata.augment._base): the global generators seeded in a scope, and the
 per-sample steps of an ImageStream's ``augment=`` with their checks."""
 
 from __future__ import annotations
 
+import random
 import threading
 
 import numpy as np
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from torchvision.transforms import v2
 
 from fastdata.augment import Augmentation, RandomErasing, TrivialAugmentWide
-from fastdata.augment._base import SampleAugment, torch_seeded
+from fastdata.augment._base import SampleAugment, globals_seeded
 
 
 class Invert(Augmentation):
@@ -37,43 +38,77 @@ def test_a_seeded_scope_draws_from_its_seed_and_restores_the_callers_state(
 ) -> None:
     torch.manual_seed(outside)
     before = torch.get_rng_state()
-    with torch_seeded(seed):
+    with globals_seeded(seed):
         inside = torch.rand(8)
     assert torch.equal(torch.get_rng_state(), before)
     assert torch.equal(inside, torch.rand(8, generator=torch.Generator().manual_seed(seed)))
+
+
+def numpy_state() -> tuple:
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    return name, key.tobytes(), pos, has_gauss, gauss
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**64 - 1), outside=st.integers(0, 2**31))
+def test_a_seeded_scope_seeds_pythons_and_numpys_global_generators_too(
+    seed: int, outside: int
+) -> None:
+    random.seed(outside)
+    np.random.seed(outside)
+    np.random.standard_normal()  # numpy's legacy generator now holds a cached gaussian
+    python, numpy = random.getstate(), numpy_state()
+    with globals_seeded(seed):
+        first = (random.random(), random.choice(range(1000)), np.random.rand(4))
+    assert random.getstate() == python and numpy_state() == numpy  # not changed
+    random.seed(outside + 1)
+    np.random.seed(outside + 1)
+    with globals_seeded(seed):
+        again = (random.random(), random.choice(range(1000)), np.random.rand(4))
+    assert first[:2] == again[:2] and np.array_equal(first[2], again[2])  # not read
+    # the two MT19937s are seeded apart: not the same stream
+    with globals_seeded(seed):
+        assert random.random() != np.random.random_sample()
 
 
 def test_a_seeded_scope_restores_the_state_when_the_body_raises() -> None:
     before = torch.get_rng_state()
 
     def draw_and_fail() -> None:
-        with torch_seeded(3):
-            torch.rand(4)
+        with globals_seeded(3):
+            torch.rand(4), random.random(), np.random.rand()
             raise RuntimeError("boom")
 
+    python, numpy = random.getstate(), numpy_state()
     with pytest.raises(RuntimeError, match="boom"):
         draw_and_fail()
     assert torch.equal(torch.get_rng_state(), before)
+    assert random.getstate() == python and numpy_state() == numpy
 
 
 def test_seeded_scopes_on_threads_see_only_their_own_seed() -> None:
+    def draws() -> tuple:
+        return torch.rand(64), random.random(), np.random.rand(8)
+
     expected = {}
     for seed in range(8):
-        with torch_seeded(seed):
-            expected[seed] = torch.rand(64)
+        with globals_seeded(seed):
+            expected[seed] = draws()
     got = {}
 
     def draw(seed: int) -> None:
         for _ in range(20):
-            with torch_seeded(seed):
-                got[seed] = torch.rand(64)
+            with globals_seeded(seed):
+                got[seed] = draws()
 
     threads = [threading.Thread(target=draw, args=(s,)) for s in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert all(torch.equal(got[s], expected[s]) for s in range(8))
+    for s in range(8):
+        assert torch.equal(got[s][0], expected[s][0]) and got[s][1] == expected[s][1]
+        assert np.array_equal(got[s][2], expected[s][2])
 
 
 def test_steps_must_be_callables_and_at_least_one() -> None:

@@ -86,6 +86,39 @@ def test_each_op_gives_torchvisions_pixels(
         assert diff.max() <= 1, f"{op} at {magnitude}: {diff.max()} grey levels off"
 
 
+GEOMETRIC = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bilinear"])
+def test_every_magnitude_is_within_the_documented_bound(
+    photo: np.ndarray, interpolation: str
+) -> None:
+    """The bound the docs state: with "bilinear" every geometric op at every magnitude is
+    within one grey level of torchvision's. With "nearest" so are ShearX and the
+    translations; ShearY and Rotate put points exactly half-way between two pixels (a column
+    of the shear, lines of a rotation at some angles) on the other neighbour (OpenCV rounds
+    up, torch to even), up to the full range off, on at most 3% of the pixels (measured on
+    this image: ShearY 0.55%, Rotate 1.8%)."""
+    x = torch.from_numpy(photo).permute(2, 0, 1).contiguous()
+    worst: dict[str, tuple[int, float]] = {}
+    for op, mags, signed in _WIDE:
+        if op not in GEOMETRIC:
+            continue  # the others do not interpolate: the test above has them within 1
+        magnitudes = [0.0] if mags is None else [float(m) for m in mags(31)]
+        for m in magnitudes + ([-m for m in magnitudes] if signed else []):
+            ours = _apply_op(photo.copy(), op, m, interpolation=interpolation, fill=(0, 0, 0))
+            theirs = torchvision_op(x, op, m, interpolation).permute(1, 2, 0).numpy()
+            diff = np.abs(ours.astype(int) - theirs)
+            share = float((diff > 1).any(axis=2).mean())
+            before = worst.get(op, (0, 0.0))
+            worst[op] = (max(before[0], int(diff.max())), max(before[1], share))
+    off = {op: w for op, w in worst.items() if w[0] > 1}
+    if interpolation == "bilinear":
+        assert not off, off
+    else:
+        assert set(off) <= {"ShearY", "Rotate"} and all(s <= 0.03 for _, s in off.values()), off
+
+
 def test_the_input_is_never_changed_by_the_ops(photo: np.ndarray) -> None:
     for op, mags, _ in _WIDE:
         image = photo.copy()

@@ -130,8 +130,25 @@ def test_bad_input_is_rejected_with_the_fix() -> None:
         normalize(torch.rand(2, 3, 4, 4))
     with pytest.raises(ValueError, match=r"\(B, 3, H, W\).*got \(2, 4, 4, 3\)"):
         normalize(random_images(0, (2, 4, 4, 3)))
+    with pytest.raises(ValueError, match=r"got \(4, 4, 3\); HWC images need \.permute\(2, 0, 1\)"):
+        normalize(random_images(0, (4, 4, 3)))
     with pytest.raises(ValueError, match="got"):
         normalize(random_images(0, (3, 4)))
+
+
+def test_rgba_images_against_rgb_statistics_say_what_to_do() -> None:
+    """keep_alpha=True batches are (N, 4, H, W): the message names the 4 channels against 3
+    statistics and the two fixes, not a permute (the batch is CHW already)."""
+    with pytest.raises(ValueError, match=r"got \(2, 4, 16, 16\); the images have 4") as info:
+        DeviceNormalize(*IMAGENET)(random_images(0, (2, 4, 16, 16)))
+    assert "permute" not in str(info.value)
+    assert "keep_alpha=False" in str(info.value) and "*IMAGENET.mean, 0.0" in str(info.value)
+    rgba = MeanStd(mean=(*IMAGENET.mean, 0.0), std=(*IMAGENET.std, 1.0))  # the suggested fix
+    out = DeviceNormalize(*rgba)(torch.full((1, 4, 2, 2), 255, dtype=torch.uint8))
+    assert torch.allclose(out[0, 3], torch.ones(2, 2))
+    with pytest.raises(ValueError, match="the images have 2 channels") as info:
+        DeviceNormalize(*IMAGENET)(random_images(0, (2, 2, 5, 5)))
+    assert "permute" not in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,16 @@ on each image in its decode thread, before the batch is handed over. A step is e
   OpenCV, in tens of microseconds, and draw from the sample's own generator
   (:func:`fastdata.decode.sample_rng`), so they run on every decode thread at once; or
 - any callable of a uint8 ``(C, H, W)`` tensor that returns one, such as a torchvision
-  ``transforms.v2`` pipeline. These draw from torch's global generator, which fastdata seeds
-  per sample for the length of the call (and restores after), one call at a time per process.
+  ``transforms.v2`` pipeline. These draw from the process's global generators, which
+  fastdata seeds per sample for the length of the call (and restores after), one call at a
+  time per process: torch's default CPU generator (and the CUDA device's with
+  ``decode_device``), Python's ``random`` (torchvision v1's ``RandomChoice`` and
+  ``RandomOrder``) and numpy's legacy global generator (``np.random.rand``). A generator the
+  callable creates itself is not seeded. Seeding and restoring them costs about 70 us a call.
 
-Either way a sample's augmentation is a function of ``(seed, epoch, index)``: the same in a
-resumed run, whichever worker or thread decodes it.
+Either way a sample's augmentation is a function of ``(seed, epoch, index)`` (for a callable,
+as long as it draws from those global generators): the same in a resumed run, whichever
+worker or thread decodes it.
 
 **Per batch**, :class:`BatchAugment` wraps a batch transform (torchvision's ``MixUp``,
 ``CutMix``, a ``RandomChoice`` of both, or your own) and seeds it by the training step, so a

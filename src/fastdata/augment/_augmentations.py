@@ -14,7 +14,7 @@ import torch
 
 from fastdata._validate import check_choice, check_int, check_number, constructor_keywords_checked
 from fastdata.augment import _ops as ops
-from fastdata.augment._base import Augmentation, torch_seeded
+from fastdata.augment._base import Augmentation, globals_seeded
 
 __all__ = ["Augmentation", "BatchAugment", "RandomErasing", "TrivialAugmentWide"]
 
@@ -100,7 +100,11 @@ class TrivialAugmentWide(Augmentation):
     Args:
         num_magnitude_bins: magnitudes per operation (at least 2).
         interpolation: of the geometric operations, ``"nearest"`` (torchvision's default) or
-            ``"bilinear"`` (what torchvision's ImageNet recipe passes).
+            ``"bilinear"`` (what torchvision's ImageNet recipe passes). With ``"bilinear"``
+            every operation is within one grey level of torchvision's; with ``"nearest"``,
+            ShearY and Rotate put a few pixels (up to 2.4%) that lie exactly half-way between
+            two source pixels on the other neighbour, up to the full range off (see
+            :mod:`fastdata.augment._ops`).
         fill: the value of pixels moved in from outside the image: one value, or one per
             channel, in pixel units.
     """
@@ -185,12 +189,13 @@ class BatchAugment:
     """A batch augmentation seeded by the training step.
 
     ``BatchAugment(transform, seed=s)(images, labels, step=k)`` returns ``transform(images,
-    labels)`` computed with torch's global generators (CPU, and the CUDA device of the
-    batch's tensors) seeded from ``(s, k)`` and restored afterwards: the draws of step ``k``
-    are the same in every run, so a run resumed from a checkpoint at step ``k`` mixes its
-    batches exactly as the uninterrupted run did. Pass the global step your checkpoint saves.
+    labels)`` computed with the global generators (torch's CPU one and the CUDA device's of
+    the batch's tensors, Python's ``random``, numpy's legacy ``np.random``) seeded from
+    ``(s, k)`` and restored afterwards: the draws of step ``k`` are the same in every run, so
+    a run resumed from a checkpoint at step ``k`` mixes its batches exactly as the
+    uninterrupted run did. Pass the global step your checkpoint saves.
 
-    ``transform`` is any function of the batch that draws from torch's generators:
+    ``transform`` is any function of the batch that draws from those generators:
     torchvision's ``v2.MixUp`` / ``v2.CutMix`` (``v2.RandomChoice([...])`` of both, as
     torchvision's ImageNet recipe), on the device after :class:`fastdata.DeviceNormalize`.
     ``MixUp`` needs float images (normalized ones); ``CutMix`` also works on uint8.
@@ -207,7 +212,7 @@ class BatchAugment:
         step = check_int("step", step, minimum=0)
         seed = int(np.random.SeedSequence([self.seed, step]).generate_state(1, np.uint64)[0])
         devices = [t.device for t in batch if isinstance(t, torch.Tensor)]
-        with torch_seeded(seed, devices):
+        with globals_seeded(seed, devices):
             return self.transform(*batch)
 
     def __repr__(self) -> str:

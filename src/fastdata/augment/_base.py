@@ -1,17 +1,29 @@
-"""Seeded augmentation: torch's global generators seeded in a scope, and the per-sample
-augmentation an :class:`~fastdata.ImageStream` runs in its decode threads.
+"""Seeded augmentation: the process's global generators seeded in a scope, and the
+per-sample augmentation an :class:`~fastdata.ImageStream` runs in its decode threads.
 
-torchvision's transforms draw from torch's global CPU generator. To make a sample's draws a
-function of the sample, :func:`torch_seeded` seeds that generator (and a CUDA device's) for
-the length of one call and puts its state back afterwards, so the caller's random state is
-neither read nor changed. The generator is one per process, so the scopes take turns (a lock):
-a thread inside one sees its own seed only. fastdata's own augmentations
-(:class:`fastdata.augment.Augmentation`) draw from the sample's numpy generator instead and
-need no lock.
+torchvision's transforms draw from torch's global CPU generator; older code (torchvision's v1
+``RandomChoice`` and ``RandomOrder``, albumentations-style steps) draws from Python's
+``random`` or numpy's legacy global generator (``np.random.rand``). To make a sample's draws a
+function of the sample, :func:`globals_seeded` seeds all of them (torch's CPU generator and a
+CUDA device's, ``random``, ``np.random``) for the length of one call and puts their states
+back afterwards, so the caller's random state is neither read nor changed. Each generator is
+one per process, shared by the decode threads and by thread workers
+(``worker_method="thread"``), so the scopes take turns (a lock): a thread inside one sees its
+own seed only. (A thread of the user's drawing from these generators outside any scope, at
+the moment a scope is open, is not held back by the lock and would shift that sample's draws.)
+fastdata's own augmentations (:class:`fastdata.augment.Augmentation`) draw from the
+sample's numpy generator instead and need no lock.
+
+A scope costs about 70 us (``timeit``, 2-core build machine): saving and restoring numpy's
+legacy state (624 words, through ``get_state``/``set_state``) is about 50 of them, Python's
+``random`` about 12, torch's 2. numpy copies its key word by word each way (``get_state()``,
+``get_state(legacy=False)`` and the bit generator's ``state`` all take about 22 us); there is
+no cheaper public copy.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,9 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["Augmentation", "SampleAugment", "torch_seeded"]
+__all__ = ["Augmentation", "SampleAugment", "globals_seeded"]
 
-_GLOBAL_GENERATORS = threading.RLock()  # guards torch's process-wide default generators
+_GLOBAL_GENERATORS = threading.RLock()  # guards the process-wide generators of globals_seeded
 
 
 class Augmentation:
@@ -52,27 +64,42 @@ def _generators(devices: Iterable[torch.device]) -> list[torch.Generator]:
     return found
 
 
+_NUMPY_TAG = 0x6E70  # numpy's key gets a third word: Python's random seeds from [lo, hi] alone
+
+
 @contextmanager
-def torch_seeded(seed: int, devices: Iterable[torch.device] = ()) -> Iterator[None]:
-    """Inside, torch's default generators (CPU, and CUDA for the CUDA ``devices``) start from
-    ``seed``; afterwards they are back where they were. One scope at a time per process."""
+def globals_seeded(seed: int, devices: Iterable[torch.device] = ()) -> Iterator[None]:
+    """Inside, the process's global generators start from ``seed`` (``0 <= seed < 2**64``):
+    torch's default ones (CPU, and CUDA for the CUDA ``devices``), Python's ``random`` and
+    numpy's legacy global generator (``np.random.*``); afterwards all are back where they
+    were. One scope at a time per process.
+
+    Python's ``random`` and numpy's legacy generator are both MT19937 seeded through the same
+    ``init_by_array``: numpy's key carries a third word so that the two draw different streams
+    (a step drawing from both would otherwise see the same numbers twice)."""
     with _GLOBAL_GENERATORS:
         generators = _generators(devices)
         states = [g.get_state() for g in generators]
+        python = random.getstate()
+        numpy = np.random.get_state(legacy=False)  # a dict: any bit generator, no warning
         try:
             for g in generators:
                 g.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed([seed & 0xFFFFFFFF, seed >> 32, _NUMPY_TAG])
             yield
         finally:
             for g, state in zip(generators, states, strict=True):
                 g.set_state(state)
+            random.setstate(python)
+            np.random.set_state(numpy)
 
 
 class SampleAugment:
     """The ``augment=`` of an :class:`~fastdata.ImageStream`: one step or a sequence of steps,
     each an :class:`~fastdata.augment.Augmentation` (applied to the HWC array with the sample's
     generator) or any other callable of a uint8 ``(C, H, W)`` tensor, such as a torchvision
-    ``transforms.v2`` pipeline (applied under :func:`torch_seeded` with a seed drawn from the
+    ``transforms.v2`` pipeline (applied under :func:`globals_seeded` with a seed drawn from the
     sample's generator)."""
 
     def __init__(self, augment: Callable[..., Any] | Sequence[Callable[..., Any]]) -> None:
@@ -104,7 +131,7 @@ class SampleAugment:
                 _check(step, result, image.shape, fixed)
                 image = result
                 continue
-            with torch_seeded(int(rng.integers(2**63))):
+            with globals_seeded(int(rng.integers(2**63))):
                 tensor = step(torch.from_numpy(image).permute(2, 0, 1))
             _check(step, tensor, image.shape[2:] + image.shape[:2], fixed)
             image = tensor.permute(1, 2, 0).numpy()
@@ -113,7 +140,7 @@ class SampleAugment:
     def on_device(self, image: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         """A ``(C, H, W)`` uint8 tensor on a device through every (torch) step."""
         for step in self.steps:
-            with torch_seeded(int(rng.integers(2**63)), [image.device]):
+            with globals_seeded(int(rng.integers(2**63)), [image.device]):
                 result = step(image)
             _check(step, result, tuple(image.shape), False)
             image = result

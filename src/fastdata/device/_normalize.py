@@ -139,11 +139,11 @@ class DeviceNormalize(nn.Module):
                 "transforms)"
             )
         if x.dim() not in (3, 4) or x.shape[-3] != channels:
-            raise ValueError(
+            expected = (
                 f"DeviceNormalize with {channels} channels expects shape (B, {channels}, H, W) "
-                f"or ({channels}, H, W), got {tuple(x.shape)}; HWC images need "
-                ".permute(0, 3, 1, 2) (a view, no copy)"
+                f"or ({channels}, H, W), got {tuple(x.shape)}"
             )
+            raise ValueError(f"{expected}; {_shape_fix(x, channels)}")
 
     def _constants(
         self, device: torch.device, dtype: torch.dtype
@@ -157,3 +157,26 @@ class DeviceNormalize(nn.Module):
                 torch.tensor(self._offset, dtype=dtype, device=device).view(shape),
             )
         return self._constants_by_device[key]
+
+
+def _shape_fix(x: torch.Tensor, channels: int) -> str:
+    """What to do about an image tensor whose shape does not fit ``channels``."""
+    if x.dim() not in (3, 4):
+        return "pass a batch of CHW images or one CHW image"
+    order = "0, 3, 1, 2" if x.dim() == 4 else "2, 0, 1"
+    if x.shape[-1] == channels:
+        return f"HWC images need .permute({order}) (a view, no copy)"
+    has = x.shape[-3]
+    if x.shape[-1] == channels + 1 == 4 and has > 4:
+        return f"HWC RGBA images need .permute({order}) and mean and std a fourth value"
+    if has == channels + 1 == 4:
+        return (
+            f"the images have {has} channels (RGBA, as keep_alpha=True decodes them) and mean "
+            f"and std {channels} values: drop the alpha channel (keep_alpha=False, or "
+            "x[..., :3, :, :]), or give a fourth value to each, e.g. MeanStd(mean=(*IMAGENET.mean, "
+            "0.0), std=(*IMAGENET.std, 1.0)) to scale alpha to [0, 1]"
+        )
+    return (
+        f"the images have {has} channels and mean and std {channels} values: give one mean "
+        "and one std per channel of the images"
+    )

@@ -80,7 +80,8 @@ class ImageStream(PlannedStream):
             augmentation (``fastdata.augment.TrivialAugmentWide()``, ``RandomErasing()``; on the
             HWC array, drawing from the sample's generator), any callable of a uint8 ``(C, H,
             W)`` tensor returning one (a torchvision ``transforms.v2`` pipeline, run with
-            torch's generator seeded per sample, one call at a time per process), or a list of
+            torch's, Python's ``random`` and numpy's legacy global generators seeded per
+            sample, one call at a time per process), or a list of
             these, applied in order. Seeded by ``(seed, epoch, index)`` like the crop: a resumed
             run repeats it, with any ``num_workers`` and ``decode_threads``. RGB only (not with
             ``keep_alpha``); with ``decode_device``, tensor callables only, run on the device.
