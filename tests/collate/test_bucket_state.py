@@ -1,6 +1,7 @@
 """Resume of :func:`fastdata.bucket_by_length` over a fastdata DataLoader: the loader's state
 never loses the rows the bucketing holds (it refuses while it holds some), and the bucketing's
-own state resumes a pool exactly, from any batch, with workers and thread workers."""
+own state resumes exactly, from any batch, pools and buckets, with workers and thread
+workers."""
 
 from __future__ import annotations
 
@@ -108,18 +109,47 @@ def test_a_state_of_samples_resumes_exactly(data: Path) -> None:
         assert first + [[int(s["id"]) for s in b] for b in resumed] == key
 
 
-def test_buckets_refuse_a_state_while_they_hold_rows(data: Path) -> None:
-    kwargs = {**BUCKET, "boundaries": [10, 20, 30]}
+@pytest.mark.parametrize("boundaries", [[10, 20, 30], "auto"])
+def test_buckets_resume_exactly_from_every_batch(data: Path, boundaries: Any) -> None:
+    # a bucket holds rows from anywhere in the epoch so far: the resume re-reads from a
+    # checkpoint before the oldest and drops each bucket's rows yielded before
+    kwargs = {**BUCKET, "boundaries": boundaries, "buffer_size": 40}
     whole = ids(fd.bucket_by_length(loader(data), **kwargs))
-    batches = fd.bucket_by_length(loader(data), **kwargs)
-    next(batches)
-    with pytest.raises(ResumeError, match=r"boundaries=None \(pools\)"):
-        batches.state_dict()
-    rest = ids(batches)
-    state = batches.state_dict()  # the end: the next epoch
-    resumed = fd.bucket_by_length(loader(data), **kwargs)
-    resumed.load_state_dict(state)
-    assert len(whole) == 1 + len(rest) and sum(map(len, ids(resumed))) == 300
+    assert sorted(i for b in whole for i in b) == list(range(300))
+    for cut in range(len(whole) + 1):
+        batches = fd.bucket_by_length(loader(data), **kwargs)
+        first = ids(next(batches) for _ in range(cut))
+        resumed = fd.bucket_by_length(loader(data), **kwargs)
+        resumed.load_state_dict(json.loads(json.dumps(batches.state_dict())))
+        assert first + ids(resumed) == whole, f"resumed after batch {cut}"
+
+
+def test_buckets_of_samples_resume_exactly() -> None:
+    lengths = [(i * 7919) % 23 for i in range(200)]
+
+    class Lengths:  # a stateful iterable of samples: its position is a count
+        def __init__(self) -> None:
+            self.at = 0
+
+        def __iter__(self) -> Any:
+            while self.at < len(lengths):
+                self.at += 1
+                yield self.at - 1
+
+        def state_dict(self) -> dict[str, int]:
+            return {"at": self.at}
+
+        def load_state_dict(self, state: dict[str, int]) -> None:
+            self.at = state["at"]
+
+    kwargs = {"length_fn": lengths.__getitem__, "batch_size": 4, "boundaries": [5, 12, 18]}
+    whole = list(fd.bucket_by_length(Lengths(), **kwargs))
+    for cut in range(len(whole) + 1):
+        batches = fd.bucket_by_length(Lengths(), **kwargs)
+        first = [next(batches) for _ in range(cut)]
+        resumed = fd.bucket_by_length(Lengths(), **kwargs)
+        resumed.load_state_dict(batches.state_dict())
+        assert first + list(resumed) == whole, f"resumed after batch {cut}"
 
 
 def test_a_state_that_does_not_fit_is_refused(data: Path) -> None:

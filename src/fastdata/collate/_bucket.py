@@ -82,10 +82,10 @@ def bucket_by_length(
     Resume: the bucketing holds rows it read and has not yielded, so save *its*
     ``state_dict()``, not the loader's (which raises :class:`~fastdata.errors.ResumeError`
     while rows are held, rather than lose them), and ``load_state_dict()`` it into a new
-    bucketing of a new loader before the first batch. With pools it resumes exactly from
-    any batch (it re-reads the current pool's rows); buckets save only while they hold
-    nothing (e.g. at the end of an epoch). The stream must have ``state_dict()`` /
-    ``load_state_dict()``: a fastdata DataLoader (or, for saving only, its iterator).
+    bucketing of a new loader before the first batch. It resumes exactly from any batch:
+    pools re-read the current pool's rows; buckets re-read from before the oldest row they
+    hold. The stream must have ``state_dict()`` / ``load_state_dict()``: a fastdata
+    DataLoader (or, for saving only, its iterator).
 
     Args:
         stream: any iterable of samples: a list, a generator, an ``IterableDataset`` (or one
@@ -170,7 +170,10 @@ def bucket_by_length(
             track.boundaries = fixed
         return _bucketed(measured, batch_size, buffer_size, track, drop_last)
 
-    return Bucketing(stream, settings, build, lambda pool: random.Random(f"{seed}/{pool}"), pooled)
+    every = buffer_size or _POOL_BATCHES * batch_size  # buckets: rows between checkpoints
+    return Bucketing(
+        stream, settings, build, lambda pool: random.Random(f"{seed}/{pool}"), pooled, every
+    )
 
 
 def _one(item: Any) -> int:
@@ -202,7 +205,8 @@ def _bucket_rows(
     def make_rng(pool: int) -> Any:
         return np.random.default_rng([seed, pool])
 
-    return Bucketing(stream, settings, build, make_rng, pooled)
+    every = buffer_size or _POOL_BATCHES * batch_size  # buckets: rows between checkpoints
+    return Bucketing(stream, settings, build, make_rng, pooled, every)
 
 
 @constructor_keywords_checked
@@ -358,11 +362,15 @@ def _bucketed(
         boundaries = track.boundaries = sorted(quantiles)
         measured = chain(head, measured)
     buckets: list[list[tuple[int, T]]] = [[] for _ in range(len(boundaries) + 1)]
+    track.buckets(len(buckets))
     for length, sample in measured:
-        bucket = buckets[bisect.bisect_right(boundaries, length)]
+        b = bisect.bisect_right(boundaries, length)
+        if track.assign(b, 1):  # a resume drops what was yielded before
+            continue
+        bucket = buckets[b]
         bucket.append((length, sample))
         if len(bucket) == batch_size:
-            track.emit(batch_size)
+            track.emit(batch_size, b)
             yield [s for _, s in bucket]
             bucket.clear()
     rest = [item for bucket in buckets for item in bucket]

@@ -159,16 +159,20 @@ def bucketed_rows(
         batches = _chain(head, batches)
     edges = np.asarray(boundaries, dtype=np.int64)
     buckets = [_Rows() for _ in range(len(boundaries) + 1)]
+    track.buckets(len(buckets))
     for batch, lengths in batches:
         ids = np.searchsorted(edges, lengths, side="right")
         for b in np.unique(ids).tolist():
             rows = np.flatnonzero(ids == b)
+            rows = rows[track.assign(b, len(rows)) :]  # a resume drops what was yielded
+            if not len(rows):
+                continue
             bucket = buckets[b]
             bucket.add(take(batch, torch.from_numpy(rows)), lengths[rows])
             if bucket.count >= batch_size:
                 joined, joined_lengths = bucket.join()
                 for start in range(0, len(joined_lengths) - batch_size + 1, batch_size):
-                    track.emit(batch_size)
+                    track.emit(batch_size, b)
                     yield take(joined, torch.arange(start, start + batch_size))
                 rest = len(joined_lengths) - len(joined_lengths) % batch_size
                 tail = torch.arange(rest, len(joined_lengths))

@@ -1,5 +1,5 @@
 """What :func:`fastdata.bucket_by_length` returns: the bucketing's iterator, with an exact
-``state_dict()`` / ``load_state_dict()`` for pools.
+``state_dict()`` / ``load_state_dict()``.
 
 A pool (``boundaries=None``) is a run of consecutive rows of the stream: it fills with whole
 incoming items until it holds ``buffer_size`` rows, its rows but the newest
@@ -12,8 +12,12 @@ pool: one per pool. Resuming loads it into the upstream, reads (and drops) the r
 pool's first, rebuilds the pool and skips the batches already yielded.
 
 Buckets (a list of ``boundaries`` or ``"auto"``) hold rows from anywhere in the stream read so
-far: their state is exact only when they hold nothing (before the first row, after the last
-batch, or when every bucket happens to be empty); otherwise ``state_dict()`` raises.
+far, but each is a queue of the rows of its lengths, in stream order: its content is the last
+rows put in it. So the state is a checkpoint of the upstream from before the oldest row held
+(one is taken every ``buffer_size`` rows; the oldest still needed is kept), each bucket's count
+of rows put in it by then, and how many of its rows after it were yielded before: a resume
+re-reads from the checkpoint, drops those and so refills every bucket as it was. A bucket that
+fills rarely keeps an old checkpoint: the resume then re-reads from far back (reading only).
 
 While the bucketing holds rows read from a fastdata DataLoader, that loader's own
 ``state_dict()`` raises (see :mod:`fastdata._holding`): it would resume past them.
@@ -37,21 +41,29 @@ _VERSION = 1
 
 
 class Track:
-    """The bucketing's position: rows read and yielded, the current pool, checkpoints."""
+    """The bucketing's position: rows read and yielded, the current pool (or the buckets'
+    counts), checkpoints of the upstream's state."""
 
-    def __init__(self, upstream: Any, make_rng: Callable[[int], Any], pooled: bool) -> None:
+    def __init__(
+        self, upstream: Any, make_rng: Callable[[int], Any], pooled: bool, every: int
+    ) -> None:
         self.upstream = upstream  # has state_dict(), or None
-        self.pooled = pooled
         self.make_rng = make_rng
+        self.pooled = pooled
+        self.every = every  # buckets: rows between checkpoints
         self.read = 0  # rows read from the stream this epoch (dropped ones included)
-        self.out = 0  # rows yielded (or skipped as yielded before a resume)
+        self.out = 0  # rows yielded (or dropped as yielded before a resume)
         self.pool = 0  # the pool being filled, or whose batches are being yielded
         self.start = 0  # its first row
         self.yielded = 0  # its batches yielded
         self.skip_rows = 0  # on resume: rows before the pool, to drop
         self.skip_batches = 0  # on resume: the pool's batches yielded before
         self.boundaries: list[int] | None = None  # the buckets' (auto ones once known)
-        self.checkpoints: list[tuple[int, Any]] = []  # (row, upstream state or its error)
+        self.totals: list[int] = []  # buckets: rows put in each this epoch
+        self.counts: list[int] = []  # buckets: rows each holds
+        self.drops: list[int] = []  # buckets, on resume: rows of each to drop (yielded before)
+        # (row, upstream state or its error, the buckets' totals then)
+        self.checkpoints: list[tuple[int, Any, list[int]]] = []
         self.want = upstream is not None  # take a checkpoint before the next read
         self.pausing = False  # taking one: the loader must not see rows held
         self.ended = False  # the stream ended (the loader's state is of its next epoch)
@@ -64,7 +76,8 @@ class Track:
         return self.make_rng(self.pool)
 
     def reading(self, items: Iterator[X], rows: Callable[[X], int]) -> Iterator[X]:
-        """``items`` (read from the upstream), counted; a checkpoint before a pool's first."""
+        """``items`` (read from the upstream), counted; a checkpoint before a pool's first
+        (buckets: every ``every`` rows)."""
         while True:
             if self.want:
                 self.want = False
@@ -75,13 +88,18 @@ class Track:
                     saved = error
                 finally:
                     self.pausing = False
-                self.checkpoints.append((self.read, saved))
+                self.checkpoints.append((self.read, saved, list(self.totals)))
+                if not self.pooled:
+                    usable = [i for i, c in enumerate(self.checkpoints) if self._before(c[2])]
+                    del self.checkpoints[: usable[-1] if usable else 0]
             try:
                 item = next(items)
             except StopIteration:
                 self.ended = True
                 return
             self.read += rows(item)
+            if self.totals and self.upstream is not None:  # buckets, their boundaries known
+                self.want = self.read - self.checkpoints[-1][0] >= self.every
             yield item
 
     def pour(self, batches: Iterable[tuple[Any, int]], keep: int) -> Iterator[Any]:
@@ -96,13 +114,9 @@ class Track:
         self.pool += 1
         self.start = self.read - keep
         self.yielded = 0
-        self.want = self.upstream is not None
+        self.want = self.upstream is not None and self.pooled
         usable = [c for c in self.checkpoints if c[0] <= self.start]
         self.checkpoints = usable[-1:] + [c for c in self.checkpoints if c[0] > self.start]
-
-    def emit(self, rows: int) -> None:
-        """A bucket's batch of ``rows`` goes out."""
-        self.out += rows
 
     def dropping(self) -> int:
         """Rows to drop before the resumed pool's first (once)."""
@@ -110,26 +124,58 @@ class Track:
         self.out += rows
         return rows
 
+    def buckets(self, n: int) -> None:
+        """The buckets are known: ``n`` of them."""
+        self.totals = self.totals or [0] * n
+        self.drops = self.drops or [0] * n
+        self.counts = [0] * n
+
+    def assign(self, bucket: int, rows: int) -> int:
+        """``rows`` go to ``bucket``; how many of the first of them to drop (on a resume,
+        those yielded before)."""
+        drop = min(self.drops[bucket], rows)
+        self.drops[bucket] -= drop
+        self.totals[bucket] += rows
+        self.counts[bucket] += rows - drop
+        self.out += drop
+        return drop
+
+    def emit(self, rows: int, bucket: int) -> None:
+        """A bucket's batch of ``rows`` goes out."""
+        self.out += rows
+        self.counts[bucket] -= rows
+
+    def _before(self, totals: list[int]) -> bool:
+        """Whether a checkpoint with these bucket totals is before every row held."""
+        return all(
+            then <= total - held
+            for then, total, held in zip(totals, self.totals, self.counts, strict=False)
+        )
+
     def state(self) -> dict[str, Any]:
         """The position to resume from (see the module docstring)."""
-        if self.held() and not self.pooled:
-            raise ResumeError(
-                f"bucket_by_length(boundaries=...) holds {self.held()} rows in its buckets, "
-                "rows it read from anywhere in the stream so far: a state now would lose "
-                "them. Save at the end of an epoch, or bucket with boundaries=None (pools), "
-                "whose state_dict() resumes exactly at any batch"
-            )
+        extra: dict[str, Any] = {"totals": [], "drops": []}
         if not self.held():  # nothing held: the upstream's position now is exact
             self.pausing = True
             try:
                 now = self.upstream.state_dict()
             finally:
                 self.pausing = False
-            at = (self.read, now)
+            at: tuple[int, Any, list[int]] = (self.read, now, list(self.totals))
             start, pool, yielded = self.read, self.pool, 0
-        else:
+            extra["totals"] = list(self.totals)
+        elif self.pooled:
             at = [c for c in self.checkpoints if c[0] <= self.start][-1]
             start, pool, yielded = self.start, self.pool, self.yielded
+        else:  # buckets: from before the oldest row held, dropping each bucket's yielded
+            at = [c for c in self.checkpoints if self._before(c[2])][-1]
+            start, pool, yielded = at[0], self.pool, self.yielded
+            base = at[2] or [0] * len(self.totals)
+            extra["totals"] = base
+            extra["drops"] = [
+                total - held - then
+                for total, held, then in zip(self.totals, self.counts, base, strict=True)
+            ]
         if isinstance(at[1], BaseException):
             raise ResumeError(f"the stream's state_dict() failed: {at[1]}") from at[1]
         return {
@@ -139,6 +185,7 @@ class Track:
             "pool": pool,
             "yielded": yielded,
             "boundaries": self.boundaries,
+            **extra,
         }
 
 
@@ -159,6 +206,7 @@ class Bucketing(Generic[T]):
         build: Callable[[Iterator[Any], Track], Iterator[T]],
         make_rng: Callable[[int], Any],
         pooled: bool,
+        every: int,
     ) -> None:
         self._stream = stream
         self._settings = settings
@@ -167,7 +215,7 @@ class Bucketing(Generic[T]):
         upstream = self._loader
         if upstream is None and callable(getattr(stream, "state_dict", None)):
             upstream = stream
-        self._track = Track(upstream, make_rng, pooled)
+        self._track = Track(upstream, make_rng, pooled, every)
         self._pooled = pooled
         self._iterator: Iterator[T] | None = None
         self._finished = False
@@ -194,26 +242,23 @@ class Bucketing(Generic[T]):
         track = self._track
         if self._finished or track.pausing or not track.held():
             return None
-        instead = (
-            "save the bucketing's state_dict() instead (b = bucket_by_length(loader, ...); "
-            "b.state_dict()), and resume with b.load_state_dict(state) on a new bucketing "
-            "of a new loader"
-            if self._pooled
-            else "save at the end of an epoch, or bucket with boundaries=None (pools), whose "
-            "state_dict() resumes exactly"
-        )
         return (
             f"bucket_by_length holds {track.held()} rows it read from this DataLoader and has "
-            f"not yielded yet: a loader state now would resume past them and lose them; " + instead
+            "not yielded yet: a loader state now would resume past them and lose them; save "
+            "the bucketing's state_dict() instead (b = bucket_by_length(loader, ...); "
+            "b.state_dict()), and resume with b.load_state_dict(state) on a new bucketing of "
+            "a new loader"
         )
 
     def state_dict(self) -> dict[str, Any]:
         """Where this bucketing is, as plain data: the upstream loader's state at the start
-        of the current pool, the pool's number and the batches of it already yielded.
+        of the current pool, the pool's number and the batches of it already yielded (for
+        buckets: a state from before the oldest row held, and the rows of each bucket
+        yielded since).
 
         Raises:
             ResumeError: the stream has no ``state_dict()`` (it is no fastdata DataLoader,
-                nor an iterator of one, nor stateful), or buckets (not pools) hold rows.
+                nor an iterator of one, nor stateful), or its ``state_dict()`` failed.
         """
         if self._loaded is not None:  # loaded, not iterated since
             return copy.deepcopy(self._loaded)
@@ -275,14 +320,16 @@ class Bucketing(Generic[T]):
                 "iterator was made before the state was loaded; bucket the DataLoader itself"
             )
         cast(Any, upstream).load_state_dict(copy.deepcopy(state["loader"]))
-        track = Track(upstream, self._track.make_rng, self._pooled)
+        track = Track(upstream, self._track.make_rng, self._pooled, self._track.every)
         track.read = track.out = int(state["row"])
         track.skip_rows = int(state["start"]) - track.read
         track.start = int(state["start"])
         track.pool = int(state["pool"])
         track.skip_batches = int(state["yielded"])
         track.boundaries = state["boundaries"]
-        track.checkpoints = [(track.read, copy.deepcopy(state["loader"]))]
+        track.totals = list(state["totals"])
+        track.drops = list(state["drops"])
+        track.checkpoints = [(track.read, copy.deepcopy(state["loader"]), list(track.totals))]
         track.want = False
         self._track = track
         self._loaded = copy.deepcopy(state)
