@@ -82,6 +82,19 @@ def test_the_bucketing_resumes_exactly_from_every_batch(
         assert first + ids(resumed) == whole, f"resumed after batch {cut}"
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_pools_that_end_on_a_batch_resume_exactly(data: Path, drop_last: bool) -> None:
+    # 25-row items, pools of 50 rows in batches of 5: nothing held after a pool's last batch
+    kwargs = {**BUCKET, "batch_size": 5, "buffer_size": 50, "drop_last": drop_last}
+    whole = ids(fd.bucket_by_length(loader(data), **kwargs))
+    for cut in range(len(whole) + 1):
+        batches = fd.bucket_by_length(loader(data), **kwargs)
+        first = ids(next(batches) for _ in range(cut))
+        resumed = fd.bucket_by_length(loader(data), **kwargs)
+        resumed.load_state_dict(batches.state_dict())
+        assert first + ids(resumed) == whole, f"resumed after batch {cut}"
+
+
 @pytest.mark.slow
 def test_the_bucketing_resumes_exactly_with_worker_processes(data: Path) -> None:
     whole = ids(fd.bucket_by_length(loader(data, 2), **BUCKET))

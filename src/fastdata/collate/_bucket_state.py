@@ -162,7 +162,8 @@ class Track:
             finally:
                 self.pausing = False
             at: tuple[int, Any, list[int]] = (self.read, now, list(self.totals))
-            start, pool, yielded = self.read, self.pool, 0
+            # a pool all yielded (its generator still at its last batch): the next one
+            start, pool, yielded = self.read, self.pool + (self.yielded > 0), 0
             extra["totals"] = list(self.totals)
         elif self.pooled:
             at = [c for c in self.checkpoints if c[0] <= self.start][-1]
