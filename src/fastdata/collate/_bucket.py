@@ -22,6 +22,7 @@ from itertools import chain, islice, pairwise
 from typing import Any, Literal, TypeVar
 
 from fastdata._validate import check_int, constructor_keywords_checked, is_int
+from fastdata.collate._bucket_state import Bucketing, Track
 
 __all__ = ["PaddingStats", "bucket_by_length", "padding_stats"]
 
@@ -42,7 +43,7 @@ def bucket_by_length(
     buffer_size: int | None = None,
     seed: int = 0,
     drop_last: bool = False,
-) -> Iterator[list[T]]:
+) -> Bucketing[Any]:
     """Group the samples of ``stream`` into batches of samples of similar length.
 
     Two kinds of stream:
@@ -64,9 +65,10 @@ def bucket_by_length(
 
     Three ways to group, chosen by ``boundaries``:
 
-    * ``None``: fill a pool of ``buffer_size`` samples, sort it by length (ties in a seeded
-      random order), cut it into batches and yield those in a seeded random order. The
-      least padding for a given buffer.
+    * ``None``: fill a pool of ``buffer_size`` consecutive samples, sort it by length (ties
+      in a seeded random order), cut it into batches and yield those in a seeded random
+      order; the newest samples that fill no batch begin the next pool. The least padding
+      for a given buffer.
     * a list of increasing lengths: bucket ``i`` holds lengths in
       ``[boundaries[i-1], boundaries[i])`` (bucket 0 below ``boundaries[0]``, the last one
       from ``boundaries[-1]`` up); a bucket is yielded as soon as it holds ``batch_size``
@@ -76,6 +78,14 @@ def bucket_by_length(
 
     At the end of the stream the partly filled buckets (or the last pool) are merged,
     sorted and cut into batches, so only the very last batch may be short.
+
+    Resume: the bucketing holds rows it read and has not yielded, so save *its*
+    ``state_dict()``, not the loader's (which raises :class:`~fastdata.errors.ResumeError`
+    while rows are held, rather than lose them), and ``load_state_dict()`` it into a new
+    bucketing of a new loader before the first batch. It resumes exactly from any batch:
+    pools re-read the current pool's rows; buckets re-read from before the oldest row they
+    hold. The stream must have ``state_dict()`` / ``load_state_dict()``: a fastdata
+    DataLoader (or, for saving only, its iterator).
 
     Args:
         stream: any iterable of samples: a list, a generator, an ``IterableDataset`` (or one
@@ -93,7 +103,8 @@ def bucket_by_length(
         drop_last: drop the last batch when it is short.
 
     Returns:
-        An iterator of batches: lists of samples, or batches of rows with ``key``.
+        An iterator of batches (lists of samples, or batches of rows with ``key``), with
+        ``state_dict()`` / ``load_state_dict()``.
 
     Raises:
         ValueError: a bad argument (checked at the call, not at the first batch), or a
@@ -139,39 +150,63 @@ def bucket_by_length(
                 f"buffer_size={buffer_size} cannot hold a partial batch for each of the "
                 f"{len(fixed) + 1} buckets; pass buffer_size>={held} or fewer boundaries"
             )
+    settings = {
+        "batch_size": batch_size,
+        "buffer_size": buffer_size,
+        "boundaries": boundaries if boundaries is None or isinstance(boundaries, str) else fixed,
+        "seed": seed,
+        "drop_last": drop_last,
+    }
+    pooled = boundaries is None
     if key is not None:
-        pooled = boundaries is None
-        return _bucket_rows(stream, key, batch_size, pooled, fixed, buffer_size, seed, drop_last)
+        return _bucket_rows(stream, key, settings, fixed)
     assert length_fn is not None  # checked above
-    measured = _measured(stream, length_fn)
-    rng = random.Random(seed)
-    if boundaries is None:
-        return _pooled(measured, batch_size, buffer_size, rng, drop_last)
-    return _bucketed(measured, batch_size, fixed, buffer_size, rng, drop_last)
+
+    def build(items: Iterator[T], track: Track) -> Iterator[list[T]]:
+        measured = _measured(track.reading(items, _one), length_fn)
+        if pooled:
+            return _pooled(measured, batch_size, buffer_size, track, drop_last)
+        if track.boundaries is None and fixed is not None:
+            track.boundaries = fixed
+        return _bucketed(measured, batch_size, buffer_size, track, drop_last)
+
+    every = buffer_size or _POOL_BATCHES * batch_size  # buckets: rows between checkpoints
+    return Bucketing(
+        stream, settings, build, lambda pool: random.Random(f"{seed}/{pool}"), pooled, every
+    )
+
+
+def _one(item: Any) -> int:
+    return 1
 
 
 def _bucket_rows(
-    stream: Iterable[Any],
-    key: Any,
-    batch_size: int,
-    pooled: bool,
-    boundaries: list[int] | None,
-    buffer_size: int | None,
-    seed: int,
-    drop_last: bool,
-) -> Iterator[Any]:
+    stream: Iterable[Any], key: Any, settings: dict[str, Any], fixed: list[int] | None
+) -> Bucketing[Any]:
     """:func:`bucket_by_length` of the rows of a stream of batches (torch loaded here)."""
     import numpy as np
 
     from fastdata.collate import _bucket_rows as rows
 
     path = key if isinstance(key, tuple) else (key,)
-    batches = rows.measured_batches(stream, path)
-    rng = np.random.default_rng(seed)
-    if pooled:
-        assert buffer_size is not None  # the default is set for pools
-        return rows.pooled_rows(batches, batch_size, buffer_size, rng, drop_last)
-    return rows.bucketed_rows(batches, batch_size, boundaries, buffer_size or 0, rng, drop_last)
+    seed, batch_size, drop_last = settings["seed"], settings["batch_size"], settings["drop_last"]
+    buffer_size = settings["buffer_size"]
+    np.random.SeedSequence(seed)  # a bad seed fails here, at the call
+    pooled = settings["boundaries"] is None
+
+    def build(items: Iterator[Any], track: Track) -> Iterator[Any]:
+        batches = track.reading(rows.measured_batches(items, path), rows.row_count)
+        if pooled:
+            return rows.pooled_rows(batches, batch_size, buffer_size, track, drop_last)
+        if track.boundaries is None and fixed is not None:
+            track.boundaries = fixed
+        return rows.bucketed_rows(batches, batch_size, buffer_size or 0, track, drop_last)
+
+    def make_rng(pool: int) -> Any:
+        return np.random.default_rng([seed, pool])
+
+    every = buffer_size or _POOL_BATCHES * batch_size  # buckets: rows between checkpoints
+    return Bucketing(stream, settings, build, make_rng, pooled, every)
 
 
 @constructor_keywords_checked
@@ -290,65 +325,69 @@ def _pooled(
     measured: Iterator[tuple[int, T]],
     batch_size: int,
     buffer_size: int,
-    rng: random.Random,
+    track: Track,
     drop_last: bool,
 ) -> Iterator[list[T]]:
+    """Pools of consecutive samples (see :mod:`fastdata.collate._bucket_state`)."""
     pool: list[tuple[int, T]] = []
+    drop = track.dropping()
     for item in measured:
+        if drop:
+            drop -= 1
+            continue
         pool.append(item)
         if len(pool) >= buffer_size:
-            batches, pool = _cut(pool, batch_size, rng, final=False, drop_last=drop_last)
-            yield from batches
-    yield from _cut(pool, batch_size, rng, final=True, drop_last=drop_last)[0]
+            keep = len(pool) % batch_size  # the newest samples begin the next pool
+            cut = len(pool) - keep
+            batches = _cut(pool[:cut], batch_size, track.rng(), drop_last=drop_last)
+            pool = pool[cut:]
+            yield from track.pour(((b, len(b)) for b in batches), keep)
+    batches = _cut(pool, batch_size, track.rng(), drop_last=drop_last)
+    yield from track.pour(((b, len(b)) for b in batches), 0)
 
 
 def _bucketed(
     measured: Iterator[tuple[int, T]],
     batch_size: int,
-    boundaries: list[int] | None,
     buffer_size: int,
-    rng: random.Random,
+    track: Track,
     drop_last: bool,
 ) -> Iterator[list[T]]:
+    boundaries = track.boundaries
     if boundaries is None:  # "auto": quantiles of the first buffer's lengths
         head = list(islice(measured, buffer_size))
         lengths = sorted(length for length, _ in head)
         n = buffer_size // batch_size
         quantiles = {lengths[k * len(lengths) // n] for k in range(1, n)} if lengths else set()
-        boundaries = sorted(quantiles)
+        boundaries = track.boundaries = sorted(quantiles)
         measured = chain(head, measured)
     buckets: list[list[tuple[int, T]]] = [[] for _ in range(len(boundaries) + 1)]
+    track.buckets(len(buckets))
     for length, sample in measured:
-        bucket = buckets[bisect.bisect_right(boundaries, length)]
+        b = bisect.bisect_right(boundaries, length)
+        if track.assign(b, 1):  # a resume drops what was yielded before
+            continue
+        bucket = buckets[b]
         bucket.append((length, sample))
         if len(bucket) == batch_size:
+            track.emit(batch_size, b)
             yield [s for _, s in bucket]
             bucket.clear()
     rest = [item for bucket in buckets for item in bucket]
-    yield from _cut(rest, batch_size, rng, final=True, drop_last=drop_last)[0]
+    batches = _cut(rest, batch_size, track.rng(), drop_last=drop_last)
+    yield from track.pour(((b, len(b)) for b in batches), 0)
 
 
 def _cut(
-    pool: list[tuple[int, Any]],
-    batch_size: int,
-    rng: random.Random,
-    *,
-    final: bool,
-    drop_last: bool,
-) -> tuple[list[list[Any]], list[tuple[int, Any]]]:
-    """Sort ``pool`` by length and cut it into batches in a random order.
-
-    Returns the batches and what is left for the next pool: the samples that do not fill a
-    batch, unless ``final``, when they form the last (short) batch or are dropped.
-    """
+    pool: list[tuple[int, Any]], batch_size: int, rng: random.Random, *, drop_last: bool
+) -> list[list[Any]]:
+    """Sort ``pool`` by length and cut it into batches in a random order; the longest
+    samples that fill no batch form the last (short) one, or are dropped."""
     rng.shuffle(pool)  # a random order among samples of equal length
     pool.sort(key=lambda item: item[0])
     full = len(pool) - len(pool) % batch_size
     batches = [[s for _, s in pool[i : i + batch_size]] for i in range(0, full, batch_size)]
     rng.shuffle(batches)
-    rest = pool[full:]
-    if final:
-        if rest and not drop_last:
-            batches.append([s for _, s in rest])
-        rest = []
-    return batches, rest
+    if pool[full:] and not drop_last:
+        batches.append([s for _, s in pool[full:]])
+    return batches

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fastdata.collate._bucket_state import Track
 from fastdata.ragged import Ragged
 
 KeyPath = tuple[Any, ...]
@@ -109,53 +110,69 @@ def measured_batches(stream: Iterable[Any], path: KeyPath) -> Iterator[tuple[Any
         yield batch, ragged_at(batch, path, i).lengths.cpu().numpy()
 
 
+def row_count(item: tuple[Any, np.ndarray]) -> int:
+    return len(item[1])
+
+
 def pooled_rows(
     batches: Iterator[tuple[Any, np.ndarray]],
     batch_size: int,
     buffer_size: int,
-    rng: np.random.Generator,
+    track: Track,
     drop_last: bool,
 ) -> Iterator[Any]:
-    """Pools of at least ``buffer_size`` rows, each sorted by length and cut into batches."""
+    """Pools of at least ``buffer_size`` consecutive rows, each sorted by length and cut into
+    batches (see :mod:`fastdata.collate._bucket_state`)."""
     pool = _Rows()
+    drop = track.dropping()
     for batch, lengths in batches:
+        if drop:  # a resumed pool begins past these rows
+            n = min(drop, len(lengths))
+            drop -= n
+            batch, lengths = take(batch, torch.arange(n, len(lengths))), lengths[n:]
         pool.add(batch, lengths)
         if pool.count >= buffer_size:
-            yield from _cut(pool, batch_size, rng, final=False, drop_last=drop_last)
-    yield from _cut(pool, batch_size, rng, final=True, drop_last=drop_last)
+            keep = pool.count % batch_size  # the newest rows begin the next pool
+            yield from track.pour(_cut(pool, batch_size, track.rng(), keep, drop_last), keep)
+    yield from track.pour(_cut(pool, batch_size, track.rng(), 0, drop_last), 0)
 
 
 def bucketed_rows(
     batches: Iterator[tuple[Any, np.ndarray]],
     batch_size: int,
-    boundaries: list[int] | None,
     buffer_size: int,
-    rng: np.random.Generator,
+    track: Track,
     drop_last: bool,
 ) -> Iterator[Any]:
     """Rows by length bucket; a bucket is yielded as soon as it holds ``batch_size`` rows."""
+    boundaries = track.boundaries
     if boundaries is None:  # "auto": quantiles of the first buffer's lengths
         head: list[tuple[Any, np.ndarray]] = []
         for item in batches:
             head.append(item)
             if sum(len(lengths) for _, lengths in head) >= buffer_size:
                 break
-        boundaries = _quantiles(
+        boundaries = track.boundaries = _quantiles(
             np.concatenate([lengths for _, lengths in head]) if head else np.empty(0, np.int64),
             buffer_size // batch_size,
         )
         batches = _chain(head, batches)
     edges = np.asarray(boundaries, dtype=np.int64)
     buckets = [_Rows() for _ in range(len(boundaries) + 1)]
+    track.buckets(len(buckets))
     for batch, lengths in batches:
         ids = np.searchsorted(edges, lengths, side="right")
         for b in np.unique(ids).tolist():
             rows = np.flatnonzero(ids == b)
+            rows = rows[track.assign(b, len(rows)) :]  # a resume drops what was yielded
+            if not len(rows):
+                continue
             bucket = buckets[b]
             bucket.add(take(batch, torch.from_numpy(rows)), lengths[rows])
             if bucket.count >= batch_size:
                 joined, joined_lengths = bucket.join()
                 for start in range(0, len(joined_lengths) - batch_size + 1, batch_size):
+                    track.emit(batch_size, b)
                     yield take(joined, torch.arange(start, start + batch_size))
                 rest = len(joined_lengths) - len(joined_lengths) % batch_size
                 tail = torch.arange(rest, len(joined_lengths))
@@ -164,7 +181,7 @@ def bucketed_rows(
     for bucket in buckets:
         for part, lengths in zip(bucket.parts, bucket.lengths, strict=True):
             leftover.add(part, lengths)
-    yield from _cut(leftover, batch_size, rng, final=True, drop_last=drop_last)
+    yield from track.pour(_cut(leftover, batch_size, track.rng(), 0, drop_last), 0)
 
 
 def _quantiles(lengths: np.ndarray, n: int) -> list[int]:
@@ -181,23 +198,24 @@ def _chain(head: list[Any], rest: Iterator[Any]) -> Iterator[Any]:
 
 
 def _cut(
-    pool: _Rows, batch_size: int, rng: np.random.Generator, *, final: bool, drop_last: bool
-) -> Iterator[Any]:
-    """Sort ``pool`` by length (ties in a seeded random order), cut it into batches and yield
-    them in a seeded random order. The rows that fill no batch stay in ``pool``, unless
-    ``final``: then they form the last (short) batch, or are dropped."""
+    pool: _Rows, batch_size: int, rng: np.random.Generator, keep: int, drop_last: bool
+) -> Iterator[tuple[Any, int]]:
+    """Leave the newest ``keep`` rows of ``pool`` in it; sort the others by length (ties in a
+    seeded random order), cut them into batches and yield those, with their row counts, in a
+    seeded random order. The longest rows that fill no batch form the last (short) one, or
+    are dropped."""
     if not pool.count:
         return
     batch, lengths = pool.join()
-    order = rng.permutation(len(lengths))
+    n = len(lengths) - keep
+    if keep:
+        pool.add(take(batch, torch.arange(n, len(lengths))), lengths[n:])
+    order = rng.permutation(n)
     order = order[np.argsort(lengths[order], kind="stable")]
-    full = len(order) - len(order) % batch_size
+    full = n - n % batch_size
     chunks = [order[i : i + batch_size] for i in range(0, full, batch_size)]
     for k in rng.permutation(len(chunks)).tolist():
-        yield take(batch, torch.from_numpy(chunks[k]))
+        yield take(batch, torch.from_numpy(chunks[k])), batch_size
     rest = order[full:]
-    if len(rest) and not (final and drop_last):
-        if final:
-            yield take(batch, torch.from_numpy(rest))
-        else:
-            pool.add(take(batch, torch.from_numpy(rest)), lengths[rest])
+    if len(rest) and not drop_last:
+        yield take(batch, torch.from_numpy(rest)), len(rest)

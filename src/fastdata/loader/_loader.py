@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import copy
 import time
+import weakref
 from typing import Any, TypeVar, cast
 
 import torch.utils.data as tud
 
+from fastdata._holding import check_holders, note_iterator
 from fastdata._stats import StageTimes, TimedCollate
 from fastdata._torch_compat import persistent_iterator, stop_persistent_workers
 from fastdata._validate import check_bool, check_choice, check_device, check_int
@@ -93,6 +95,8 @@ class DataLoader(TorchDataLoader[_T_co]):
             with every batch.
     """
 
+    _fd_holds_consumers = True  # consumers register here (fastdata._holding)
+
     def __init__(
         self,
         *args: Any,
@@ -148,6 +152,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         self._fd_side: WorkerSide | None = None  # the in-process worker side (num_workers=0)
         self._fd_indices: Indices | None = None  # a map-style loader's index sampler
         self._fd_loaded: tuple[Any, int] = (None, 0)  # a stream's loaded position, batches
+        self._fd_holders: weakref.WeakSet[Any] = weakref.WeakSet()  # see fastdata._holding
 
     # ----------------------------------------------------------------- iteration
     @property
@@ -173,18 +178,19 @@ class DataLoader(TorchDataLoader[_T_co]):
         with opencv_single_threaded_fork(self):
             iterator = super().__iter__()
         self._fd_record, self._fd_next, self._fd_plan = record, None, None
-        if self.device is None and self._fd_times is None:
-            return iterator
-        return consumer_stage(
-            iterator,
-            record,
-            self._fd_progress,
-            starting=time.perf_counter() - entered,
-            device=self.device,
-            normalize=self.normalize,
-            pin_memory=self.pin_memory,
-            times=self._fd_times,
-        )
+        if self.device is not None or self._fd_times is not None:
+            iterator = consumer_stage(
+                iterator,
+                record,
+                self._fd_progress,
+                starting=time.perf_counter() - entered,
+                device=self.device,
+                normalize=self.normalize,
+                pin_memory=self.pin_memory,
+                times=self._fd_times,
+            )
+        note_iterator(iterator, self)
+        return iterator
 
     def _new_record(self, plan: _resume.Plan | None, readers: int, base: int) -> Record:
         if plan is None or plan.epoch_done or self._fd_kind == "stream":
@@ -321,9 +327,12 @@ class DataLoader(TorchDataLoader[_T_co]):
         arrays as their bytes, see :mod:`fastdata.loader._jsonable`).
 
         Raises:
-            ResumeError: a dataset or sampler state that JSON cannot hold (naming where), or a
-                stream whose position this loader's batching hides.
+            ResumeError: a dataset or sampler state that JSON cannot hold (naming where), a
+                stream whose position this loader's batching hides, or a consumer that holds
+                batches it read from this loader and did not hand on yet (such as
+                :func:`fastdata.bucket_by_length`'s pool: save its ``state_dict()`` instead).
         """
+        check_holders(self._fd_holders)
         if self._fd_plan is not None:  # loaded, not iterated since: the loaded state
             return copy.deepcopy(self._fd_plan.state)
         layout, record = self._layout(), self._fd_record
