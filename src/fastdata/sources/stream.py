@@ -10,6 +10,7 @@ items of ``batch_size`` rows (or single rows) across window boundaries. ``Parque
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -158,10 +159,10 @@ class PlannedStream(IterableDataset):
     def summary(self) -> Summary:
         """This epoch's totals: rows used, dropped by ``drop_last`` / ``even_batches="drop"``,
         padded by ``even_batches="pad"``, and the item count of every rank (of a whole epoch,
-        also after a layout change)."""
+        also after a layout change; ``unit`` says whether batches or rows)."""
         rank, world = self.rank_and_world_size()
         _, _, summary = plan_epoch(self.unit_rows(), Layout(rank, world), self._policy, self.epoch)
-        return summary
+        return dataclasses.replace(summary, unit="rows" if self.batch_size is None else "batches")
 
     def __len__(self) -> int:
         """Items (batches, or rows when ``batch_size=None``) this rank yields this epoch
