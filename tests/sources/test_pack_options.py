@@ -4,6 +4,7 @@ ignored, and drop_last dropping each reader's short last batch with resume still
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -134,3 +135,28 @@ def test_drop_last_resumes_exactly_across_a_dropped_batch(tmp_path: Path, num_wo
     other = fd.DataLoader(packed(tmp_path, seq_len=16, rows=3, shuffle=True), batch_size=None)
     with pytest.raises(fd.ResumeError, match="drop_last"):
         other.load_state_dict(states[1])
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_state_at_the_end_of_the_epoch_continues_with_the_next(
+    tmp_path: Path, num_workers: int, drop_last: bool
+) -> None:
+    """Rows after a reader's last item make no item (a dropped short batch; a worker's share
+    of less than one batch; empty documents at the end): the state of a loader that saw
+    the epoch end once refused to load ("has rows left"); it continues with the next."""
+    write_corpus(tmp_path, [30] * 4 + [3, 0], files=1)
+
+    def loader() -> fd.DataLoader:
+        stream = packed(tmp_path, seq_len=16, rows=3, shuffle=True, drop_last=drop_last)
+        return fd.DataLoader(stream, batch_size=None, num_workers=num_workers)
+
+    ended = loader()
+    shapes = [b["tokens"].shape for b in ended]
+    assert shapes and (not drop_last or set(shapes) == {(3, 16)})
+    resumed = loader()
+    resumed.load_state_dict(json.loads(json.dumps(ended.state_dict())))
+    following = loader()
+    following.dataset.set_epoch(1)
+    assert [b["tokens"].tolist() for b in resumed] == [b["tokens"].tolist() for b in following]
+    assert resumed.dataset.epoch == 1

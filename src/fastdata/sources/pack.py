@@ -128,7 +128,7 @@ class Packer:
                 return
             real = bounds[-1] - bounds[0]
             last = len(bounds) <= self.batch_rows  # the reader's last rows, fewer than `rows`
-            if last and self.drop_last:  # dropped: the position stays after the batch before
+            if last and self.drop_last:  # a share of less than one batch: nothing to yield
                 window.finish()
                 self._count(_SHORT, real)
                 return
@@ -136,12 +136,26 @@ class Packer:
             self._count(_TOKENS, real)
             self._count(_PAD, batch["tokens"].numel() - real)
             self._count(_BATCHES, 1)
+            if self.drop_last and not last:
+                last = self._drop_short(window, size)
             position = window.position()
             if last:
                 window.finish()  # overlong documents after them count with them
             yield batch, position
             if last:
                 return
+
+    def _drop_short(self, window: Window, size: int) -> bool:
+        """Whether the reader's share ends after the batch just cut, with at most a short
+        batch (fewer than ``rows`` rows), which ``drop_last`` drops: passed over (counted),
+        so that the position yielded with the last full batch is the end of the share."""
+        window.fill(size)
+        bounds = row_bounds(window, self.batch_rows, self.seq_len, self.split_documents)
+        if len(bounds) > self.batch_rows:
+            return False
+        self._count(_SHORT, bounds[-1] - bounds[0])
+        window.at = bounds[-1]
+        return True
 
     def _count(self, what: int, n: int) -> None:
         if self._row is None or self._row[0] != os.getpid():  # a forked worker: its own row

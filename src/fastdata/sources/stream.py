@@ -252,6 +252,8 @@ class PlannedStream(IterableDataset):
                     "pack(rows=...)) with fastdata.DataLoader(stream, batch_size=None)"
                 )
             mine = cursors.positions(handed, delivered.next_reader, delivered.start)
+            if delivered.finished:  # every reader ran out: each at the end of its share
+                mine = (mine[0], [(n, 0) for n in self.slot_rows(readers)])
         elif not delivered.in_order and readers > 1:  # out of turn: each reader's own count
             rows = self._policy.batch_size * delivered.items_per_batch
             taken = taken_out_of_turn(handed, self.slot_rows(readers), rows, delivered.start)
