@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -226,6 +229,27 @@ def test_uneven_ranks_are_refused_under_ddp(data: str, monkeypatch: pytest.Monke
         data, columns=["id"], batch_size=BATCH, rank=0, world_size=4, even_batches="drop"
     )
     assert len(list(fdl.DataLoader(even, batch_size=None, trainer=trainer()))) == 1
+
+
+def test_a_packed_stream_under_ddp_warns_without_a_batch_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its ranks' batch counts are known only once packed (fd.pack refuses even_batches):
+    without Trainer(limit_train_batches=N) the rank with more batches would hang."""
+    monkeypatch.setattr(fdl, "in_process_group", lambda: True)
+    docs = pa.array([[d] * (d % 7 + 1) for d in range(40)], pa.list_(pa.int64()))
+    pq.write_table(pa.table({"tokens": docs}), tmp_path / "docs.parquet")
+
+    def loader(**options: Any) -> fdl.DataLoader:
+        source = fd.ParquetStream(tmp_path, columns=["tokens"])
+        stream = fd.pack(source, seq_len=8, rows=2, rank=0, world_size=2)
+        return fdl.DataLoader(stream, batch_size=None, trainer=trainer(**options))
+
+    with pytest.warns(UserWarning, match="limit_train_batches"):
+        iter(loader(max_epochs=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(list(loader(limit_train_batches=3))) > 3  # the loader itself is not cut
 
 
 def _ddp_rank(rank: int, port: int, root: str, out: str) -> None:

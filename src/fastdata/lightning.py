@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastdata._env import in_process_group
-from fastdata.errors import ResumeError
+from fastdata.errors import ResumeError, warn_user
 from fastdata.loader import DataLoader as _FastDataLoader
 from fastdata.loader import gather_state
 from fastdata.sources import PlannedStream
@@ -55,7 +55,8 @@ class DataLoader(_FastDataLoader):
         TypeError: ``trainer`` is not a Lightning Trainer.
         ValueError: when iterated under DDP, the ranks would get different numbers of
             batches this epoch (DDP would hang at the end of it): pass ``even_batches`` to the
-            stream.
+            stream. A packed stream (``fastdata.pack``), whose counts are known only once
+            packed, warns instead unless ``Trainer(limit_train_batches=N)`` is an int.
     """
 
     def __init__(self, dataset: Any, *args: Any, trainer: Any, **kwargs: Any) -> None:
@@ -80,7 +81,18 @@ class DataLoader(_FastDataLoader):
         """Under DDP, refuse an epoch in which the ranks' batch counts differ."""
         if not in_process_group():
             return
-        items = stream.summary().items_per_rank
+        summary = stream.summary()
+        if summary.unit == "documents":  # packed: its batch counts are known only once packed
+            if not isinstance(self.trainer.limit_train_batches, int):
+                warn_user(
+                    "a packed stream under DDP: the ranks' batch counts are known only once "
+                    "packed and can differ, and the rank with more batches would wait "
+                    "forever in the gradient all-reduce at the end of the epoch; pass "
+                    "Trainer(limit_train_batches=N) with N at most the smallest rank's count "
+                    "(unless max_steps ends the fit within the first epoch)"
+                )
+            return
+        items = summary.items_per_rank
         size = self.batch_size
         if size is None:
             counts = list(items)

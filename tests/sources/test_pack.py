@@ -192,6 +192,18 @@ print(json.dumps(out))
 """
 
 
+def states_and_heads(loader: fd.DataLoader, batches: int) -> tuple[list[dict], list[list]]:
+    """The loader's state (through JSON) before each of its first ``batches`` batches and
+    after the last, and those batches' tokens."""
+    states, heads = [], []
+    iterator = iter(loader)
+    for _ in range(batches):
+        states.append(json.loads(json.dumps(loader.state_dict())))
+        heads.append(next(iterator)["tokens"].tolist())
+    states.append(json.loads(json.dumps(loader.state_dict())))
+    return states, heads  # the iterator goes with the call: its workers stop
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_resume_from_any_batch_in_a_new_process(tmp_path: Path, num_workers: int) -> None:
@@ -203,13 +215,7 @@ def test_resume_from_any_batch_in_a_new_process(tmp_path: Path, num_workers: int
         return fd.DataLoader(stream, batch_size=None, num_workers=num_workers)
 
     full = [b["tokens"].tolist() for b in loader()]
-    states, heads = [], []
-    running = loader()
-    iterator = iter(running)
-    for _ in range(len(full)):
-        states.append(json.loads(json.dumps(running.state_dict())))
-        heads.append(next(iterator)["tokens"].tolist())
-    del iterator
+    states, heads = states_and_heads(loader(), len(full))
     (tmp_path / "states.json").write_text(json.dumps(states))
     out = subprocess.run(
         [

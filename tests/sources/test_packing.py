@@ -148,7 +148,7 @@ def test_packing_equals_a_plain_reference(
     assert next(got, None) is None
     real = sum(len(doc) for doc in packed) - offset
     delivered = sum(len(rows_k) * seq_len for rows_k in want)
-    assert packer.counts[0].tolist() == [real, delivered - real, sum(over)]
+    assert packer.counts[0].tolist() == [real, delivered - real, sum(over), len(want), 0]
 
 
 def test_a_null_document_or_a_null_inside_one_is_refused() -> None:

@@ -62,6 +62,7 @@ def stream_state(loader: Any, stream: PlannedStream, record: Record | None) -> d
             record.next_worker,
             in_order=in_order,
             start=record.start,
+            finished=record.finished,
             **batching(loader),
         )
     state = stream.state_dict(delivered)

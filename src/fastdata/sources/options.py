@@ -27,7 +27,8 @@ class StreamOptions(TypedDict, total=False):
             16,384; 2,048 for images).
         drop_last: drop the globally last partial batch (see ``summary()``).
         even_batches: ``"drop"`` or ``"pad"`` to give every rank exactly the same number of
-            items (default None: counts differ by at most one).
+            items (default None: counts differ by at most one). ``fastdata.pack`` refuses
+            it: packed batch counts are known only once packed and can differ by more.
         rank: this process's rank; with ``world_size``, or neither: then it comes from
             torch.distributed or the ``RANK``/``WORLD_SIZE`` variables.
         world_size: the number of ranks; with ``rank``, or neither.

@@ -21,14 +21,20 @@ Each batch carries what varlen attention kernels need::
 
 A piece is a document's tokens within one row (a document split over rows is a piece per
 row, so attention never crosses rows). A batch has ``rows`` rows, the last of a reader's
-share fewer. Every token of every document is packed exactly once per epoch across ranks x
-workers (the stream's plan shards the documents), and resume is exact mid-document: the
-state records how far into the next document the packing had gone.
-:meth:`PackedStream.packing` reports the pad share.
+share fewer (``drop_last=True`` drops that one, counted). Every token of every document is
+packed exactly once per epoch across ranks x workers (the stream's plan shards the
+documents), and resume is exact mid-document: the state records how far into the next
+document the packing had gone. :meth:`PackedStream.packing` reports the pad share.
+
+How many batches a rank yields is known only once its documents are packed, so a packed
+stream has no ``len()`` (a TypeError, as for an unsized ``IterableDataset``), cannot give
+ranks equal counts (``even_batches``; the counts can differ by more than one), and
+``summary()`` counts documents.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -44,7 +50,8 @@ from fastdata._validate import check_bool, check_choice, check_int, keywords_che
 from fastdata.errors import SchemaError
 from fastdata.sources._packing import Window, documents, packed_batch, row_bounds
 from fastdata.sources.base import Context, SchemaReader, declares
-from fastdata.sources.options import StreamOptions
+from fastdata.sources.options import StreamOptions, checked_options
+from fastdata.sources.plan import Summary
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
@@ -55,7 +62,14 @@ __all__ = ["PackedStream", "Packer", "pack"]
 
 Overlong = Literal["split", "drop", "truncate"]
 _MAX_READERS = 257  # rows of the shared counts: the main process and 256 workers
-_TOKENS, _PAD, _DROPPED = 0, 1, 2
+_TOKENS, _PAD, _DROPPED, _BATCHES, _SHORT = range(5)
+_NO_COUNT = "known only once packed (a packed batch takes a varying number of documents)"
+_STEPS = (
+    "Under DDP stop every rank after the same number of steps: Lightning's "
+    "Trainer(limit_train_batches=N) with N at most the smallest rank's count (e.g. from "
+    "packed.packing()['batches'] of an earlier epoch), or torch.distributed.algorithms.Join"
+    "([ddp_model]) around a plain DDP loop"
+)
 
 
 class Packer:
@@ -74,10 +88,12 @@ class Packer:
         overlong: Overlong,
         split_documents: bool,
         pad_id: int,
+        drop_last: bool = False,
     ) -> None:
         self.column, self.seq_len, self.batch_rows = column, seq_len, rows
         self.overlong, self.split_documents, self.pad_id = overlong, split_documents, pad_id
-        self.counts = torch.zeros(_MAX_READERS, 3, dtype=torch.int64).share_memory_()
+        self.drop_last = drop_last
+        self.counts = torch.zeros(_MAX_READERS, 5, dtype=torch.int64).share_memory_()
         self._row: tuple[int, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -110,17 +126,36 @@ class Packer:
             if len(bounds) == 1:
                 window.finish()
                 return
-            batch = packed_batch(window, bounds, self.seq_len, self.pad_id)
             real = bounds[-1] - bounds[0]
+            last = len(bounds) <= self.batch_rows  # the reader's last rows, fewer than `rows`
+            if last and self.drop_last:  # a share of less than one batch: nothing to yield
+                window.finish()
+                self._count(_SHORT, real)
+                return
+            batch = packed_batch(window, bounds, self.seq_len, self.pad_id)
             self._count(_TOKENS, real)
             self._count(_PAD, batch["tokens"].numel() - real)
+            self._count(_BATCHES, 1)
+            if self.drop_last and not last:
+                last = self._drop_short(window, size)
             position = window.position()
-            last = len(bounds) <= self.batch_rows  # the reader's last rows
             if last:
                 window.finish()  # overlong documents after them count with them
             yield batch, position
             if last:
                 return
+
+    def _drop_short(self, window: Window, size: int) -> bool:
+        """Whether the reader's share ends after the batch just cut, with at most a short
+        batch (fewer than ``rows`` rows), which ``drop_last`` drops: passed over (counted),
+        so that the position yielded with the last full batch is the end of the share."""
+        window.fill(size)
+        bounds = row_bounds(window, self.batch_rows, self.seq_len, self.split_documents)
+        if len(bounds) > self.batch_rows:
+            return False
+        self._count(_SHORT, bounds[-1] - bounds[0])
+        window.at = bounds[-1]
+        return True
 
     def _count(self, what: int, n: int) -> None:
         if self._row is None or self._row[0] != os.getpid():  # a forked worker: its own row
@@ -135,16 +170,43 @@ class PackedStream(PlannedStream):
     decoder: Packer
 
     def packing(self) -> dict[str, float]:
-        """Tokens and padding packed so far over all workers, the pad share, and the
-        documents dropped or cut (``overlong``)."""
-        tokens, pad, dropped = (int(x) for x in self.decoder.counts.sum(dim=0).tolist())
+        """Tokens and padding packed so far over all workers of this process, the pad share,
+        the documents dropped or cut (``overlong``), the batches delivered, and the tokens of
+        the short batches ``drop_last`` dropped."""
+        counts = self.decoder.counts.sum(dim=0).tolist()
+        tokens, pad, dropped, batches, short = (int(x) for x in counts)
         total = tokens + pad
         return {
             "tokens": tokens,
             "pad_tokens": pad,
             "pad_share": pad / total if total else 0.0,
             "overlong_documents": dropped,
+            "batches": batches,
+            "drop_last_tokens": short,
         }
+
+    def __len__(self) -> int:
+        """Never: a TypeError, as for an unsized ``IterableDataset`` (torch's DataLoader
+        and Lightning then treat the length as unknown)."""
+        raise TypeError(
+            "a packed stream has no len(): the number of batches a rank yields is "
+            + _NO_COUNT
+            + "; summary().items_per_rank counts documents. Give a step count yourself "
+            "where one is needed (an LR schedule, Trainer(max_steps=...)), e.g. from "
+            "packed.packing()['batches'] after an epoch"
+        )
+
+    def __bool__(self) -> bool:
+        return True  # not len(): a stream is never false
+
+    def summary(self) -> Summary:
+        """This epoch's totals, ``items_per_rank`` counting the documents of each rank
+        (``unit="documents"``): its packed batches are known only once packed."""
+        return dataclasses.replace(super().summary(), unit="documents")
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings, "drop_last": self.decoder.drop_last}
 
     def __repr__(self) -> str:
         d = self.decoder
@@ -167,20 +229,40 @@ def pack(
     """Pack the documents of ``source``'s ``column`` into batches of ``rows`` x ``seq_len``
     tokens (see :mod:`fastdata.sources.pack`).
 
-    ``source`` gives the reader (a ``ParquetStream`` reading at least ``column``); its
-    stream options are not used: the packed stream has its own (``shuffle``, ``seed``,
-    ``shuffle_buffer``, ``rank``, ... as for :class:`fastdata.PlannedStream`; the batch is
-    ``rows`` rows, so ``batch_size`` is not an option). Use it with
-    ``fastdata.DataLoader(packed, batch_size=None)``.
+    ``source`` gives the reader (a ``ParquetStream`` reading at least ``column``, built with
+    no stream options): the packed stream takes the stream options itself (``shuffle``,
+    ``seed``, ``shuffle_buffer``, ``rank``, ... as for :class:`fastdata.PlannedStream`; the
+    batch is ``rows`` rows, so ``batch_size`` is not an option). ``drop_last=True`` drops
+    each reader's last batch when it has fewer than ``rows`` rows (its tokens counted in
+    :meth:`PackedStream.packing`), so every batch is ``(rows, seq_len)``. ``even_batches``
+    is refused: the ranks' batch counts are known only once packed, and can differ by more
+    than one. Use it with ``fastdata.DataLoader(packed, batch_size=None)``.
 
     Raises:
         SchemaError: ``column`` is not a list of integers.
-        ValueError: a bad option.
+        ValueError: a bad option, ``even_batches``, or a source with stream options (pass
+            them to ``pack()``).
     """
     if not isinstance(source, PlannedStream):
         raise TypeError(f"source={source!r}: expected a fastdata stream, e.g. a ParquetStream")
     if "batch_size" in options:
         raise TypeError("pack() makes batches of rows x seq_len: pass rows=, not batch_size=")
+    if options.get("even_batches") is not None:
+        raise ValueError(
+            f"pack(even_batches={options['even_batches']!r}) cannot give the ranks the same "
+            "number of batches: their counts are "
+            + _NO_COUNT
+            + " and can differ by more than one. "
+            + _STEPS
+        )
+    ignored = _source_options(source)
+    if ignored:
+        raise ValueError(
+            f"the source stream's options {', '.join(ignored)} would be ignored: pack() "
+            "reads the source's reader with its own stream options; build the source "
+            "without them and pass them to pack() instead (batch_size as rows=)"
+        )
+    drop_last = check_bool("drop_last", options.pop("drop_last", False))
     if declares(source.reader, SchemaReader):
         schema = cast(SchemaReader, source.reader).schema
         kind = schema.field(column).type if column in schema.names else None
@@ -198,6 +280,20 @@ def pack(
         overlong=check_choice("overlong", overlong, ("split", "drop", "truncate")),
         split_documents=check_bool("split_documents", split_documents),
         pad_id=check_int("pad_id", pad_id),
+        drop_last=drop_last,
     )
     options["batch_size"] = None  # a packed batch is rows x seq_len tokens, not rows
     return PackedStream(source.reader, decoder=packer, **options)
+
+
+def _source_options(source: PlannedStream) -> list[str]:
+    """``name=value`` of every stream option ``source`` was built with that differs from
+    the default (pack() takes them all over)."""
+    policy, _, read_ahead = checked_options()
+    settings = ("batch_size", "shuffle", "seed", "shuffle_buffer", "drop_last", "even_batches")
+    defaults = {k: getattr(policy, k) for k in settings} | {"batch_size": None}
+    defaults |= {"rank": None, "world_size": None, "read_ahead": read_ahead}
+    rank, world_size = source._rank_args
+    got = {k: source.settings[k] for k in settings}
+    got |= {"rank": rank, "world_size": world_size, "read_ahead": source.read_ahead}
+    return [f"{k}={v!r}" for k, v in got.items() if v != defaults[k]]

@@ -142,13 +142,20 @@ class SlotPlan:
 
 @dataclass(frozen=True)
 class Summary:
-    """Epoch totals: what was dropped or padded, and how many items each rank gets."""
+    """Epoch totals: what was dropped or padded, and how many items each rank gets.
+
+    ``unit`` names what ``items_per_rank`` counts: ``"batches"`` (a stream with a
+    ``batch_size``), ``"rows"`` (``batch_size=None``), ``"documents"`` (``fastdata.pack``:
+    the packed batches of a rank are known only once packed), ``"items"`` (from
+    :func:`plan_epoch`, which does not know).
+    """
 
     total_rows: int
     used_rows: int
     dropped_rows: int
     padded_rows: int
     items_per_rank: tuple[int, ...]
+    unit: str = "items"
 
 
 def unit_order(num_units: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:

@@ -92,6 +92,9 @@ class Delivered:
         in_order: batches are taken from the readers in turn (torch's ``in_order=True``).
         start: where the readers began (:attr:`fastdata.PlannedStream.resume` when the
             iteration began); None: at the epoch's start.
+        finished: the iteration ended (every reader ran out): a reader of a varying stream
+            is then at the end of its share, whatever its last item said (rows after it
+            made no item: empty documents, or a batch ``pack(drop_last=True)`` dropped).
     """
 
     batches: int
@@ -102,6 +105,7 @@ class Delivered:
     drop_last: bool = False
     in_order: bool = True
     start: Resume | None = None
+    finished: bool = False
 
 
 class StreamFacts(Protocol):

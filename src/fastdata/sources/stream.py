@@ -10,6 +10,7 @@ items of ``batch_size`` rows (or single rows) across window boundaries. ``Parque
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -158,10 +159,10 @@ class PlannedStream(IterableDataset):
     def summary(self) -> Summary:
         """This epoch's totals: rows used, dropped by ``drop_last`` / ``even_batches="drop"``,
         padded by ``even_batches="pad"``, and the item count of every rank (of a whole epoch,
-        also after a layout change)."""
+        also after a layout change; ``unit`` says whether batches or rows)."""
         rank, world = self.rank_and_world_size()
         _, _, summary = plan_epoch(self.unit_rows(), Layout(rank, world), self._policy, self.epoch)
-        return summary
+        return dataclasses.replace(summary, unit="rows" if self.batch_size is None else "batches")
 
     def __len__(self) -> int:
         """Items (batches, or rows when ``batch_size=None``) this rank yields this epoch
@@ -251,6 +252,8 @@ class PlannedStream(IterableDataset):
                     "pack(rows=...)) with fastdata.DataLoader(stream, batch_size=None)"
                 )
             mine = cursors.positions(handed, delivered.next_reader, delivered.start)
+            if delivered.finished:  # every reader ran out: each at the end of its share
+                mine = (mine[0], [(n, 0) for n in self.slot_rows(readers)])
         elif not delivered.in_order and readers > 1:  # out of turn: each reader's own count
             rows = self._policy.batch_size * delivered.items_per_batch
             taken = taken_out_of_turn(handed, self.slot_rows(readers), rows, delivered.start)
