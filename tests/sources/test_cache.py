@@ -21,6 +21,8 @@ import pytest
 import fastdata as fd
 from fastdata.sources._cache import CachingHandler, cache_stats
 
+from .test_cache_disk import full_disk  # noqa: F401 - a fixture
+
 ROWS = 6_000
 
 
@@ -489,3 +491,55 @@ def test_a_reader_of_ones_own_gets_the_cache_through_with_cache(tmp_path: Path) 
     second = delta(loader.stats()["cache"], first)
     assert second["misses"] == second["fetched_bytes"] == 0
     assert second["hits"] >= 3
+
+
+# --------------------------------------------------------------------------- a failing cache disk
+def local_stream(kind: str, source: Path, cache: Path) -> Any:
+    """A stream of ``source`` on the local disk as a remote filesystem, cached in ``cache``."""
+    remote = pafs.PyFileSystem(SlowLocal(pause=0))
+    if kind == "parquet":
+        return fd.ParquetStream(str(source), filesystem=remote, batch_size=500, cache_dir=cache)
+    return fd.ImageStream.from_tar(
+        str(source), filesystem=remote, size=16, crop="center", batch_size=4, cache_dir=cache
+    )
+
+
+def assert_blames_the_cache(error: fd.CacheError, cache: Path, source: Path, why: str) -> None:
+    message = str(error)
+    assert f"cache_dir={os.path.realpath(cache)!r}" in message and why in message
+    assert "The file itself is not at fault" in message
+    assert error.path is not None and error.path.startswith(str(source))  # the remote file
+    for advice in ("rewrite or remove", "not a tar file", "corrupt"):  # a bad file's
+        assert advice not in message
+
+
+@pytest.mark.parametrize("kind", ["parquet", "tar"])
+def test_a_cache_dir_under_a_regular_file_is_a_cache_error_not_a_bad_file(
+    kind: str, parquet_dir: Path, image_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "afile").write_text("x")
+    cache = tmp_path / "afile" / "cache"
+    source = parquet_dir if kind == "parquet" else image_dirs["tar"]
+    with pytest.raises(fd.CacheError) as caught:  # planning: footers, shard indexes
+        local_stream(kind, source, cache)
+    assert_blames_the_cache(caught.value, cache, source, "[Errno 20] Not a directory")
+    assert "regular file, not a folder" in str(caught.value)
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+@pytest.mark.usefixtures("full_disk")
+@pytest.mark.parametrize(("kind", "workers"), [("parquet", 0), ("parquet", 2), ("tar", 0)])
+def test_a_full_cache_disk_is_a_cache_error_and_leaves_no_files(
+    kind: str, workers: int, parquet_dir: Path, image_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    source = parquet_dir if kind == "parquet" else image_dirs["tar"]
+    with pytest.raises(fd.CacheError) as caught:  # tar: indexing fetches; Parquet: reading
+        list(fd.DataLoader(local_stream(kind, source, cache), batch_size=None,
+                           num_workers=workers))  # fmt: skip
+    assert_blames_the_cache(caught.value, cache, source, "[Errno 28] No space left on device")
+    assert "its disk is full" in str(caught.value) and "cache_limit=" in str(caught.value)
+    if workers:  # re-raised from a worker: the reason and the file intact
+        assert "in DataLoader worker" in str(caught.value)
+        assert caught.value.reason.startswith("the local cache in cache_dir=")
+    assert [p for p in cache.rglob("*") if p.is_file()] == []  # no lock, no partial file
