@@ -543,3 +543,17 @@ def test_a_full_cache_disk_is_a_cache_error_and_leaves_no_files(
         assert "in DataLoader worker" in str(caught.value)
         assert caught.value.reason.startswith("the local cache in cache_dir=")
     assert [p for p in cache.rglob("*") if p.is_file()] == []  # no lock, no partial file
+
+
+@pytest.mark.usefixtures("full_disk")
+def test_a_full_cache_disk_is_not_a_bad_image_to_skip(
+    image_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    paths = sorted(str(p) for p in image_dirs["files"].rglob("*") if p.is_file())
+    stream = fd.ImageStream.from_files(
+        paths, list(range(len(paths))), filesystem=pafs.PyFileSystem(SlowLocal(pause=0)),
+        size=16, crop="center", batch_size=4, cache_dir=tmp_path / "cache", on_error="skip",
+    )  # fmt: skip
+    with pytest.raises(fd.CacheError, match="its disk is full"):
+        list(stream)  # every good image skipped, before
+    assert stream.skipped == 0
