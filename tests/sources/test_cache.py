@@ -529,8 +529,13 @@ def test_a_cache_dir_under_a_regular_file_is_a_cache_error_not_a_bad_file(
 
 @pytest.mark.usefixtures("full_disk")
 @pytest.mark.parametrize(("kind", "workers"), [("parquet", 0), ("parquet", 2), ("tar", 0)])
-def test_a_full_cache_disk_is_a_cache_error_and_leaves_no_files(
-    kind: str, workers: int, parquet_dir: Path, image_dirs: dict[str, Path], tmp_path: Path
+def test_a_full_cache_disk_is_a_cache_error_and_a_later_run_finds_the_cache_clean(
+    kind: str,
+    workers: int,
+    parquet_dir: Path,
+    image_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cache = tmp_path / "cache"
     source = parquet_dir if kind == "parquet" else image_dirs["tar"]
@@ -542,7 +547,26 @@ def test_a_full_cache_disk_is_a_cache_error_and_leaves_no_files(
     if workers:  # re-raised from a worker: the reason and the file intact
         assert "in DataLoader worker" in str(caught.value)
         assert caught.value.reason.startswith("the local cache in cache_dir=")
-    assert [p for p in cache.rglob("*") if p.is_file()] == []  # no lock, no partial file
+    monkeypatch.undo()  # room on the disk again (full_disk's patch)
+    # a download cut short by the workers' shutdown may have left its temporary and lock
+    # files: fetching its file again deletes the one and makes the other its entry's
+    assert sum(1 for _ in local_stream(kind, source, cache)) > 0
+    names = sorted(p.name for p in cache.rglob("*") if p.is_file())
+    entries = sorted({name.split(".")[0] for name in names})
+    assert len(entries) == len(list(source.rglob("*.*")))
+    assert names == sorted(
+        f"{key}.{suffix}" for key in entries for suffix in ("data", "json", "lock")
+    )
+
+
+@pytest.mark.usefixtures("full_disk")
+def test_a_failed_fetch_leaves_no_file_of_its_entry(tmp_path: Path) -> None:
+    source = tmp_path / "remote.bin"
+    source.write_bytes(os.urandom(1 << 16))
+    fs = slow_cache(tmp_path / "c", pause=0)
+    with pytest.raises(fd.CacheError, match="its disk is full"):
+        fs.open_input_file(str(source))
+    assert [p for p in (tmp_path / "c").rglob("*") if p.is_file()] == []  # lock file too
 
 
 @pytest.mark.usefixtures("full_disk")

@@ -203,3 +203,31 @@ def test_an_atomic_write_that_fails_leaves_nothing(
     with pytest.raises(OSError, match="quota"):
         write_atomically(str(tmp_path / "x.json"), b"{}")
     assert files_in(tmp_path) == []
+
+
+def test_a_download_deletes_what_a_killed_download_of_its_entry_left(
+    tmp_path: Path, remote: Path
+) -> None:
+    entry = entry_of(str(tmp_path / "cache"), "s3", str(remote))
+    os.makedirs(os.path.dirname(entry.data))
+    dead = [Path(temporary(entry.data)), Path(temporary(entry.meta))]
+    other = Path(temporary(entry_of(str(tmp_path / "cache"), "s3", "elsewhere").data))
+    for path in [*dead, other]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"partial")
+    download(LOCAL, entry, str(remote), Remote(None, None))
+    assert not any(path.exists() for path in dead)
+    assert other.exists()  # another entry's: its download may be running
+
+
+def test_the_scan_removes_lock_files_of_no_entry_that_no_one_holds(tmp_path: Path) -> None:
+    folder = tmp_path / "ab"
+    folder.mkdir()
+    write_atomically(str(folder / "abkey.data"), b"12345")
+    kept = [folder / "abkey.lock", folder / "abheld.lock"]
+    orphan = folder / "aborphan.lock"
+    for path in [*kept, orphan]:
+        path.touch()
+    with Lock(str(folder / "abheld.lock")):  # a download starting
+        list(scan(str(tmp_path)))
+    assert all(path.exists() for path in kept) and not orphan.exists()

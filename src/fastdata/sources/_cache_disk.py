@@ -103,6 +103,8 @@ def download(fs: pafs.FileSystem, entry: Entry, path: str, remote: Remote) -> in
     """
     staged = temporary(entry.data)
     crc, size = 0, 0
+    with on_disk(entry.cache_dir, path, entry.data):
+        _sweep(entry)
     try:
         with fs.open_input_stream(path) as source:
             with on_disk(entry.cache_dir, path, entry.data):
@@ -132,6 +134,15 @@ def download(fs: pafs.FileSystem, entry: Entry, path: str, remote: Remote) -> in
     with on_disk(entry.cache_dir, path, entry.meta):
         write_atomically(entry.meta, json.dumps(meta).encode())
     return size
+
+
+def _sweep(entry: Entry) -> None:
+    """Delete what a download of the entry killed outright left (its temporary files): the
+    caller holds the entry's lock, so none of its downloads runs."""
+    folder = os.path.dirname(entry.data)
+    for name in os.listdir(folder):
+        if name.startswith(f"{entry.key}.") and ".tmp-" in name:
+            unlink(os.path.join(folder, name))
 
 
 def discard(entry: Entry) -> None:
@@ -184,7 +195,8 @@ def on_disk(cache_dir: str, path: str, local: str) -> Iterator[None]:
 
 def scan(cache_dir: str) -> Iterator[tuple[int, int, str]]:
     """``(last use, size, entry base path)`` of each entry; deletes the temporary files
-    whose download is not running (its entry is not locked)."""
+    whose download is not running (its entry is not locked), and the lock files of no entry
+    that no process holds (a download killed outright leaves both)."""
     for folder in os.scandir(cache_dir):
         if not folder.is_dir():
             continue
@@ -197,10 +209,12 @@ def scan(cache_dir: str) -> Iterator[tuple[int, int, str]]:
                 except FileNotFoundError:
                     continue
                 yield stat.st_atime_ns, stat.st_size, base
-            elif ".tmp-" in suffix:
+            elif ".tmp-" in suffix or suffix == "lock":
                 with Lock(base + ".lock", wait=False) as free:
-                    if free:
+                    if free and ".tmp-" in suffix:
                         unlink(item.path)
+                    if free and not os.path.exists(base + ".data"):
+                        unlink(base + ".lock")  # by its holder: see Lock
 
 
 class Lock:
