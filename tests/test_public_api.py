@@ -112,11 +112,11 @@ def test_sources_offers_the_pieces_of_a_source_and_its_capabilities() -> None:
 # breaking change, and regrouping the modules into packages (architecture.md) must not make one.
 PUBLIC_NAMES = {
     "fastdata": (
-        "ContractError DataLoader DecodeError DeviceNormalize DevicePrefetcher FastDataError "
-        "IMAGENET ImageStream ImageTransform LoaderConfig MeanStd MixedStream PackedStream "
-        "Padded PaddingStats ParquetStream PlannedStream Ragged ResumeError SchemaError "
-        "SourceError TuneResult __version__ augment bucket_by_length check_reader decode "
-        "decode_image decode_many flatten_stats gather_state install_dataloader "
+        "CacheError ContractError DataLoader DecodeError DeviceNormalize DevicePrefetcher "
+        "FastDataError IMAGENET ImageStream ImageTransform LoaderConfig MeanStd MixedStream "
+        "PackedStream Padded PaddingStats ParquetStream PlannedStream Ragged ResumeError "
+        "SchemaError SourceError TuneResult __version__ augment bucket_by_length check_reader "
+        "decode decode_image decode_many flatten_stats gather_state install_dataloader "
         "limit_opencv_threads load_config log_stats mix nested_collate pack pad_collate "
         "padding_stats sample_rng synthetic to_device tune worker_generator write_shards "
         "writer"
@@ -135,7 +135,7 @@ PUBLIC_NAMES = {
     ),
     "fastdata.device": ("DeviceNormalize DevicePrefetcher IMAGENET MeanStd to_device"),
     "fastdata.errors": (
-        "ContractError DecodeError FastDataError ResumeError SchemaError SourceError"
+        "CacheError ContractError DecodeError FastDataError ResumeError SchemaError SourceError"
     ),
     "fastdata.loader": ("DataLoader Installed gather_state install_dataloader worker_generator"),
     "fastdata.ragged": ("Ragged RaggedKind"),

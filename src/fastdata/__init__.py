@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         to_device,
     )
     from fastdata.errors import (
+        CacheError,
         DecodeError,
         FastDataError,
         ResumeError,
@@ -62,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "gather_state": "fastdata.loader",
     "install_dataloader": "fastdata.loader",
     "worker_generator": "fastdata.loader",
+    "CacheError": "fastdata.errors",
     "DecodeError": "fastdata.errors",
     "DeviceNormalize": "fastdata.device",
     "DevicePrefetcher": "fastdata.device",

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 __all__ = [
+    "CacheError",
     "ContractError",
     "DecodeError",
     "FastDataError",
@@ -136,6 +137,15 @@ class SchemaError(SourceError):
 
 class DecodeError(SourceError):
     """Bytes that could not be decoded into an image (truncated, corrupt, too large)."""
+
+
+class CacheError(SourceError):
+    """The local cache of remote files (``cache_dir=``) failed on its own disk: its folder
+    cannot be created or written (a full disk, a path through a regular file, a read-only
+    or foreign folder), or its copy cannot be read back. The remote file, ``path``, is not
+    at fault: the message names the cache folder, the local file and the OS error, and says
+    how to give the cache room. A :class:`SourceError` where the error of reading the file
+    was one, but not bad input: catch it before ``SourceError`` to tell the two apart."""
 
 
 class ResumeError(FastDataError):

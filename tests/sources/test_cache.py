@@ -21,6 +21,8 @@ import pytest
 import fastdata as fd
 from fastdata.sources._cache import CachingHandler, cache_stats
 
+from .test_cache_disk import full_disk  # noqa: F401 - a fixture
+
 ROWS = 6_000
 
 
@@ -489,3 +491,93 @@ def test_a_reader_of_ones_own_gets_the_cache_through_with_cache(tmp_path: Path) 
     second = delta(loader.stats()["cache"], first)
     assert second["misses"] == second["fetched_bytes"] == 0
     assert second["hits"] >= 3
+
+
+# --------------------------------------------------------------------------- a failing cache disk
+def local_stream(kind: str, source: Path, cache: Path) -> Any:
+    """A stream of ``source`` on the local disk as a remote filesystem, cached in ``cache``."""
+    remote = pafs.PyFileSystem(SlowLocal(pause=0))
+    if kind == "parquet":
+        return fd.ParquetStream(str(source), filesystem=remote, batch_size=500, cache_dir=cache)
+    return fd.ImageStream.from_tar(
+        str(source), filesystem=remote, size=16, crop="center", batch_size=4, cache_dir=cache
+    )
+
+
+def assert_blames_the_cache(error: fd.CacheError, cache: Path, source: Path, why: str) -> None:
+    message = str(error)
+    assert f"cache_dir={os.path.realpath(cache)!r}" in message and why in message
+    assert "The file itself is not at fault" in message
+    assert error.path is not None and error.path.startswith(str(source))  # the remote file
+    for advice in ("rewrite or remove", "not a tar file", "corrupt"):  # a bad file's
+        assert advice not in message
+
+
+@pytest.mark.parametrize("kind", ["parquet", "tar"])
+def test_a_cache_dir_under_a_regular_file_is_a_cache_error_not_a_bad_file(
+    kind: str, parquet_dir: Path, image_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    (tmp_path / "afile").write_text("x")
+    cache = tmp_path / "afile" / "cache"
+    source = parquet_dir if kind == "parquet" else image_dirs["tar"]
+    with pytest.raises(fd.CacheError) as caught:  # planning: footers, shard indexes
+        local_stream(kind, source, cache)
+    assert_blames_the_cache(caught.value, cache, source, "[Errno 20] Not a directory")
+    assert "regular file, not a folder" in str(caught.value)
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+@pytest.mark.usefixtures("full_disk")
+@pytest.mark.parametrize(("kind", "workers"), [("parquet", 0), ("parquet", 2), ("tar", 0)])
+def test_a_full_cache_disk_is_a_cache_error_and_a_later_run_finds_the_cache_clean(
+    kind: str,
+    workers: int,
+    parquet_dir: Path,
+    image_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = tmp_path / "cache"
+    source = parquet_dir if kind == "parquet" else image_dirs["tar"]
+    with pytest.raises(fd.CacheError) as caught:  # tar: indexing fetches; Parquet: reading
+        list(fd.DataLoader(local_stream(kind, source, cache), batch_size=None,
+                           num_workers=workers))  # fmt: skip
+    assert_blames_the_cache(caught.value, cache, source, "[Errno 28] No space left on device")
+    assert "its disk is full" in str(caught.value) and "cache_limit=" in str(caught.value)
+    if workers:  # re-raised from a worker: the reason and the file intact
+        assert "in DataLoader worker" in str(caught.value)
+        assert caught.value.reason.startswith("the local cache in cache_dir=")
+    monkeypatch.undo()  # room on the disk again (full_disk's patch)
+    # a download cut short by the workers' shutdown may have left its temporary and lock
+    # files: fetching its file again deletes the one and makes the other its entry's
+    assert sum(1 for _ in local_stream(kind, source, cache)) > 0
+    names = sorted(p.name for p in cache.rglob("*") if p.is_file())
+    entries = sorted({name.split(".")[0] for name in names})
+    assert len(entries) == len(list(source.rglob("*.*")))
+    assert names == sorted(
+        f"{key}.{suffix}" for key in entries for suffix in ("data", "json", "lock")
+    )
+
+
+@pytest.mark.usefixtures("full_disk")
+def test_a_failed_fetch_leaves_no_file_of_its_entry(tmp_path: Path) -> None:
+    source = tmp_path / "remote.bin"
+    source.write_bytes(os.urandom(1 << 16))
+    fs = slow_cache(tmp_path / "c", pause=0)
+    with pytest.raises(fd.CacheError, match="its disk is full"):
+        fs.open_input_file(str(source))
+    assert [p for p in (tmp_path / "c").rglob("*") if p.is_file()] == []  # lock file too
+
+
+@pytest.mark.usefixtures("full_disk")
+def test_a_full_cache_disk_is_not_a_bad_image_to_skip(
+    image_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    paths = sorted(str(p) for p in image_dirs["files"].rglob("*") if p.is_file())
+    stream = fd.ImageStream.from_files(
+        paths, list(range(len(paths))), filesystem=pafs.PyFileSystem(SlowLocal(pause=0)),
+        size=16, crop="center", batch_size=4, cache_dir=tmp_path / "cache", on_error="skip",
+    )  # fmt: skip
+    with pytest.raises(fd.CacheError, match="its disk is full"):
+        list(stream)  # every good image skipped, before
+    assert stream.skipped == 0

@@ -4,15 +4,18 @@ cache is built of (the cache as a whole: test_cache.py)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
 
-from fastdata.errors import SourceError
+from fastdata.errors import CacheError, SourceError
+from fastdata.sources import _cache_disk
 from fastdata.sources._cache_disk import (
     Lock,
     Remote,
@@ -26,6 +29,37 @@ from fastdata.sources._cache_disk import (
 )
 
 LOCAL = pafs.LocalFileSystem()
+
+
+class _FullDisk:
+    """A file being written on a full disk: created, every write refused (ENOSPC)."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    def write(self, data: Any) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def close(self) -> None:
+        self.f.close()
+
+    def __enter__(self) -> _FullDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@pytest.fixture
+def full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache's disk is full: writing an entry's data fails as the OS fails it (ENOSPC);
+    forked DataLoader workers inherit it."""
+
+    def opening(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        f = open(file, mode, *args, **kwargs)  # noqa: SIM115 - the caller closes it
+        return _FullDisk(f) if "w" in mode and ".data.tmp-" in os.fspath(file) else f
+
+    monkeypatch.setattr(_cache_disk, "open", opening, raising=False)
 
 
 @pytest.fixture
@@ -115,3 +149,85 @@ def test_the_scan_lists_entries_and_removes_dead_downloads(tmp_path: Path) -> No
     found = list(scan(str(tmp_path)))
     assert [(size, base) for _, size, base in found] == [(5, str(folder / "abkey"))]
     assert not dead.exists()
+
+
+# --------------------------------------------------------------------------- the cache's own errors
+def files_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.usefixtures("full_disk")
+def test_a_full_cache_disk_is_a_cache_error_naming_the_cache_not_the_file(
+    tmp_path: Path, remote: Path
+) -> None:
+    entry = entry_of(str(tmp_path / "cache"), "s3", str(remote))
+    os.makedirs(os.path.dirname(entry.data))
+    info = LOCAL.get_file_info(str(remote))
+    with pytest.raises(CacheError) as caught:
+        download(LOCAL, entry, str(remote), Remote(info.size, info.mtime_ns))
+    error = caught.value
+    assert error.path == str(remote)  # the remote file it was caching
+    assert f"cache_dir={str(tmp_path / 'cache')!r}" in error.reason
+    assert f"[Errno 28] No space left on device: {entry.data!r}" in error.reason
+    assert "its disk is full" in error.reason and "cache_limit=" in error.reason
+    assert "not at fault" in error.reason
+    assert isinstance(error, SourceError) and not isinstance(error, OSError)
+    assert files_in(tmp_path / "cache") == []  # nor its temporary file
+
+
+def test_an_error_reading_the_remote_is_not_the_caches(tmp_path: Path, remote: Path) -> None:
+    entry = entry_of(str(tmp_path / "cache"), "s3", str(remote))
+    os.makedirs(os.path.dirname(entry.data))
+    with pytest.raises(FileNotFoundError) as caught:
+        download(LOCAL, entry, str(remote) + ".gone", Remote(None, None))
+    assert not isinstance(caught.value, CacheError)
+    assert files_in(tmp_path / "cache") == []
+
+
+def test_a_cache_under_a_regular_file_says_so(tmp_path: Path, remote: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    entry = entry_of(str(tmp_path / "afile" / "cache"), "s3", str(remote))
+    with pytest.raises(CacheError, match="a part of its path is a regular file") as caught:
+        download(LOCAL, entry, str(remote), Remote(None, None))
+    assert "Not a directory" in caught.value.reason and "free space" not in caught.value.reason
+    assert "pass a cache_dir= this process can create and write" in caught.value.reason
+
+
+def test_an_atomic_write_that_fails_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(src: str, dst: str) -> None:
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(_cache_disk.os, "replace", refused)
+    with pytest.raises(OSError, match="quota"):
+        write_atomically(str(tmp_path / "x.json"), b"{}")
+    assert files_in(tmp_path) == []
+
+
+def test_a_download_deletes_what_a_killed_download_of_its_entry_left(
+    tmp_path: Path, remote: Path
+) -> None:
+    entry = entry_of(str(tmp_path / "cache"), "s3", str(remote))
+    os.makedirs(os.path.dirname(entry.data))
+    dead = [Path(temporary(entry.data)), Path(temporary(entry.meta))]
+    other = Path(temporary(entry_of(str(tmp_path / "cache"), "s3", "elsewhere").data))
+    for path in [*dead, other]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"partial")
+    download(LOCAL, entry, str(remote), Remote(None, None))
+    assert not any(path.exists() for path in dead)
+    assert other.exists()  # another entry's: its download may be running
+
+
+def test_the_scan_removes_lock_files_of_no_entry_that_no_one_holds(tmp_path: Path) -> None:
+    folder = tmp_path / "ab"
+    folder.mkdir()
+    write_atomically(str(folder / "abkey.data"), b"12345")
+    kept = [folder / "abkey.lock", folder / "abheld.lock"]
+    orphan = folder / "aborphan.lock"
+    for path in [*kept, orphan]:
+        path.touch()
+    with Lock(str(folder / "abheld.lock")):  # a download starting
+        list(scan(str(tmp_path)))
+    assert all(path.exists() for path in kept) and not orphan.exists()

@@ -30,6 +30,11 @@ The contract, for every process sharing one ``cache_dir`` (ranks and workers of 
   those processes check.
 - **Counted.** :data:`fastdata._stats.CACHE_COUNTS` per process, in
   ``fastdata.DataLoader(stats=True).stats()["cache"]``.
+- **Its own errors.** An OS error of the cache's disk (creating, locking, writing, renaming,
+  checking or opening its files: a full disk, a path through a regular file) is a
+  :class:`~fastdata.errors.CacheError` naming the cache, never the readers' advice for a bad
+  remote file (:func:`~fastdata.sources._cache_disk.on_disk`); a failed download deletes
+  the entry's files, its lock file included. Errors reading the remote are raised as they come.
 
 The remote files must not change while a stream caches them (as while a stream reads them).
 """
@@ -54,8 +59,10 @@ from fastdata.sources._cache_disk import (
     Lock,
     Remote,
     check,
+    discard,
     download,
     entry_of,
+    on_disk,
     open_here,
     scan,
 )
@@ -144,29 +151,51 @@ class CachingHandler(pafs.FileSystemHandler):
     def open_input_file(self, path: str) -> pa.NativeFile:
         entry = entry_of(self.cache_dir, self.remote.type_name, path)
         remote = self._remote(path)
-        opened, _ = self._open_cached(entry, path, remote)
+        with on_disk(self.cache_dir, path, entry.data):
+            opened, _ = self._open_cached(entry, path, remote)
         if opened is not None:
             self.counts.add("hits")
             return opened
         if not self.fetch:
             self.counts.add("remote_opens")
             return self.remote.open_input_file(path)
-        os.makedirs(os.path.dirname(entry.data), exist_ok=True)
-        with Lock(entry.lock):
-            opened, damage = self._open_cached(entry, path, remote)  # fetched while waiting?
-            if opened is not None:
-                self.counts.add("hits")
-                return opened
-            if damage is not None:
-                log.warning("fastdata: the cache entry %s of %s is corrupt (%s): fetching it "
-                            "again", entry.data, path, damage)  # fmt: skip
-                self.counts.add("invalid")
-            size = download(self.remote, entry, path, remote)
-            opened = _LOCAL.open_input_file(entry.data)
+        with contextlib.ExitStack() as locked:
+            with on_disk(self.cache_dir, path, entry.lock):
+                os.makedirs(os.path.dirname(entry.data), exist_ok=True)
+                locked.enter_context(Lock(entry.lock))
+            opened, size = self._fetch(entry, path, remote)
+        if size is None:
+            self.counts.add("hits")
+            return opened
         self.counts.add("misses")
         self.counts.add("fetched_bytes", size)
-        self._account(size)
+        try:
+            with on_disk(self.cache_dir, path, self.cache_dir):
+                self._account(size)
+        except BaseException:
+            opened.close()
+            raise
         return opened
+
+    def _fetch(self, entry: Entry, path: str, remote: Remote) -> tuple[pa.NativeFile, int | None]:
+        """Under the entry's lock: the entry opened, and the bytes downloaded into it (None:
+        another process had fetched it meanwhile). A failed download (CacheError: the cache's
+        disk; or the remote's error) leaves no file of the entry, its lock file included."""
+        with on_disk(self.cache_dir, path, entry.data):
+            opened, damage = self._open_cached(entry, path, remote)  # fetched while waiting?
+        if opened is not None:
+            return opened, None
+        if damage is not None:
+            log.warning("fastdata: the cache entry %s of %s is corrupt (%s): fetching it "
+                        "again", entry.data, path, damage)  # fmt: skip
+            self.counts.add("invalid")
+        try:
+            size = download(self.remote, entry, path, remote)
+            with on_disk(self.cache_dir, path, entry.data):
+                return _LOCAL.open_input_file(entry.data), size
+        except BaseException:
+            discard(entry)
+            raise
 
     def _remote(self, path: str) -> Remote:
         known = self._listed.get(path)

@@ -1,10 +1,13 @@
 """The files of the shard cache on disk (:mod:`fastdata.sources._cache`): an entry's files,
 checking that an entry holds the remote's version intact, downloading one, entry locks, the
-scan that eviction sorts, checksums and atomic writes."""
+scan that eviction sorts, checksums and atomic writes; and :func:`on_disk`, which turns an
+OS error of the cache's own files into a :class:`~fastdata.errors.CacheError` (the remote
+file is not at fault), where the readers would take it for a bad file."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -15,7 +18,7 @@ from typing import NamedTuple
 
 import pyarrow.fs as pafs
 
-from fastdata.errors import SourceError
+from fastdata.errors import CacheError, SourceError
 from fastdata.sources.filesystem import CHUNK, unlink
 
 try:
@@ -29,8 +32,10 @@ __all__ = [
     "Remote",
     "check",
     "crc32_file",
+    "discard",
     "download",
     "entry_of",
+    "on_disk",
     "open_here",
     "scan",
     "temporary",
@@ -52,6 +57,11 @@ class Entry(NamedTuple):
     data: str
     meta: str
     lock: str
+
+    @property
+    def cache_dir(self) -> str:
+        """The cache folder the entry is in."""
+        return os.path.dirname(os.path.dirname(self.data))
 
 
 def entry_of(cache_dir: str, remote_type: str, path: str) -> Entry:
@@ -85,33 +95,108 @@ def check(entry: Entry, path: str, remote: Remote, stat: os.stat_result) -> tupl
 
 
 def download(fs: pafs.FileSystem, entry: Entry, path: str, remote: Remote) -> int:
-    """Copy ``path`` of ``fs`` into the entry (temporary file, then rename); returns its size."""
+    """Copy ``path`` of ``fs`` into the entry (temporary file, then rename); returns its size.
+
+    Raises:
+        CacheError: writing the entry failed (a full disk); an error reading ``fs`` is raised
+            as it came, and the temporary file is removed either way.
+    """
     staged = temporary(entry.data)
     crc, size = 0, 0
+    with on_disk(entry.cache_dir, path, entry.data):
+        _sweep(entry)
     try:
-        with fs.open_input_stream(path) as source, open(staged, "wb") as out:
-            while chunk := source.read_buffer(CHUNK):
-                crc, size = zlib.crc32(chunk, crc), size + chunk.size
-                out.write(chunk)
+        with fs.open_input_stream(path) as source:
+            with on_disk(entry.cache_dir, path, entry.data):
+                out = open(staged, "wb")  # noqa: SIM115 - closed below, its errors the cache's
+            try:
+                while chunk := source.read_buffer(CHUNK):
+                    crc, size = zlib.crc32(chunk, crc), size + chunk.size
+                    with on_disk(entry.cache_dir, path, entry.data):
+                        out.write(chunk)
+            finally:
+                with on_disk(entry.cache_dir, path, entry.data):
+                    out.close()
         if remote.size is not None and size != remote.size:
             raise SourceError(
                 f"read {size} bytes but the remote listed {remote.size}: the file changed "
                 "while streaming; build the stream again",
                 path=path,
             )
-        os.replace(staged, entry.data)
+        with on_disk(entry.cache_dir, path, entry.data):
+            os.replace(staged, entry.data)
+            stat = os.stat(entry.data)
     finally:
-        unlink(staged)
-    stat = os.stat(entry.data)
+        with contextlib.suppress(OSError):
+            unlink(staged)
     meta = {"path": path, "size": size, "mtime_ns": remote.mtime_ns, "crc32": crc}
     meta["written"] = [stat.st_ino, stat.st_mtime_ns]
-    write_atomically(entry.meta, json.dumps(meta).encode())
+    with on_disk(entry.cache_dir, path, entry.meta):
+        write_atomically(entry.meta, json.dumps(meta).encode())
     return size
+
+
+def _sweep(entry: Entry) -> None:
+    """Delete what a download of the entry killed outright left (its temporary files): the
+    caller holds the entry's lock, so none of its downloads runs."""
+    folder = os.path.dirname(entry.data)
+    for name in os.listdir(folder):
+        if name.startswith(f"{entry.key}.") and ".tmp-" in name:
+            unlink(os.path.join(folder, name))
+
+
+def discard(entry: Entry) -> None:
+    """Delete the entry's files, its lock file too (by the lock's holder: whoever waits on
+    it then locks the file created anew, :class:`Lock`)."""
+    for name in (entry.data, entry.meta, entry.lock):
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+# What an OS error of the cache's own files means for the cache folder.
+_FULL = {errno.ENOSPC: "its disk is full", errno.EDQUOT: "its disk quota is used up"}
+_CAUSES = {
+    **_FULL,
+    errno.ENOTDIR: "a part of its path is a regular file, not a folder",
+    errno.EROFS: "it is on a read-only filesystem",
+    errno.EACCES: "this process may not write there",
+    errno.EPERM: "this process may not write there",
+}
+
+
+@contextlib.contextmanager
+def on_disk(cache_dir: str, path: str, local: str) -> Iterator[None]:
+    """Turn an ``OSError`` of the cache's own file ``local`` (in ``cache_dir``, caching the
+    remote ``path``) into a :class:`~fastdata.errors.CacheError` naming the three and the
+    way out: a reader would take the ``OSError`` for a bad remote file and advise removing
+    it. Only around the cache's own disk work, never around reading the remote."""
+    try:
+        yield
+    except OSError as exc:
+        cause = _CAUSES.get(exc.errno or 0)
+        if exc.errno in _FULL:
+            fix = (
+                "free space on that disk, set cache_limit= below the room it has (the files "
+                "read at once must fit in it), or pass another cache_dir="
+            )
+        else:
+            fix = (
+                "pass a cache_dir= this process can create and write, on a local disk, or "
+                "leave out cache_dir= to read the remote directly"
+            )
+        what = str(exc) if exc.filename else f"{exc}: {local!r}"  # write errors name no file
+        raise CacheError(
+            f"the local cache in cache_dir={cache_dir!r} failed on its copy of this file "
+            f"({what}){f': {cause}' if cause else ''}. The file itself "
+            f"is not at fault: {fix}",
+            path=path,
+        ) from exc
 
 
 def scan(cache_dir: str) -> Iterator[tuple[int, int, str]]:
     """``(last use, size, entry base path)`` of each entry; deletes the temporary files
-    whose download is not running (its entry is not locked)."""
+    whose download is not running (its entry is not locked), and the lock files of no entry
+    that no process holds (a download killed outright leaves both)."""
     for folder in os.scandir(cache_dir):
         if not folder.is_dir():
             continue
@@ -124,10 +209,12 @@ def scan(cache_dir: str) -> Iterator[tuple[int, int, str]]:
                 except FileNotFoundError:
                     continue
                 yield stat.st_atime_ns, stat.st_size, base
-            elif ".tmp-" in suffix:
+            elif ".tmp-" in suffix or suffix == "lock":
                 with Lock(base + ".lock", wait=False) as free:
-                    if free:
+                    if free and ".tmp-" in suffix:
                         unlink(item.path)
+                    if free and not os.path.exists(base + ".data"):
+                        unlink(base + ".lock")  # by its holder: see Lock
 
 
 class Lock:
@@ -182,9 +269,13 @@ def temporary(path: str) -> str:
 def write_atomically(path: str, data: bytes) -> None:
     """Write ``path`` whole or not at all (a temporary file renamed into place)."""
     staged = temporary(path)
-    with open(staged, "wb") as f:
-        f.write(data)
-    os.replace(staged, path)
+    try:
+        with open(staged, "wb") as f:
+            f.write(data)
+        os.replace(staged, path)
+    finally:
+        with contextlib.suppress(OSError):
+            unlink(staged)
 
 
 def open_here() -> set[str]:
