@@ -31,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from types import FrameType
 
+from fastdata.workers import start_method
 from fastdata.writer._shard_files import BadImage, ShardTask, write_shard
 
 __all__ = ["watch_parent", "write_in_pool"]
@@ -53,7 +54,7 @@ def write_in_pool(
     are cancelled, those being written finish, and it is raised. Any other way out
     (``KeyboardInterrupt``, ``SystemExit``, the CLI's SIGTERM) stops the workers at once.
     """
-    method = _start_method()
+    method = start_method(None)  # the default context's, the process-wide one unpinned
     pool = ProcessPoolExecutor(
         workers,
         mp_context=multiprocessing.get_context(method),
@@ -71,13 +72,6 @@ def write_in_pool(
         _stop(pool)
         raise
     pool.shutdown()
-
-
-def _start_method() -> str:
-    """The start method the pool's default context uses, without pinning the process-wide
-    default (as ``multiprocessing.get_context()`` would)."""
-    found = multiprocessing.get_start_method(allow_none=True)
-    return found or multiprocessing.get_all_start_methods()[0]
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
