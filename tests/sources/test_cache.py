@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +20,7 @@ import pyarrow.fs as pafs
 import pytest
 
 import fastdata as fd
+from fastdata.sources import _cache
 from fastdata.sources._cache import CachingHandler, cache_stats
 
 from .test_cache_disk import full_disk  # noqa: F401 - a fixture
@@ -440,6 +442,51 @@ def test_an_open_file_is_never_evicted_by_its_process(tmp_path: Path) -> None:
     with fs.open_input_file(str(files[1])) as f:
         f.read()
     assert files[0].read_bytes() not in {p.read_bytes() for p in data_files(cache)}
+    assert fs.handler.counts.totals()["evicted"] >= 2
+
+
+def test_a_download_counted_while_another_thread_evicts_still_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-ahead threads of one stream download at once: a download that one thread
+    counts while another scans the cache to evict must not vanish from the count, or later
+    downloads take the cache past its limit unseen (a rare flake of the test above)."""
+    sizes = {"a": 300, "b": 300, "c": 500, "d": 100, "e": 150}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(os.urandom(size))
+    cache = tmp_path / "cache"
+    fs = slow_cache(cache, pause=0, limit=1000)
+
+    def read(name: str) -> None:
+        with fs.open_input_file(str(tmp_path / name)) as f:
+            assert f.read() == (tmp_path / name).read_bytes()
+
+    for name in "ab":
+        read(name)
+        time.sleep(0.01)  # distinct access times: a is the least recently used
+    scanned, counted = threading.Event(), threading.Event()
+    real_scan = _cache.scan
+
+    def scan_then_let_d_be_counted(cache_dir: str) -> Any:
+        found = list(real_scan(cache_dir))
+        if not scanned.is_set():
+            scanned.set()
+            counted.wait(timeout=0.5)  # fixed: d's count waits for this eviction instead
+        return iter(found)
+
+    monkeypatch.setattr(_cache, "scan", scan_then_let_d_be_counted)
+
+    def read_d_during_the_scan() -> None:
+        scanned.wait(timeout=10)
+        read("d")
+        counted.set()
+
+    racer = threading.Thread(target=read_d_during_the_scan)
+    racer.start()
+    read("c")  # 1100 bytes: evicts a while d downloads
+    racer.join()
+    read("e")
+    assert sum(p.stat().st_size for p in data_files(cache)) <= 1000
     assert fs.handler.counts.totals()["evicted"] >= 2
 
 

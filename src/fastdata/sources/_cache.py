@@ -233,16 +233,17 @@ class CachingHandler(pafs.FileSystemHandler):
 
     # ----------------------------------------------------------------- eviction
     def _account(self, size: int) -> None:
-        """Count a download; over the limit (as this process knows it), evict."""
+        """Count a download; over the limit (as this process knows it), evict. The count
+        and the eviction are one step for this process's threads: a download counted while
+        another thread scans would be lost when the scan's total replaced the count, and
+        later downloads would take the cache past its limit unseen."""
         if self.limit is None:
             return
         with self._mutex:
             if self._estimate is not None and self._estimate + size <= self.limit:
                 self._estimate += size
                 return
-        total = self._evict()
-        with self._mutex:
-            self._estimate = total
+            self._estimate = self._evict()
 
     def _evict(self) -> int | None:
         """Delete least recently opened entries until the cache is under the low-water
