@@ -139,9 +139,35 @@ def test_a_worker_thread_that_exits_ends_the_iteration_instead_of_hanging(timeou
         Exits(), batch_size=None, num_workers=2, worker_method="thread", timeout=timeout
     )
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"worker thread 1 exited unexpectedly.*SystemExit"):
+    with pytest.raises(
+        RuntimeError, match=r"worker thread 1 exited unexpectedly.*SystemExit"
+    ) as got:
         list(loader)
     assert time.monotonic() - start < 10  # found within a poll, not at the timeout
+    # where it happened, as a worker process prints it; not "during handling of queue.Empty"
+    assert "in __getitem__" in str(got.value) and "raise SystemExit(3)" in str(got.value)
+    assert got.value.__suppress_context__
+    del got
+    settle()
+    assert threads_alive() == []
+
+
+class StopsAt(tud.Dataset):
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> int:
+        if i == 5:
+            raise StopIteration  # an error of a map-style dataset, not the end of a worker
+        return i
+
+
+def test_a_stop_iteration_from_a_map_style_dataset_ends_the_epoch_as_torchs_does() -> None:
+    """torch's workers send it back as an error, raised in the consumer, where it ends the
+    loop: threads did skip that worker's batch and go on with the others."""
+    kept = [b.tolist() for b in tud.DataLoader(StopsAt(), batch_size=2, num_workers=2)]
+    threads = fd.DataLoader(StopsAt(), batch_size=2, num_workers=2, worker_method="thread")
+    assert [b.tolist() for b in threads] == kept == [[0, 1], [2, 3]]
     settle()
     assert threads_alive() == []
 
@@ -365,6 +391,16 @@ def test_a_multiprocessing_context_with_thread_workers_is_refused() -> None:
         fd.DataLoader(
             list(range(8)), num_workers=2, worker_method="thread", multiprocessing_context="spawn"
         )
+    tuned = fd.LoaderConfig(num_workers=2, worker_method="thread")  # e.g. from fastdata tune
+    with pytest.raises(ValueError, match=r"config= chose worker_method='thread'.*'multiproc"):
+        fd.DataLoader(list(range(8)), config=tuned, multiprocessing_context="spawn")
+    kept = fd.DataLoader(
+        list(range(8)),
+        config=tuned,
+        multiprocessing_context="spawn",
+        worker_method="multiprocessing",
+    )
+    assert kept.worker_method == "multiprocessing" and kept.num_workers == 2
     loader = fd.DataLoader(list(range(8)), num_workers=2, multiprocessing_context="spawn")
     assert loader.multiprocessing_context is not None  # processes take it, as torch's do
 

@@ -30,6 +30,7 @@ __all__ = [
     "as_is",
     "check_keywords",
     "check_stream_batching",
+    "check_thread_context",
     "merge_config",
     "signature",
     "torch_arguments",
@@ -140,3 +141,22 @@ def _ragged_column(rows: list[Any]) -> str | None:
 def as_is(batch: Any) -> Any:
     """The collate function of a fastdata stream's ready-made batches: the batch itself."""
     return batch
+
+
+def check_thread_context(method: str, given: Mapping[str, Any], *, configured: bool) -> None:
+    """Refuse a ``multiprocessing_context`` with thread workers (it starts processes; threads
+    would silently ignore it), saying where the threads were chosen (``configured``: by
+    ``config=``).
+
+    Raises:
+        ValueError: both were given.
+    """
+    if method == "thread" and given.get("multiprocessing_context") is not None:
+        chosen = (
+            "config= chose worker_method='thread'" if configured else "with worker_method='thread'"
+        )
+        raise ValueError(
+            f"multiprocessing_context starts worker processes; {chosen}, and the workers are "
+            "threads of this process: leave out multiprocessing_context, or pass "
+            "worker_method='multiprocessing' to keep worker processes"
+        )

@@ -44,6 +44,7 @@ from fastdata.loader._arguments import (
     as_is,
     check_keywords,
     check_stream_batching,
+    check_thread_context,
     merge_config,
     signature,
     torch_arguments,
@@ -109,10 +110,12 @@ class DataLoader(TorchDataLoader[_T_co]):
         **kwargs: Any,
     ) -> None:
         check_keywords(kwargs)
+        configured = None
         if config is not None:
             kwargs = merge_config(config, args, kwargs)
-            configured = kwargs.pop("worker_method", None)
-            worker_method = configured if worker_method is None else worker_method
+            from_config = kwargs.pop("worker_method", None)
+            configured = from_config if worker_method is None else None
+            worker_method = configured or worker_method
         device = check_device("device", device)
         if normalize is not None and device is None:
             raise ValueError("normalize= needs device= (pass device='cpu' to normalize on the CPU)")
@@ -124,11 +127,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         )
         given = torch_arguments(args, kwargs)
         check_stream_batching(given)
-        if self.worker_method == "thread" and given.get("multiprocessing_context") is not None:
-            raise ValueError(
-                "multiprocessing_context starts worker processes; with worker_method='thread' "
-                "the workers are threads of this process: leave it out"
-            )
+        check_thread_context(self.worker_method, given, configured=configured is not None)
         super().__init__(*args, **kwargs)
         if isinstance(self.dataset, PlannedStream) and given.get("collate_fn") is None:
             if self.dataset.batch_size is not None:

@@ -17,12 +17,16 @@ What a thread worker sees: ``torch.utils.data.get_worker_info()`` answers per th
 thread. A map-style dataset gets a shallow copy per thread (``copy.copy``): what
 ``worker_init_fn`` sets on ``get_worker_info().dataset`` (a file handle, a connection) is that
 thread's own, as in a worker process, while the data the dataset holds is shared, not
-duplicated (its ``__getitem__`` must be safe to call from several threads at once on it); an
-iterable dataset (and a fastdata stream) gets a copy per thread, made as a worker process gets
-one — pickled — except that shared-memory tensors stay shared (a stream's epoch, its
-counters). The global random
-generators are the process's: threads do not seed them, and their draws interleave (see the
-loader guide); :func:`fastdata.worker_generator` is a generator of the thread's own.
+duplicated (its ``__getitem__`` must be safe to call from several threads at once on it; an
+array or tensor given as the dataset is shared as it is); an iterable dataset (and a fastdata
+stream) gets a copy per thread, made as a worker process gets one — pickled — except that
+shared-memory tensors stay shared (a stream's epoch, its counters). The collate function and
+the worker init are copied with the dataset, as a worker process gets them
+(:class:`~fastdata.loader._thread_copies.ThreadCopies`): a method of the dataset is bound to
+the thread's copy, a collate object with state has one per thread; functions are shared.
+The global random generators are the process's: threads do not seed them, and their draws
+interleave (see the loader guide); :func:`fastdata.worker_generator` is a generator of the
+thread's own.
 
 No state is shared between threads without a lock: each thread owns its inbox, its dataset
 copy and its fetcher; results meet in one thread-safe queue; the iterator's own bookkeeping is
@@ -32,11 +36,11 @@ touched by the consumer thread only. Nothing assumes the GIL serialises anything
 from __future__ import annotations
 
 import atexit
-import copy
 import itertools
 import queue
 import threading
 import time
+import traceback
 import weakref
 from typing import Any
 
@@ -50,7 +54,6 @@ from fastdata._torch_compat import (
     release_frames,
     set_thread_worker_info,
 )
-from fastdata.errors import warn_user
 from fastdata.loader._thread_copies import ThreadCopies
 from fastdata.loader._torch_iterators import _SKIP, LoaderView, Setup, WorkerStart, _Hooks
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide
@@ -102,6 +105,7 @@ class _Worker:
         )
         # What the loop needs of the iterator, taken now: the thread must not hold the
         # iterator (an abandoned one must go, and stop its threads).
+        self.iterable = iterator._dataset_kind == _dataloader._DatasetKind.Iterable
         self.fetcher_args = (
             iterator._dataset_kind,
             dataset,
@@ -115,12 +119,14 @@ class _Worker:
         # What ended the thread when it was not an Exception (SystemExit, ...): a worker
         # process would have died; the consumer reports it (ThreadIterator._get_data).
         self.died: BaseException | None = None
+        self.trace = ""  # where it happened, as a worker process would have printed it
 
     def run(self) -> None:
         try:
             self._serve()
         except BaseException as exc:  # Exceptions are handed over as results in _serve
             self.died = exc
+            self.trace = "".join(traceback.format_exception(exc))
         finally:
             set_thread_worker_info(None)
 
@@ -131,7 +137,7 @@ class _Worker:
             if self.init_fn is not None:
                 self.init_fn(self.id)
         except Exception:
-            failed = ExceptionWrapper(where=f"in DataLoader worker thread {self.id}")
+            failed = _wrapped(self.id)
         fetcher, epoch = None, -1
         while not self.done.is_set():
             try:
@@ -153,46 +159,41 @@ class _Worker:
                         epoch = task_epoch
                     with in_batch(self.pool, (task_epoch, index_id)):
                         data = fetcher.fetch(index)  # type: ignore[union-attr]
-                except StopIteration:
-                    data = _EXHAUSTED
+                except StopIteration:  # the end of an iterable's worker, an error of a map's
+                    data = _EXHAUSTED if self.iterable else _wrapped(self.id)
                 except Exception:
-                    data = ExceptionWrapper(where=f"in DataLoader worker thread {self.id}")
+                    data = _wrapped(self.id)
             self.results.put((index_id, task_epoch, self.id, data))
 
 
+def _wrapped(worker_id: int) -> ExceptionWrapper:
+    """The exception being handled, for the consumer to raise (as a worker process sends it)."""
+    return ExceptionWrapper(where=f"in DataLoader worker thread {worker_id}")
+
+
 def _worker_parts(setup: Setup, copies: ThreadCopies) -> tuple[Any, Any, Any, WorkerSide | None]:
-    """One thread's dataset, collate function, start and worker side: a map-style dataset copied
-    shallowly (:func:`_shallow`), any other copied whole (``copies``, of :func:`_copied`);
-    the resume-and-report duties its own
+    """One thread's dataset, collate function, start and worker side: its own copies
+    (``copies``, of :func:`_copies`); the resume-and-report duties its own
     (:class:`~fastdata.loader._worker_side.WorkerSide`), without the global generators,
     which are the process's."""
+    dataset, collate, init = copies.make()
     side = setup.side
     if side is None:  # a fastdata stream: its copy resumes and reports itself
-        return copies.make(), setup.collate_fn, setup.worker_init_fn, None
-    own = side.for_thread(_shallow(side.dataset) if side.kind == "map" else copies.make())
+        return dataset, collate, init, None
+    own = side.for_thread(dataset)
     ours = IterableSide(own) if side.kind == "iterable" else own.dataset
-    collate = ReportingCollate(setup.collate_fn.collate, own)
-    return ours, collate, WorkerStart(own, setup.worker_init_fn), own
+    return ours, ReportingCollate(collate, own), WorkerStart(own, init), own
 
 
-def _copied(setup: Setup, dataset: Any) -> Any:
-    """What each thread worker gets a whole copy of: the stream, or the user's dataset the
-    worker side wraps (a map-style one is only ever copied shallowly)."""
-    return dataset if setup.side is None else setup.side.dataset
-
-
-def _shallow(dataset: Any) -> Any:
-    """A thread's own copy of a map-style dataset: its attributes are the thread's (what a
-    ``worker_init_fn`` sets on it stays with that worker), the objects they refer to shared.
-    A dataset that cannot be copied is shared, with a warning."""
-    try:
-        return copy.copy(dataset)
-    except Exception as exc:  # any failure of a user's __copy__ or __reduce__
-        warn_user(
-            f"{type(dataset).__name__} cannot be copied ({exc}): the thread workers share it, "
-            "so what worker_init_fn sets on it is seen by every thread"
-        )
-        return dataset
+def _copies(setup: Setup, dataset: Any) -> ThreadCopies:
+    """What each thread worker gets a copy of, together: the stream or the user's dataset
+    the worker side wraps (a map-style one only ever copied shallowly), the collate function
+    and the worker init."""
+    side = setup.side
+    if side is None:
+        return ThreadCopies((dataset, setup.collate_fn, setup.worker_init_fn))
+    parts = (side.dataset, setup.collate_fn.collate, setup.worker_init_fn)
+    return ThreadCopies(parts, shallow=side.dataset if side.kind == "map" else None)
 
 
 class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[misc]
@@ -210,7 +211,7 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
         self._fd_pool = BatchOrderedPool("fastdata-worker-items")
         self._fd_epoch = 0
         self._results: queue.Queue = queue.Queue()
-        copies = ThreadCopies(_copied(setup, self._dataset))
+        copies = _copies(setup, self._dataset)
         self._fd_workers = [
             _Worker(i, self, self._results, copies) for i in range(self._num_workers)
         ]
@@ -278,8 +279,11 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
         if dead and self._results.empty():
             ids = ", ".join(str(w.id) for w in dead)
             causes = "; ".join(f"{type(w.died).__name__}: {w.died}" for w in dead)
+            traces = "".join(f"\nin DataLoader worker thread {w.id}:\n{w.trace}" for w in dead)
             self._shutdown_workers()
-            raise RuntimeError(f"DataLoader worker thread {ids} exited unexpectedly ({causes})")
+            raise RuntimeError(
+                f"DataLoader worker thread {ids} exited unexpectedly ({causes}){traces}"
+            ) from None
 
     def _next_data(self) -> Any:
         while True:
@@ -338,10 +342,11 @@ class ThreadIterator(_Hooks, _dataloader._BaseDataLoaderIter):  # type: ignore[m
         if done is None or done.is_set():
             return
         done.set()
-        for worker in self._fd_workers:
+        workers = getattr(self, "_fd_workers", [])  # none when __init__ failed before them
+        for worker in workers:
             worker.inbox.put(None)
         self._fd_pool.shutdown(wait=False)  # a worker waiting on its items wakes up
-        for worker in self._fd_workers:
+        for worker in workers:
             if worker.thread is not threading.current_thread():
                 worker.thread.join(timeout=_POLL_S * 10)
         self._fd_pool.shutdown(wait=True)
