@@ -14,7 +14,7 @@ import pytest
 
 from fastdata.tune import Trial
 from fastdata.tune._nvml import open_nvml
-from fastdata.tune.measure import MemoryGuard, Sampler, measure
+from fastdata.tune.measure import STEP_FAILED, MemoryGuard, Sampler, measure
 
 from .fakes import FakeClock, GiB, Passes, Readings, fake_pynvml, guarded, paced
 
@@ -229,3 +229,26 @@ def test_gpu_utilization_is_averaged_over_the_steady_state(
         clock=clock,
     )
     assert plain.gpu_util is None
+
+
+def test_an_error_of_the_step_propagates_marked_as_the_steps() -> None:
+    """The search tells it from the loader's own failures by the mark (and ends with it)."""
+    clock = FakeClock()
+
+    def step(batch: int) -> None:
+        if batch == 3:
+            raise MemoryError("out of memory in the step")
+
+    with pytest.raises(MemoryError, match="in the step") as raised:
+        measure(lambda **p: paced(clock, lambda i: 0.01, 100), {"num_workers": 0}, step=step,
+                time_limit=60, memory=lambda: 1.0, clock=clock)  # fmt: skip
+    assert getattr(raised.value, STEP_FAILED)
+
+    def loader_fails(**params: Any) -> Iterator[int]:
+        yield 1
+        raise OSError("the loader's own failure")
+
+    with pytest.raises(OSError, match="own failure") as raised:
+        measure(loader_fails, {"num_workers": 0}, step=None, time_limit=60,
+                memory=lambda: 1.0, clock=clock)  # fmt: skip
+    assert not getattr(raised.value, STEP_FAILED, False)

@@ -104,3 +104,24 @@ def test_a_broken_loader_is_an_error_and_a_later_failure_a_failed_trial() -> Non
     run.trials = [Trial(params=settings(0), throughput=5.0)]  # one setting worked
     failed = run.trial(settings(1))
     assert failed.error == "OSError: no such file" and not failed.ok
+
+
+def test_a_step_slowed_beside_the_workers_is_busy_only_for_its_own_time() -> None:
+    """A step of 6 ms alone took 12 ms beside a thread worker holding the GIL: the consumer
+    looked 97% busy at 81 batches/s, while a GPU would have been busy for 6 ms of each 12.3.
+    Counted at the step's own time, the setting no longer reaches the target."""
+    steps = {0: (6.0, 0.3), 1: (12.0, 0.97), 2: (6.1, 0.9)}  # workers: (step ms, busy)
+
+    def evaluate(params: dict[str, Any], time_limit: float) -> Trial:
+        step, busy = steps[params["num_workers"]]
+        return Trial(params=params, throughput=busy / step * 1000, busy=busy,
+                     step_ms=step, rel_ci=0.01)  # fmt: skip
+
+    run = make_run(evaluate, FakeClock())
+    alone, slowed, noisy = (run.trial(settings(w, method="thread")) for w in range(3))
+    assert alone.busy == 0.3 and noisy.busy == 0.9  # within the tolerance: as measured
+    assert slowed.busy == pytest.approx(0.97 * 6 / 12) and not run.reaches(slowed)
+    gpu = make_run(lambda p, t: Trial(params=p, throughput=80.0, busy=0.97, step_ms=12.0,
+                                      gpu_util=0.97, rel_ci=0.01), FakeClock())  # fmt: skip
+    gpu.trials.append(alone)
+    assert gpu.trial(settings(1)).busy == 0.97  # NVML measured the GPU itself

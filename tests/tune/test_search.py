@@ -14,6 +14,7 @@ import pytest
 
 from fastdata.tune import Trial, TuneError
 from fastdata.tune.decide import MAX_PAIRS
+from fastdata.tune.measure import STEP_FAILED
 from fastdata.tune.search import SearchSpace, search
 
 from .fakes import FakeClock, GiB, settings
@@ -178,6 +179,11 @@ def test_search_stops_when_the_budget_is_used() -> None:
     assert outcome.stopped == "budget"
     assert len(outcome.trials) == 4  # started at 0, 10, 20 and 30 s; none after 35
     assert "35 s budget" in outcome.reason
+    assert "Thread workers were not measured" not in outcome.reason  # not searched here
+    both = Surface(saturating, cost_s=10.0)
+    outcome = both.search(space(methods=("thread", "multiprocessing")), budget_s=35)
+    assert all(t.params["worker_method"] == "multiprocessing" for t in outcome.trials)
+    assert "Thread workers were not measured before the search ended" in outcome.reason
 
 
 def test_ctrl_c_mid_search_returns_the_best_so_far() -> None:
@@ -268,11 +274,15 @@ def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evi
     outcome = io_bound.search(space(16), cores=2)
     assert outcome.trials[outcome.chosen].params["num_workers"] == 16
     assert "more workers than the 2 usable core(s): every setting cheaper" in outcome.reason
+    # the answer sits at the edge of the range: the reason says how to search past it
+    assert "16 workers is the largest count searched" in outcome.reason
+    assert "--max-workers (space={'num_workers': range(33)})" in outcome.reason
     cpu_bound = Surface(lambda p: min(8.0 + 6.0 * p["num_workers"], 20.0) * (1 + 0.001 *
                         p["num_workers"]), step_s=0.001, ci=0.03)  # fmt: skip
     outcome = cpu_bound.search(space(16), cores=2)
     assert outcome.trials[outcome.chosen].params["num_workers"] == 2
     assert "more workers than" not in outcome.reason
+    assert "largest count searched" not in outcome.reason
 
 
 def test_a_setting_measured_at_a_lucky_moment_is_taken_back_by_the_pairs() -> None:
@@ -384,3 +394,34 @@ def test_thread_workers_are_tried_where_process_workers_do_not_help() -> None:
     outcome = surface.search(space(4, 2, methods=("thread", "multiprocessing")))
     chosen = outcome.trials[outcome.chosen].params
     assert (chosen["num_workers"], chosen["worker_method"]) == (1, "thread"), outcome.reason
+
+
+def test_a_dip_at_one_worker_does_not_end_the_screening() -> None:
+    """One process worker slower than none (the hand-over costs more than cheap work), two
+    much faster: the line goes on past the dip, and threads are tried up to the counts the
+    processes reached (the search had stopped at one worker, 1.6-2.9x slower)."""
+
+    def dip(params: dict[str, Any]) -> float:
+        w = params["num_workers"]
+        return {0: 40.0, 1: 30.0}.get(w, min(30.0 * w, 90.0))
+
+    surface = Surface(dip, step_s=0.001)
+    outcome = surface.search(space(4, 2, methods=("thread", "multiprocessing")))
+    assert outcome.trials[outcome.chosen].params["num_workers"] == 3, outcome.reason
+    assert {t.params["num_workers"] for t in outcome.trials} >= {0, 1, 2, 4}
+
+
+def test_an_error_of_the_step_ends_the_search_unchanged() -> None:
+    """An error of the user's step (an out-of-memory, say) is not the measured setting's
+    failure: it propagates as training would let it, not recorded as a failed trial."""
+    surface = Surface(saturating)
+
+    def step_fails(params: dict[str, Any], time_limit: float) -> Trial:
+        if len(surface.calls) == 3:
+            error = MemoryError("the step ran out of memory")
+            setattr(error, STEP_FAILED, True)  # as measure() marks the step's errors
+            raise error
+        return surface(params, time_limit)
+
+    with pytest.raises(MemoryError, match="the step ran out"):
+        search(step_fails, space(), budget_s=1000, target=0.95, clock=surface.clock)

@@ -1,9 +1,10 @@
 """The screening of one setting: a coarse-to-fine line search over its values.
 
 The values at positions 0, 1, 2, 4, 8, ... (and the last) in ascending order (:func:`coarse`),
-stopping at the first that is refused for memory, fails, or falls clearly below the best so
-far; then, around the cheapest position the trials cannot tell apart from the line's best,
-the positions halfway to its measured neighbours, until they are adjacent. A value that
+stopping at the first that is refused for memory, fails, or (from position 2 on: one worker
+can be slower than none where two are faster) falls clearly below the best so far; then,
+around the cheapest position the trials cannot tell apart from the line's best, the positions
+halfway to its measured neighbours, until they are adjacent. A value that
 reaches the target ends the line once the cheapest value that still does is bisected for
 (:func:`line`). The worker method's line runs over the worker counts with thread workers
 (:func:`thread_workers`); the other settings' lines vary one setting of the answer so far
@@ -86,8 +87,10 @@ def line(
         trial = at(i)
         if not run.fits(trial):
             break  # failed or over memory: larger values only use more
-        if trial.interval[1] < (1 - run.tolerance) * peak:
+        if i > 1 and trial.interval[1] < (1 - run.tolerance) * peak:
             break  # past the peak: slower even at the top of its confidence interval
+        # (not at position 1: one worker is often slower than none, where the hand-over costs
+        # more than the work, and two are faster; the same dip can follow any setting's start)
         peak = max(peak, trial.throughput)
     while (anchor := cheapest()) is not None:
         tested = sorted(measured)

@@ -24,6 +24,7 @@ from fastdata.errors import FastDataError
 from fastdata.tune._interrupt import Interrupts
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import Decision, decide
+from fastdata.tune.measure import STEP_FAILED
 from fastdata.tune.space import PARAMS
 from fastdata.tune.words import describe, format_size
 
@@ -135,10 +136,13 @@ class Run:
             try:
                 trial = self.evaluate(dict(params), time_limit)
             except Exception as exc:
+                if getattr(exc, STEP_FAILED, False):
+                    raise  # the user's step failed: as in training, it ends the run
                 if not any(t.ok for t in self.trials):
                     raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
                 trial = Trial(params=dict(params), seconds=self.clock() - begun,
                               error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            trial = self._step_alone(trial)
             if trial.ok and self.max_memory is not None and trial.peak_rss > self.max_memory:
                 trial = replace(trial, refused=f"peak {format_size(trial.peak_rss)}, over the "
                                 f"memory ceiling of {format_size(self.max_memory)}")  # fmt: skip
@@ -149,6 +153,18 @@ class Run:
             self.on_trial(trial)
         self.interrupts.check()
         return trial
+
+    def _step_alone(self, trial: Trial) -> Trial:
+        """``trial`` with the consumer's busy fraction counted at the step's own time, as the
+        first trial without workers measured it: a step that took longer beside the workers
+        (waiting for the GIL thread workers hold, or for a core) was not busy meanwhile; on a
+        GPU that time would leave it idle. NVML's utilization needs no such correction."""
+        alone = next((t.step_ms for t in self.trials
+                      if t.ok and t.params["num_workers"] == 0 and t.step_ms > 0), 0.0)  # fmt: skip
+        slower = alone * (1 + self.tolerance) < trial.step_ms  # beyond the noise of a step
+        if not trial.ok or trial.gpu_util is not None or not alone > 0 or not slower:
+            return trial
+        return replace(trial, busy=trial.busy * alone / trial.step_ms)
 
     def predicted_rss(self, params: dict[str, Any]) -> float | None:
         """The peak RSS ``params`` would reach, extrapolated from the trials with fewer

@@ -45,6 +45,11 @@ from fastdata.tune._nvml import NvmlUtilization
 from fastdata.tune._statistics import MIN_BLOCKS, BlockStats
 from fastdata.tune._trial import Trial
 
+STEP_FAILED = "_fastdata_raised_by_step"
+"""The attribute set on an exception of the consumer's step, which propagates unchanged: the
+search ends with it, as training would (it is not the measured setting's failure, which the
+search records and goes on from)."""
+
 __all__ = ["MemoryGuard", "NvmlUtilization", "Sampler", "Trial", "measure", "rss_reader"]
 
 # The warning torch emits when num_workers exceeds the usable cores. The tuner tries such
@@ -260,7 +265,11 @@ def _timed_batches(
             batch = transfer(batch)
         got = clock()
         if step is not None:
-            step(batch)
+            try:
+                step(batch)
+            except Exception as exc:
+                setattr(exc, STEP_FAILED, True)
+                raise
         if sync is not None:
             sync()
         del batch

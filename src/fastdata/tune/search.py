@@ -161,7 +161,7 @@ def _search(
         raise TuneError(_nothing_fits(run))
     decision = run.decision()
     return Outcome(
-        run.trials, decision.chosen, _reason(run, decision, stopped, cores), stopped,
+        run.trials, decision.chosen, _reason(run, decision, stopped, cores, space), stopped,
         decision.drift,
     )  # fmt: skip
 
@@ -248,8 +248,11 @@ def _nothing_fits(run: Run) -> str:
     return "no setting completed (see the failed trials)"
 
 
-def _reason(run: Run, decision: Decision, stopped: str, cores: int | None) -> str:
-    """Why the chosen trial was chosen, and how the search ended, in a few sentences."""
+def _reason(
+    run: Run, decision: Decision, stopped: str, cores: int | None, space: SearchSpace
+) -> str:
+    """Why the chosen trial was chosen, what the search left out, and how it ended, in a few
+    sentences."""
     trials = run.trials
     lines = explain(
         decision,
@@ -263,6 +266,7 @@ def _reason(run: Run, decision: Decision, stopped: str, cores: int | None) -> st
     failed = sum(1 for t in trials if t.error is not None)
     if failed:
         lines.append(f"{failed} trial(s) failed (see the table).")
+    lines += _left_out(run, decision, space)
     n = f"{len(trials)} trial{'' if len(trials) == 1 else 's'}"
     if run.pairs:
         n += f" ({run.pairs} pair{'' if run.pairs == 1 else 's'} of paired rounds among them)"
@@ -278,3 +282,28 @@ def _reason(run: Run, decision: Decision, stopped: str, cores: int | None) -> st
         }[stopped]
     )
     return " ".join(lines)
+
+
+def _left_out(run: Run, decision: Decision, space: SearchSpace) -> list[str]:
+    """What the answer may owe to the search's limits: thread workers never measured (the
+    budget ended first), or a worker count at the top of the range searched."""
+    chosen = run.trials[decision.chosen].params
+    workers = chosen["num_workers"]
+    if workers == 0:
+        return []
+    lines = []
+    threads = any(t.params.get("worker_method") == "thread" for t in run.trials)
+    if "thread" in space.worker_method and not threads:
+        lines.append(
+            f"Thread workers were not measured before the search ended: "
+            f"worker_method={chosen['worker_method']!r} is the default, not a comparison; a "
+            "larger budget measures them."
+        )
+    top = space.num_workers[-1]
+    if workers == top:
+        lines.append(
+            f"{top} workers is the largest count searched: more may be faster still (a "
+            "pipeline that waits on storage or the network can use more workers than cores); "
+            f"search further with --max-workers (space={{'num_workers': range({2 * top + 1})}})."
+        )
+    return lines
