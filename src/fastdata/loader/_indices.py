@@ -263,6 +263,8 @@ class Indices:
     def states(self) -> dict[str, Any] | None:
         """The states of the samplers (and sampler iterator) that have ``state_dict()``,
         now; None when none has (the position is then replayed)."""
+        if not self._stateful and not self._iterator_stateful:
+            return None  # the common case, asked once per batch: no dict made
         found = {name: encode(obj.state_dict()) for name, obj in self._stateful}
         if self._iterator_stateful:
             found["iterator"] = encode(self.iterator.state_dict())

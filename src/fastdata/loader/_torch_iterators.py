@@ -64,8 +64,8 @@ class Setup:
         indices = self.indices
         if indices is None:
             return None
-        at = indices.position
-        return Position(at.tasks, at.units, at.first, indices.states())
+        at, states = indices.position, indices.states()
+        return at if states is None else Position(at.tasks, at.units, at.first, states)
 
 
 class LoaderView:
