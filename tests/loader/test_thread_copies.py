@@ -47,9 +47,9 @@ def test_a_shared_tensor_in_a_copy_is_the_same_tensor_whatever_holds_it() -> Non
 def test_a_copys_stand_in_for_a_shared_tensor_fails_in_any_other_unpickler() -> None:
     copies = ThreadCopies(({"a": torch.zeros(2).share_memory_()},))
     copies.make()
-    assert copies._pickled
+    assert copies._pickled is not None
     with pytest.raises(pickle.UnpicklingError, match="shared object 0"):
-        pickle.loads(copies._pickled)
+        pickle.loads(copies._pickled[0])
     with pytest.raises(pickle.UnpicklingError):
         _shared(0)
     with pytest.raises(pickle.UnpicklingError):
@@ -174,3 +174,24 @@ def test_an_iterable_dataset_that_does_not_pickle_is_shared_with_a_warning() -> 
         got = list(fd.DataLoader(WithValue(), batch_size=None, num_workers=2,
                                  worker_method="thread"))  # fmt: skip
     assert sorted(int(x) for x in got) == list(range(6))
+
+
+def test_a_collate_or_init_that_does_not_pickle_is_shared_and_the_dataset_still_copied() -> None:
+    """A worker init bound to an object holding a lock (a framework's module, say): the
+    dataset is still each thread's own copy, the init shared as it is."""
+
+    class Owner:
+        def __init__(self) -> None:
+            self.lock, self.calls = threading.Lock(), 0
+
+        def init(self, worker_id: int) -> None:
+            with self.lock:
+                self.calls += 1
+
+    owner, original = Owner(), Holder()
+    (a, init_a), (b, init_b) = (ThreadCopies((original, owner.init)).make() for _ in range(2))
+    assert a is not b and a is not original and a.seen is not original.seen
+    assert init_a == owner.init and init_b == owner.init
+    init_a(0)
+    init_b(1)
+    assert owner.calls == 2

@@ -28,21 +28,24 @@ class ThreadCopies:
 
     With ``shallow`` (a map-style dataset, whose data is shared, not duplicated), that object
     is copied shallowly instead (:func:`shallow`), once per copy, and the rest is pickled
-    around it. Parts that do not pickle: the dataset is copied shallowly and the rest shared,
-    with a warning unless the dataset was to be copied shallowly anyway."""
+    around it. Where the collate function or the worker init does not pickle, the dataset
+    alone is copied and they are shared; where the dataset does not either, it is copied
+    shallowly, with a warning unless it was to be copied shallowly anyway."""
 
     def __init__(self, parts: tuple[Any, ...], *, shallow: Any = None) -> None:
         self.parts = parts
         self._shallow = shallow
         self._shared: list[Any] = []
-        self._pickled: bytes | None = None
+        self._pickled: tuple[bytes, int] | None = None  # the first parts pickled, how many
 
     def make(self) -> tuple[Any, ...]:
         """One more copy of the parts (the first call pickles)."""
         if self._pickled is None:
             self._pickled = self._pickle()
-        if not self._pickled:
+        pickled, copied = self._pickled
+        if not copied:
             return (shallow(self.parts[0]), *self.parts[1:])
+        rest = self.parts[copied:]  # what did not pickle: shared as it is
         shared = self._shared
 
         class _Unpickler(pickle.Unpickler):
@@ -53,10 +56,28 @@ class ThreadCopies:
                     return lambda index: shallow(shared[index])
                 return super().find_class(module, name)
 
-        return _Unpickler(io.BytesIO(self._pickled)).load()  # type: ignore[no-any-return]
+        return (*_Unpickler(io.BytesIO(pickled)).load(), *rest)
 
-    def _pickle(self) -> bytes:
-        """The parts pickled, or b"" when they do not pickle (warned for a whole copy)."""
+    def _pickle(self) -> tuple[bytes, int]:
+        """The parts pickled together, else the dataset alone (the collate function or the
+        worker init holds what does not pickle: they are shared, as before they were
+        copied), else nothing (a shallow copy of the dataset, warned unless it was to be
+        shallow anyway)."""
+        for parts in (self.parts, self.parts[:1]):
+            try:
+                return self._dumps(parts), len(parts)
+            except Exception as exc:  # whatever a __reduce__ or __getstate__ raises
+                self._shared.clear()
+                error = exc
+        if self._shallow is None:
+            warn_user(
+                f"{type(self.parts[0]).__name__} cannot be pickled ({type(error).__name__}: "
+                f"{error}): each thread worker gets a shallow copy, which shares the dataset's "
+                "mutable attributes between threads"
+            )
+        return b"", 0
+
+    def _dumps(self, parts: tuple[Any, ...]) -> bytes:
         buffer, shared, target = io.BytesIO(), self._shared, self._shallow
 
         class _Pickler(pickle.Pickler):
@@ -73,18 +94,7 @@ class ThreadCopies:
                     return _shared, (len(shared) - 1,)
                 return NotImplemented
 
-        try:
-            _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(self.parts)
-        except Exception as exc:  # whatever a __reduce__ or __getstate__ raises
-            shared.clear()
-            if target is None:
-                name = type(self.parts[0]).__name__
-                warn_user(
-                    f"{name} cannot be pickled ({type(exc).__name__}: {exc}): each thread "
-                    "worker gets a shallow copy, which shares the dataset's mutable attributes "
-                    "between threads"
-                )
-            return b""
+        _Pickler(buffer, pickle.HIGHEST_PROTOCOL).dump(parts)
         return buffer.getvalue()
 
 
