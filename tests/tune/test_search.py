@@ -276,7 +276,7 @@ def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evi
     assert "more workers than the 2 usable core(s): every setting cheaper" in outcome.reason
     # the answer sits at the edge of the range: the reason says how to search past it
     assert "16 workers is the largest count searched" in outcome.reason
-    assert "--max-workers (space={'num_workers': range(33)})" in outcome.reason
+    assert "--max-workers (search_space={'num_workers': range(33)})" in outcome.reason
     cpu_bound = Surface(lambda p: min(8.0 + 6.0 * p["num_workers"], 20.0) * (1 + 0.001 *
                         p["num_workers"]), step_s=0.001, ci=0.03)  # fmt: skip
     outcome = cpu_bound.search(space(16), cores=2)

@@ -304,6 +304,7 @@ def _left_out(run: Run, decision: Decision, space: SearchSpace) -> list[str]:
         lines.append(
             f"{top} workers is the largest count searched: more may be faster still (a "
             "pipeline that waits on storage or the network can use more workers than cores); "
-            f"search further with --max-workers (space={{'num_workers': range({2 * top + 1})}})."
+            "search further with --max-workers "
+            f"(search_space={{'num_workers': range({2 * top + 1})}})."
         )
     return lines
