@@ -125,3 +125,24 @@ def test_a_step_slowed_beside_the_workers_is_busy_only_for_its_own_time() -> Non
                                       gpu_util=0.97, rel_ci=0.01), FakeClock())  # fmt: skip
     gpu.trials.append(alone)
     assert gpu.trial(settings(1)).busy == 0.97  # NVML measured the GPU itself
+
+
+def test_without_a_trial_without_workers_the_step_beside_processes_is_its_own_time() -> None:
+    """A search space without 0 workers: the step's own time is the quickest beside process
+    workers (which hold no GIL of the training process), so a step slowed beside thread
+    workers is still counted busy only for its own time."""
+    steps = {("multiprocessing", 2): (6.0, 0.6), ("thread", 2): (12.0, 0.97)}
+
+    def evaluate(params: dict[str, Any], time_limit: float) -> Trial:
+        step, busy = steps[params["worker_method"], params["num_workers"]]
+        return Trial(params=params, throughput=busy / step * 1000, busy=busy,
+                     step_ms=step, rel_ci=0.01)  # fmt: skip
+
+    run = make_run(evaluate, FakeClock())
+    threads_first = run.trial(settings(2, method="thread"))
+    assert threads_first.busy == 0.97  # nothing to compare with yet: as measured
+    assert run.trial(settings(2)).busy == 0.6
+    assert run.pair(settings(2), settings(2, method="thread"))  # the rounds that decide
+    slowed = run.trials[-1]
+    assert slowed.params["worker_method"] == "thread"
+    assert slowed.busy == pytest.approx(0.97 * 6 / 12) and not run.reaches(slowed)

@@ -158,9 +158,13 @@ class Run:
         """``trial`` with the consumer's busy fraction counted at the step's own time, as the
         first trial without workers measured it: a step that took longer beside the workers
         (waiting for the GIL thread workers hold, or for a core) was not busy meanwhile; on a
-        GPU that time would leave it idle. NVML's utilization needs no such correction."""
-        alone = next((t.step_ms for t in self.trials
-                      if t.ok and t.params["num_workers"] == 0 and t.step_ms > 0), 0.0)  # fmt: skip
+        GPU that time would leave it idle. NVML's utilization needs no such correction.
+        Without such a trial (a search space without 0 workers), the quickest step beside
+        process workers, which hold no GIL of the training process, is the step's own time."""
+        ok = [t for t in self.trials if t.ok and t.step_ms > 0]
+        alone = next((t.step_ms for t in ok if t.params["num_workers"] == 0), 0.0)
+        beside_processes = [t.step_ms for t in ok if t.params.get("worker_method") != "thread"]
+        alone = alone or min(beside_processes, default=0.0)
         slower = alone * (1 + self.tolerance) < trial.step_ms  # beyond the noise of a step
         if not trial.ok or trial.gpu_util is not None or not alone > 0 or not slower:
             return trial
