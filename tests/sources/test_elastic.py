@@ -112,6 +112,32 @@ def test_a_state_saved_at_the_end_of_an_epoch_starts_the_next_under_any_layout(
     assert len(consumed) == 300
 
 
+def test_persistent_workers_read_the_epochs_after_an_elastic_resume_in_full(
+    root: Path, worker_method: str
+) -> None:
+    """The layout change belongs to the resumed epoch only: persistent workers, whose copies
+    of the stream hold it, read every later epoch in full (they dropped 600 of 4,000 rows
+    per epoch, and len() counted the missing batches). len() counts a whole epoch, the
+    resumed one too: a trainer that restores its batch count (Lightning) stops there."""
+    consumed, state = lockstep("parquet", root, 2, 1, k=3)
+    stream = build("parquet", root, rank=0, world_size=1).dataset
+    loader = fd.DataLoader(stream, batch_size=None, num_workers=2,
+                           worker_method=worker_method, persistent_workers=True)  # fmt: skip
+    loader.load_state_dict(state)
+    length = len(loader)
+    batches = epoch_keys(loader)
+    assert length == 3 + len(batches)  # taken before (rank 0's, in lockstep) and the rest
+    rest = Counter(x for batch in batches for x in batch)
+    assert Counter(consumed) + rest == Counter(whole_epoch("parquet", root, 1, 0, 0))
+    for epoch in (1, 2):
+        stream.set_epoch(epoch)
+        batches = epoch_keys(loader)
+        assert len(batches) == len(loader)
+        assert Counter(x for batch in batches for x in batch) == Counter(
+            whole_epoch("parquet", root, 1, 0, epoch)
+        ), f"epoch {epoch}"
+
+
 def test_any_ranks_state_loads_on_every_rank_of_the_same_layout(
     root: Path, worker_method: str
 ) -> None:

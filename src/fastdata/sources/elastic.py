@@ -35,7 +35,15 @@ from fastdata.sources.plan import (
     window_permutation,
 )
 
-__all__ = ["Handover", "Segment", "after", "remaining", "segment_rows", "slot_segments"]
+__all__ = [
+    "Handover",
+    "Segment",
+    "after",
+    "items_before",
+    "remaining",
+    "segment_rows",
+    "slot_segments",
+]
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,18 @@ class Handover:
                 f"{len(self.consumed)} consumed counts for {self.world_size} x "
                 f"{self.num_workers} slots"
             )
+
+
+def items_before(handovers: Sequence[Handover], rows_per_item: int) -> int:
+    """Items a rank had taken in its epoch before the layout changes: under each old layout,
+    the most any of its ranks took (DDP's ranks go in lockstep), over every change. With the
+    items left, a rank's share of a whole epoch, as ``len()`` counts one without a change."""
+    total = 0
+    for h in handovers:
+        per_slot = [-(-rows // rows_per_item) for rows in h.consumed]
+        n = h.num_workers
+        total += max(sum(per_slot[r * n : (r + 1) * n]) for r in range(h.world_size))
+    return total
 
 
 def _base_segments(

@@ -39,7 +39,7 @@ from fastdata.sources.base import (
     declares,
     varies,
 )
-from fastdata.sources.elastic import Handover, Segment, after, slot_segments
+from fastdata.sources.elastic import Handover, Segment, after, items_before, slot_segments
 from fastdata.sources.options import StreamOptions, checked_options
 from fastdata.sources.plan import Layout, Policy, Summary, plan_epoch
 from fastdata.sources.resume import Pending, check_state, resume_point
@@ -84,7 +84,9 @@ class PlannedStream(IterableDataset):
         # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._pending: Pending | None = None
-        self._handovers: tuple[Handover, ...] = ()  # layout changes of the current epoch
+        # Layout changes and their epoch: persistent workers' copies keep them, so they hold
+        # for that epoch only (set_epoch() changes the shared epoch, not the copies).
+        self._handovers: tuple[int, tuple[Handover, ...]] = (0, ())
         self._continues_from: int | None = None  # epoch of a loaded end-of-epoch state
         self._consumed = 0
         self._pools = ThreadPools()
@@ -141,7 +143,6 @@ class PlannedStream(IterableDataset):
         if epoch != self.epoch:
             self._consumed = 0
             self._pending = None  # a resumed position belongs to its own epoch only
-            self._handovers = ()
         self._epoch[0] = epoch
 
     @property
@@ -165,12 +166,14 @@ class PlannedStream(IterableDataset):
         return dataclasses.replace(summary, unit="rows" if self.batch_size is None else "batches")
 
     def __len__(self) -> int:
-        """Items (batches, or rows when ``batch_size=None``) this rank yields this epoch
-        (what is left of it after a layout change)."""
-        if not self._handovers:
+        """Items (batches, or rows when ``batch_size=None``) this rank yields this epoch;
+        after a layout change, those it took before (:func:`items_before`) and what is left,
+        as a trainer that restores its batch count expects (Lightning stops an epoch there)."""
+        handovers = self.handovers
+        if not handovers:
             rank, _ = self.rank_and_world_size()
             return self.summary().items_per_rank[rank]
-        return sum(self.reader_items(1))
+        return items_before(handovers, self._policy.batch_size) + sum(self.reader_items(1))
 
     def slot_rows(
         self,
@@ -215,7 +218,7 @@ class PlannedStream(IterableDataset):
             layout,
             self._policy,
             self.epoch if epoch is None else epoch,
-            self._handovers if handovers is None else handovers,
+            self._changes(epoch) if handovers is None else handovers,
         )
 
     # ----------------------------------------------------------------- resume
@@ -283,7 +286,12 @@ class PlannedStream(IterableDataset):
     @property
     def handovers(self) -> tuple[Handover, ...]:
         """The layout changes of the current epoch (after an elastic resume)."""
-        return self._handovers
+        return self._changes()
+
+    def _changes(self, epoch: int | None = None) -> tuple[Handover, ...]:
+        """The layout changes of ``epoch`` (the current one when None)."""
+        changed, handovers = self._handovers
+        return handovers if changed == (self.epoch if epoch is None else epoch) else ()
 
     def load_state_dict(
         self, state: dict[str, Any], *, num_workers: int = 1, end_continues: bool = True
@@ -307,11 +315,11 @@ class PlannedStream(IterableDataset):
         epoch, handovers, resume = resume_point(self, checked, num_workers, end_continues)
         if resume is None:  # saved at the end of the epoch: the next begins
             self._epoch[0] = epoch + 1
-            self._consumed, self._pending, self._handovers = 0, None, ()
+            self._consumed, self._pending, self._handovers = 0, None, (0, ())
             self._continues_from = epoch
             return
         self._epoch[0] = epoch
-        self._handovers = handovers
+        self._handovers = (epoch, handovers)
         b = self._policy.batch_size
         self._consumed = -(-resume.consumed[0] // b) if num_workers == 1 else 0
         if self._cursors is not None:
