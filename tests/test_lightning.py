@@ -49,9 +49,16 @@ class Recorder(LightningModule):
 
 
 class Rows(LightningDataModule):
-    def __init__(self, root: str, *, num_workers: int = 0, helper: bool = True) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        num_workers: int = 0,
+        helper: bool = True,
+        method: str = "multiprocessing",
+    ) -> None:
         super().__init__()
-        self.root, self.num_workers, self.helper = root, num_workers, helper
+        self.root, self.num_workers, self.helper, self.method = root, num_workers, helper, method
 
     def train_dataloader(self) -> fd.DataLoader:
         stream = fd.ParquetStream(
@@ -61,7 +68,11 @@ class Rows(LightningDataModule):
         if not self.helper:
             return fd.DataLoader(stream, batch_size=None, num_workers=self.num_workers)
         return fdl.DataLoader(
-            stream, batch_size=None, num_workers=self.num_workers, trainer=self.trainer
+            stream,
+            batch_size=None,
+            num_workers=self.num_workers,
+            worker_method=self.method,
+            trainer=self.trainer,
         )
 
 
@@ -106,6 +117,7 @@ def per_epoch(records: list[tuple[int, list[int]]]) -> dict[int, list[int]]:
 
 
 MID_EPOCH_0, MID_EPOCH_1, END_OF_EPOCH_0 = {"step": 2}, {"step": 9}, {"epoch": 0}
+LAST_STEP_0, LAST_STEP_1 = {"step": 6}, {"step": 12}  # after an epoch's last batch (6 per epoch)
 
 
 @pytest.mark.parametrize(
@@ -114,6 +126,10 @@ MID_EPOCH_0, MID_EPOCH_1, END_OF_EPOCH_0 = {"step": 2}, {"step": 9}, {"epoch": 0
         pytest.param(MID_EPOCH_0, 0, id="mid-epoch-0"),
         pytest.param(MID_EPOCH_1, 0, id="mid-epoch-1"),
         pytest.param(END_OF_EPOCH_0, 0, id="end-of-epoch-0"),
+        # A checkpoint every n steps that falls on an epoch's last step: the Trainer counts
+        # that epoch done and the first iterator serves the next (it was empty).
+        pytest.param(LAST_STEP_0, 0, id="last-step-of-epoch-0"),
+        pytest.param(LAST_STEP_1, 0, id="last-step-of-epoch-1"),
         # With 2 DataLoader worker processes: the state's per-worker counts and rotation.
         pytest.param(MID_EPOCH_1, 2, id="mid-epoch-1-workers", marks=pytest.mark.slow),
         pytest.param(END_OF_EPOCH_0, 2, id="end-of-epoch-0-workers", marks=pytest.mark.slow),
@@ -142,6 +158,27 @@ def test_resumed_fit_continues_exactly(
     for epoch_ids in ids.values():
         assert sorted(epoch_ids) == list(range(ROWS))  # every row once per epoch
     assert ids[0] != ids[1]  # a new order each epoch: the Trainer's epoch reached the stream
+
+
+@pytest.mark.parametrize("stop", [MID_EPOCH_0, LAST_STEP_0], ids=["mid-epoch", "last-step"])
+def test_a_fit_resumed_with_another_num_workers_reads_every_row_once_per_epoch(
+    data: str, tmp_path: Path, stop: dict[str, int]
+) -> None:
+    """An elastic resume under the Trainer: 2 thread workers save, 1 resumes. Lightning
+    restores its batch count and stops an epoch at len(); len() counted only the rest of the
+    resumed epoch, so every epoch of the fit lost batches."""
+    checkpoint, epochs = tmp_path / "stop.ckpt", 3
+    first, rest = Recorder(), Recorder()
+    trainer(callbacks=[SaveAt(checkpoint, **stop)], max_steps=stop["step"]).fit(
+        first, Rows(data, num_workers=2, method="thread")
+    )
+    trainer(max_epochs=epochs).fit(
+        rest, Rows(data, num_workers=1, method="thread"), ckpt_path=checkpoint
+    )
+    ids = per_epoch(first.seen + rest.seen)
+    assert sorted(ids) == list(range(epochs))
+    for epoch, epoch_ids in ids.items():
+        assert sorted(epoch_ids) == list(range(ROWS)), f"epoch {epoch}"
 
 
 def test_plain_loader_resumes_mid_epoch_through_lightning(data: str, tmp_path: Path) -> None:

@@ -36,6 +36,25 @@ __all__ = ["DataLoader"]
 STATE_VERSION = 1
 
 
+def _restarts_after_last_batch(fit_loop: Any) -> bool:
+    """Whether the Trainer restarts from a checkpoint taken after the last batch of an epoch
+    (``ModelCheckpoint(every_n_train_steps=...)`` at the epoch's last step), which it counts
+    done before the first batch: Lightning's own rule (``FitLoop.reset``), a restart within an
+    epoch at the end of a training batch that was the last, read from its progress counters
+    before ``reset`` applies it (the first iterator is made before)."""
+    epochs, batches = fit_loop.epoch_progress.total, fit_loop.epoch_loop.batch_progress
+    done = batches.total
+    within_epoch = epochs.started == epochs.ready and epochs.processed == epochs.started - 1
+    at_batch_end = done.started == done.ready == done.processed == done.completed + 1
+    return bool(
+        fit_loop.restarting
+        and within_epoch
+        and epochs.completed == epochs.processed
+        and at_batch_end
+        and batches.is_last_batch
+    )
+
+
 class DataLoader(_FastDataLoader):
     """:class:`fastdata.DataLoader` for a Lightning Trainer's training data.
 
@@ -69,11 +88,18 @@ class DataLoader(_FastDataLoader):
         self.trainer = trainer
 
     def __iter__(self) -> Any:
+        fit_loop = self.trainer.fit_loop
+        epoch = fit_loop.epoch_progress.current.processed
+        if _restarts_after_last_batch(fit_loop):
+            # The Trainer counts the saved epoch done and this iterator serves the next one:
+            # the loaded position, at the saved epoch's end, would make it empty.
+            epoch += 1
+            self._fd_plan = None
         stream = self.dataset
         if isinstance(stream, PlannedStream):
-            # Processed epochs = the epoch this iterator serves (also when resuming); a loaded
-            # state of the same epoch is kept, as set_epoch() keeps it.
-            stream.set_epoch(self.trainer.fit_loop.epoch_progress.current.processed)
+            # The epoch this iterator serves; a loaded state of the same epoch is kept, as
+            # set_epoch() keeps it (another epoch's is dropped).
+            stream.set_epoch(epoch)
             self._check_even(stream)
         return super().__iter__()
 
