@@ -243,6 +243,13 @@ def test_shards_written_to_s3_stream_back_once(
     again = write_shards(samples, f"{bucket}/out", filesystem=s3fs_pyarrow, format="tar",
                          target_shard_bytes="40kB", classes=classes)  # fmt: skip
     assert (again.written, again.skipped) == (0, len(result.paths))
+    fewer = write_shards(samples[:-1], f"{bucket}/out", filesystem=s3fs_pyarrow, format="tar",
+                         target_shard_bytes="40kB", classes=classes)  # fmt: skip
+    assert (fewer.skipped, fewer.removed) == (len(result.paths) - 1, 1)  # the last one changed
+    infos = s3fs_pyarrow.get_file_info(pafs.FileSelector(f"{bucket}/out"))
+    assert sorted(i.base_name for i in infos) == sorted(
+        ["_fastdata_shards.json", *(Path(p).name for p in fewer.paths)]
+    )
 
 
 # --------------------------------------------------------------------------- command line
