@@ -48,6 +48,7 @@ def _convert(args: argparse.Namespace) -> int:
         "row_group_bytes": check(parser, "check_bytes", "--row-group-size", args.row_group),
         "workers": check(parser, "check_int", "--workers", args.workers, minimum=0, none="all"),
         "on_error": args.on_error,
+        "overwrite": args.overwrite,
     }
     progress = _ConvertProgress(quiet=args.quiet)
     try:
@@ -73,6 +74,7 @@ def _convert(args: argparse.Namespace) -> int:
             f"{len(result.paths)} shards in {args.dst}: {result.written} written "
             f"({result.samples:,} samples, {result.bytes / 1e6:,.1f} MB), "
             f"{result.skipped} already there"
+            + (f" ({result.removed} of an earlier plan removed)" if result.removed else "")
             + (f"; {len(result.bad_images):,} images left out" if result.bad_images else "")
         )
     return 0
@@ -217,6 +219,13 @@ def _add_convert(commands: Any) -> None:
         default="raise",
         help="an image that does not decode (checked as the streams check it): stop there "
         "naming it, or leave it out and list it at the end",
+    )
+    convert.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete what DST holds of a conversion first (its _fastdata_shards.json, the "
+        "PREFIX-... files, the records of images left out) and write every shard anew; "
+        "without it, the shards of an earlier run whose images are unchanged are kept",
     )
     convert.add_argument(
         "--ray",

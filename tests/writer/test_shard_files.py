@@ -1,6 +1,6 @@
 """Writing one shard (fastdata.writer._shard_files): extra fields as members and columns, image
-suffixes, the plan of a sample, the destination's staging, claim and publish, and a shard
-whose images are checked as the streams check them."""
+suffixes, the plan of a sample, and a shard whose images are checked as the streams check them
+(and whose left-out images are recorded before it is published)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 
 import fastdata as fd
 from fastdata.errors import DecodeError
+from fastdata.writer._destination import LEFT_OUT, Destination
 from fastdata.writer._shard_files import (
-    MANIFEST,
     BadImage,
-    Destination,
     Item,
     ShardTask,
     column_value,
@@ -82,40 +81,6 @@ def test_the_plan_changes_with_anything_that_changes_the_shards() -> None:
     assert base.plan() == Item("k", b"image", 5, 1, "jpg", (("txt", "1"),)).plan()
 
 
-def test_opening_a_destination_removes_only_its_prefixes_temporary_files(tmp_path: Path) -> None:
-    root = tmp_path / "out" / "deep"
-    root.mkdir(parents=True)
-    stale = root / ".shard-000001.tar.tmp-99-deadbeef"
-    other = root / ".other-000001.tar.tmp-99-deadbeef"
-    done = root / "shard-000000.tar"
-    for path in (stale, other, done):
-        path.write_bytes(b"x")
-    dest = Destination.open(root, None, "shard")
-    assert (dest.root, dest.staging) == (str(root), str(root))
-    assert not stale.exists() and other.exists() and done.exists()
-    assert dest.finished(["shard-000000.tar", "shard-000001.tar"]) == {"shard-000000.tar"}
-    assert Destination.open(tmp_path / "new", None, "shard").finished(["a"]) == set()
-
-
-def test_a_staged_file_is_published_whole_under_its_name(tmp_path: Path) -> None:
-    dest = Destination.open(tmp_path, pafs.LocalFileSystem(), "shard")
-    staged = dest.staged("shard-000000.tar")
-    assert Path(staged).name.startswith(".shard-000000.tar.tmp-")
-    Path(staged).write_bytes(b"contents")
-    dest.publish(staged, "shard-000000.tar")
-    assert (tmp_path / "shard-000000.tar").read_bytes() == b"contents"
-    assert not Path(staged).exists()
-
-
-def test_a_claim_records_the_plan_and_refuses_another(tmp_path: Path) -> None:
-    dest = Destination.open(tmp_path, None, "shard")
-    dest.claim(json.dumps({"plan": "abc", "shards": []}))
-    assert json.loads((tmp_path / MANIFEST).read_text())["plan"] == "abc"
-    dest.claim(json.dumps({"plan": "abc", "shards": ["more"]}))  # the same plan: resumed
-    with pytest.raises(ValueError, match="holds the shards of another conversion"):
-        dest.claim(json.dumps({"plan": "xyz"}))
-
-
 def images(n: int) -> list[bytes]:
     return [data for data, _ in fd.synthetic.make_image_bytes(n, fmt="png", **SMALL)]
 
@@ -168,7 +133,7 @@ def test_a_parquet_shard_has_its_row_groups_and_extra_columns(tmp_path: Path) ->
 
 @pytest.mark.parametrize("format", ["tar", "parquet"])
 def test_images_the_decode_check_refuses_are_skipped_and_listed_or_raised(
-    tmp_path: Path, format: str
+    tmp_path: Path, format: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     good = images(3)
     broken = good[1][: len(good[1]) // 2]  # a truncated PNG
@@ -176,13 +141,25 @@ def test_images_the_decode_check_refuses_are_skipped_and_listed_or_raised(
         Item(f"s{i}", image, len(image), 0, "png")
         for i, image in enumerate([good[0], broken, good[2]])
     ]
-    samples, _, bad = write_shard(task(tmp_path, items, format, on_error="skip"))
+    published: list[str] = []
+    publish = Destination.publish
+    monkeypatch.setattr(Destination, "publish",
+                        lambda self, staged, name: [published.append(name),
+                                                    publish(self, staged, name)])  # fmt: skip
+    samples, _, bad = write_shard(task(tmp_path, items, format, on_error="skip", digest="d1"))
     assert samples == 2 and [(b.key, b.image) for b in bad] == [("s1", "sample 's1'")]
     assert str(bad[0]).startswith("sample 's1': ")
+    # what the shard left out is published first: a finished shard always has its record
+    record = f"_shard-000000.{format}{LEFT_OUT}"
+    assert published == [record, f"shard-000000.{format}"]
+    assert json.loads((tmp_path / record).read_text()) == {
+        "shard": f"shard-000000.{format}", "digest": "d1", "left_out": [list(bad[0])]
+    }  # fmt: skip
     with pytest.raises(DecodeError, match="on_error='skip'") as info:
         write_shard(task(tmp_path / "raise", items, format))
     assert "sample 's1'" in str(info.value)
     assert not list((tmp_path / "raise").glob("*.tmp-*"))  # nothing half-written stays
+    assert not list((tmp_path / "raise").iterdir())
 
 
 def test_an_image_file_that_changed_since_the_plan_is_refused(tmp_path: Path) -> None:

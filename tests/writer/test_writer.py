@@ -243,6 +243,13 @@ def test_shards_written_to_s3_stream_back_once(
     again = write_shards(samples, f"{bucket}/out", filesystem=s3fs_pyarrow, format="tar",
                          target_shard_bytes="40kB", classes=classes)  # fmt: skip
     assert (again.written, again.skipped) == (0, len(result.paths))
+    fewer = write_shards(samples[:-1], f"{bucket}/out", filesystem=s3fs_pyarrow, format="tar",
+                         target_shard_bytes="40kB", classes=classes)  # fmt: skip
+    assert (fewer.skipped, fewer.removed) == (len(result.paths) - 1, 1)  # the last one changed
+    infos = s3fs_pyarrow.get_file_info(pafs.FileSelector(f"{bucket}/out"))
+    assert sorted(i.base_name for i in infos) == sorted(
+        ["_fastdata_shards.json", *(Path(p).name for p in fewer.paths)]
+    )
 
 
 # --------------------------------------------------------------------------- command line
@@ -274,3 +281,31 @@ def test_convert_errors_exit_with_a_line_not_a_traceback(
     assert bad.value.code == 2 and "--shard-size='big'" in capsys.readouterr().err
     assert main(["convert", str(tmp_path / "missing"), str(tmp_path / "o")]) == 1
     assert "fastdata convert: error: no such directory" in capsys.readouterr().err
+
+
+def test_convert_reruns_report_kept_removed_and_left_out_images(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fd.synthetic.make_images(tmp_path / "train", 20, classes=2, **SMALL)
+    page = tmp_path / "train" / "class_00" / "aa_page.jpg"
+    page.write_text("<html>404</html>")
+    out = tmp_path / "out"
+    convert = ["convert", str(tmp_path / "train"), str(out), "--format", "tar",
+               "--shard-size", "8kB", "--workers", "0", "--on-error", "skip"]  # fmt: skip
+    assert main(convert) == 0
+    shards = len(list(out.glob("shard-*.tar")))
+    capsys.readouterr()
+    assert main(convert) == 0  # all finished: the image left out is still named
+    err = capsys.readouterr().err
+    assert f"left out {page}: not an image" in err
+    assert f"0 written (0 samples, 0.0 MB), {shards} already there; 1 images left out" in err
+    last = sorted((tmp_path / "train" / "class_01").glob("*.jpg"))[-1]
+    last.write_bytes(last.read_bytes() + b"\0" * 10)  # changed: its shard is written again
+    assert main(convert) == 0
+    assert f"{shards - 1} already there (1 of an earlier plan removed)" in capsys.readouterr().err
+    fd.synthetic.make_images(tmp_path / "other", 10, classes=2, seed=3, **SMALL)
+    convert[1] = str(tmp_path / "other")
+    assert main(convert) == 1
+    assert "another conversion" in capsys.readouterr().err
+    assert main([*convert, "--overwrite"]) == 0
+    assert sum(1 for _ in fd.ImageStream.from_tar(out, label_suffixes=("cls",))) == 10

@@ -9,14 +9,20 @@ always give the same shards, byte for byte (with the same fastdata and pyarrow v
 whoever writes them: this process's workers or a Ray cluster. Each shard is written whole
 to a temporary file and then renamed into place (on object stores, uploaded: an object
 appears only once complete), so a shard that exists is finished; running the conversion
-again skips the finished shards, after removing the temporary files a killed run left.
+again skips the finished shards, after removing the temporary files a killed run left. The
+manifest, ``_fastdata_shards.json``, records each shard's digest: a rerun whose samples
+changed (a bad image removed) keeps the finished shards whose digest is unchanged and
+deletes the rest; a destination holding another conversion's shards, or files named like the
+shards that no manifest lists, is refused unless ``overwrite=True``.
 
 Every image is checked while its shard is written, with the decode check the streams use
 (:func:`fastdata.decode.verify_image`: a file that is no image, a truncated or corrupt JPEG,
 an image over ``max_pixels``): ``on_error="raise"`` stops at the first, naming it;
 ``"skip"`` leaves it out of its shard and lists it in :attr:`WriteResult.bad_images`, so a
 bad file shows up when the dataset is made, not mid-training. The plan does not change: a
-shard simply holds fewer samples (the manifest records the planned counts).
+shard simply holds fewer samples (the manifest records the planned counts), and a record
+beside it (``_{shard}.left-out.json``, published first; streams skip ``_`` names) keeps
+what it left out for a rerun's :attr:`WriteResult.bad_images`.
 
 ``fastdata convert SRC DST`` is the command line for the common case (an ImageFolder or a
 file list); see the "Preparing a dataset" guide.

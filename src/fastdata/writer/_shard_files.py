@@ -5,13 +5,10 @@ worker process or Ray task runs; everything here pickles."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
 import tarfile
-import tempfile
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,13 +22,12 @@ import pyarrow.parquet as pq
 
 from fastdata.decode import DEFAULT_MAX_PIXELS, verify_image
 from fastdata.errors import DecodeError, SourceError
-from fastdata.sources.filesystem import CHUNK, as_filesystem, digest, unlink
+from fastdata.sources.filesystem import unlink
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
+from fastdata.writer._destination import BadImage, Destination
 
 __all__ = [
-    "MANIFEST",
     "BadImage",
-    "Destination",
     "Item",
     "ShardTask",
     "column_value",
@@ -39,10 +35,6 @@ __all__ = [
     "member",
     "write_shard",
 ]
-
-MANIFEST = "_fastdata_shards.json"
-"""The conversion's record in the destination: its plan (checked when resuming), classes,
-and every shard's name and sample count. Its leading ``_`` keeps streams from reading it."""
 
 _READ_THREADS = 8  # images read at once while writing a shard (hides a remote's latency)
 _READ_BATCH = 64  # images read ahead of the writer (bounds the memory of a shard)
@@ -119,113 +111,6 @@ def image_suffix(image: str | bytes, key: str) -> str:
 
 
 @dataclass(frozen=True)
-class Destination:
-    """Where the shards go: ``root`` on ``fs``; shards are written in ``staging`` (a local
-    folder: ``root`` itself when it is local) under hidden temporary names first."""
-
-    fs: pafs.FileSystem
-    root: str
-    staging: str
-    prefix: str
-
-    @classmethod
-    def open(cls, dest: Any, filesystem: Any, prefix: str) -> Destination:
-        """The destination ``dest`` names, created if missing, with the temporary files a
-        killed conversion left removed (one conversion per destination at a time)."""
-        fs, path = as_filesystem(filesystem), os.fspath(dest)
-        if fs is None:
-            if "://" in path:
-                fs, path = pafs.FileSystem.from_uri(path)
-            else:
-                fs, path = pafs.LocalFileSystem(), os.path.abspath(path)
-        elif "://" in path:
-            path = path.split("://", 1)[1]
-        path = path.rstrip("/")
-        fs.create_dir(path, recursive=True)
-        local = isinstance(fs, pafs.LocalFileSystem)
-        staging = path if local else os.path.join(
-            tempfile.gettempdir(), f"fastdata-shards-{digest([fs.type_name, path])}"
-        )  # fmt: skip
-        os.makedirs(staging, exist_ok=True)
-        for name in os.listdir(staging):
-            if name.startswith(f".{prefix}-") and ".tmp-" in name:
-                unlink(os.path.join(staging, name))
-        return cls(fs, path, staging, prefix)
-
-    def final(self, name: str) -> str:
-        return f"{self.root}/{name}"
-
-    def done(self) -> None:
-        """The conversion finished: a local staging folder of a remote destination goes
-        (its temporary files were each moved to the destination)."""
-        if self.staging != self.root:
-            with contextlib.suppress(OSError):  # not empty: another conversion is writing
-                os.rmdir(self.staging)
-
-    def staged(self, name: str) -> str:
-        return os.path.join(self.staging, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-
-    def finished(self, names: list[str]) -> set[str]:
-        """Those of ``names`` that exist in the destination (finished: published whole)."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
-        return {info.base_name for info in infos if info.type == pafs.FileType.File} & set(names)
-
-    def claim(self, manifest: str) -> None:
-        """Record the conversion's plan, or check that the destination holds this one.
-
-        Raises:
-            ValueError: the destination holds the shards of another plan.
-        """
-        path = self.final(MANIFEST)
-        if self.fs.get_file_info(path).type == pafs.FileType.File:
-            with self.fs.open_input_stream(path) as f:
-                found = json.loads(f.read())
-            if found.get("plan") != json.loads(manifest)["plan"]:
-                raise ValueError(
-                    f"{self.root} holds the shards of another conversion (its {MANIFEST} "
-                    "records other samples or options): write to a new folder, or empty it"
-                )
-            return
-        staged = self.staged(MANIFEST)
-        try:
-            with open(staged, "w", encoding="utf-8") as f:
-                f.write(manifest)
-            self.publish(staged, MANIFEST)
-        finally:  # interrupted: Destination.open removes only the shards' temporary files
-            unlink(staged)
-
-    def publish(self, staged: str, name: str) -> None:
-        """Move a finished file into place: a rename, or an upload whose object is deleted
-        again if the upload fails (an interrupted process never completes one)."""
-        final = self.final(name)
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            os.replace(staged, final)
-            return
-        try:
-            with open(staged, "rb") as source, self.fs.open_output_stream(final) as out:
-                while chunk := source.read(CHUNK):
-                    out.write(chunk)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.fs.delete_file(final)
-            raise
-        finally:
-            unlink(staged)
-
-
-class BadImage(NamedTuple):
-    """A sample left out by ``on_error="skip"``: its key, its image (path, or ``sample
-    'key'`` for bytes) and why the decode check refused it."""
-
-    key: str
-    image: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.image}: {self.reason}"
-
-
-@dataclass(frozen=True)
 class ShardTask:
     """One shard to write: its name, samples and (Parquet) row groups, and what to do with
     an image the decode check refuses."""
@@ -239,10 +124,12 @@ class ShardTask:
     extra_fields: tuple[pa.Field, ...] = ()  # Parquet: the extras' columns, of every shard
     on_error: str = "raise"
     max_pixels: int | None = DEFAULT_MAX_PIXELS
+    digest: str = ""  # of the shard's plan, as the manifest records it
 
 
 def write_shard(task: ShardTask) -> tuple[int, int, list[BadImage]]:
-    """Write and publish one shard; returns its ``(samples, bytes, images left out)``."""
+    """Write and publish one shard, after the record of the images it left out (if any);
+    returns its ``(samples, bytes, images left out)``."""
     staged = task.destination.staged(task.name)
     bad: list[BadImage] = []
     try:
@@ -252,6 +139,8 @@ def write_shard(task: ShardTask) -> tuple[int, int, list[BadImage]]:
         else:
             _write_parquet(staged, task, bad)
         size = os.path.getsize(staged)
+        if bad:  # first: a shard that exists always has its record
+            task.destination.record(task.name, task.digest, bad)
         task.destination.publish(staged, task.name)
     finally:
         unlink(staged)

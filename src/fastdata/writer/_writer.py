@@ -4,7 +4,6 @@ layout and guarantees).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -16,11 +15,10 @@ from fastdata._validate import check_bytes, check_choice, check_int
 from fastdata.decode import DEFAULT_MAX_PIXELS
 from fastdata.sources.filesystem import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
+from fastdata.writer._destination import BadImage, Destination
 from fastdata.writer._pool import write_in_pool
 from fastdata.writer._samples import Sample
 from fastdata.writer._shard_files import (
-    BadImage,
-    Destination,
     Item,
     ShardTask,
     column_value,
@@ -54,8 +52,10 @@ class WriteProgress(NamedTuple):
 
 class WriteResult(NamedTuple):
     """What :func:`write_shards` did: every shard's path (in order), how many it wrote
-    now, how many were already finished, the samples and bytes written now, and the images
-    left out of the shards written now (``on_error="skip"``), in order."""
+    now, how many were already finished (kept), the samples and bytes written now, the
+    images left out of the shards (``on_error="skip"``), in order, those of the finished
+    shards too (each shard's record, ``_{shard}.left-out.json``, tells them), and how many
+    shards of an earlier plan it deleted because their samples or options changed."""
 
     paths: list[str]
     written: int
@@ -63,6 +63,7 @@ class WriteResult(NamedTuple):
     samples: int
     bytes: int
     bad_images: tuple[BadImage, ...] = ()
+    removed: int = 0
 
 
 def split_by_bytes(sizes: Sequence[int], target: int) -> list[range]:
@@ -97,6 +98,7 @@ def write_shards(
     on_progress: Callable[[WriteProgress], None] | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    overwrite: bool = False,
 ) -> WriteResult:
     """Write ``samples`` into shards ``{dest}/{prefix}-000000.parquet`` (or ``.tar``), in
     order, each about ``target_shard_bytes``; resumable and deterministic (see the module
@@ -129,11 +131,18 @@ def write_shards(
             ``"skip"`` it and list it in :attr:`WriteResult.bad_images`.
         max_pixels: images over this many pixels are refused, as the streams refuse them
             by default (:data:`fastdata.decode.DEFAULT_MAX_PIXELS`); None for no limit.
+        overwrite: delete the destination's manifest, its ``{prefix}-...`` files and the
+            left-out records first, and write every shard anew. Without it, an earlier
+            conversion's shards whose samples and options are unchanged are kept (its
+            other shards are deleted and :attr:`WriteResult.removed` counts them), and a
+            destination holding only other shards is refused.
 
     Raises:
         SourceError: an image file is missing or unreadable (named in the message).
         DecodeError: with ``on_error="raise"``, an image that does not decode (named).
-        ValueError: bad options, or ``dest`` holds the shards of another conversion.
+        ValueError: bad options, or ``dest`` holds the shards of another conversion, or
+            files named like the shards that its manifest does not list (a
+            WebDataset ``ShardWriter``'s, say): pass ``overwrite=True`` to delete them.
     """
     format = check_choice("format", format, ("parquet", "tar"))
     backend = check_choice("backend", backend, ("local", "ray"))
@@ -149,28 +158,38 @@ def write_shards(
     ranges = split_by_bytes(estimates, shard_bytes)
     width = max(6, len(str(len(ranges) - 1)))
     names = [f"{prefix}-{i:0{width}d}{_SUFFIX[format]}" for i in range(len(ranges))]
+    groups = [split_by_bytes(estimates[r.start : r.stop], group_bytes) for r in ranges]
+    plans = [item.plan() for item in items]
+    plan = digest([format, shard_bytes, group_bytes, names, plans])
+    digests = [
+        _shard_digest(format, name, rows, row_groups, extra_fields, plans)
+        for name, rows, row_groups in zip(names, ranges, groups, strict=True)
+    ]
+    shards = [
+        {"name": name, "samples": len(rows), "digest": shard_digest}
+        for name, rows, shard_digest in zip(names, ranges, digests, strict=True)
+    ]
     destination = Destination.open(dest, filesystem, prefix)
-    plan = digest([format, shard_bytes, group_bytes, names, [item.plan() for item in items]])
-    shards = [{"name": n, "samples": len(r)} for n, r in zip(names, ranges, strict=True)]
     manifest = {"format": format, "plan": plan, "samples": len(items), "classes": classes}
-    destination.claim(json.dumps({**manifest, "shards": shards}, indent=1))
-    done = destination.finished(names)
+    claim = destination.claim({**manifest, "shards": shards}, overwrite=overwrite)
+    done = claim.finished
     tasks = [
         ShardTask(
             name=name,
             items=[items[i] for i in rows],
             format=format,
-            row_groups=split_by_bytes(estimates[rows.start : rows.stop], group_bytes),
+            row_groups=row_groups,
             source=source_fs,
             destination=destination,
             extra_fields=extra_fields,
             on_error=on_error,
             max_pixels=max_pixels,
+            digest=shard_digest,
         )
-        for name, rows in zip(names, ranges, strict=True)
+        for name, rows, row_groups, shard_digest in zip(names, ranges, groups, digests, strict=True)
         if name not in done
     ]
-    progress = _Progress(on_progress, len(names), len(done))
+    progress = _Progress(on_progress, len(names), len(done), claim.bad)
     if backend == "ray":
         from fastdata.writer._ray import write_with_ray
 
@@ -183,17 +202,42 @@ def write_shards(
     destination.done()
     paths = [destination.final(name) for name in names]
     bad = tuple(image for name in names for image in progress.bad.get(name, []))
-    return WriteResult(paths, len(tasks), len(done), progress.samples, progress.bytes, bad)
+    return WriteResult(
+        paths, len(tasks), len(done), progress.samples, progress.bytes, bad, claim.removed
+    )
+
+
+def _shard_digest(
+    format: Format,
+    name: str,
+    rows: range,
+    row_groups: list[range],
+    extra_fields: tuple[pa.Field, ...],
+    plans: list[list[Any]],
+) -> str:
+    """The digest of what decides a shard's bytes (the manifest records it, so that a
+    conversion whose plan changed keeps the shards it would write the same): its name,
+    format, samples, and for Parquet its row groups and the extras' column types."""
+    parquet = format == "parquet"
+    layout = [[g.start, g.stop] for g in row_groups] if parquet else []
+    types = [str(field.type) for field in extra_fields]
+    return digest([format, name, layout, types, plans[rows.start : rows.stop]])
 
 
 class _Progress:
-    """Counts finished shards (and the images they left out) and reports them to
-    ``on_progress``."""
+    """Counts finished shards (and the images they left out, the finished shards' too)
+    and reports them to ``on_progress``."""
 
-    def __init__(self, callback: Callable[[WriteProgress], None] | None, total: int, done: int):
+    def __init__(
+        self,
+        callback: Callable[[WriteProgress], None] | None,
+        total: int,
+        done: int,
+        bad: dict[str, list[BadImage]],
+    ):
         self.callback, self.total, self.done = callback, total, done
         self.samples = self.bytes = 0
-        self.bad: dict[str, list[BadImage]] = {}  # by shard name, which orders them
+        self.bad = dict(bad)  # by shard name, which orders them
 
     def __call__(self, name: str, result: tuple[int, int, list[BadImage]]) -> None:
         self.done += 1
