@@ -224,3 +224,25 @@ def test_a_bad_image_removed_after_the_error_lets_the_rerun_keep_the_shards(
     shutil.rmtree(tmp_path / "clean")
     write_shards(samples, tmp_path / "clean", classes=classes, **options)
     assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "clean")
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_a_folder_of_an_unfinished_conversion_is_refused_by_the_streams(
+    format: str, tmp_path: Path
+) -> None:
+    """A conversion that failed or was stopped part-way left some shards and its manifest:
+    a stream reading the folder whole took the shards there for the dataset (31 of 44
+    samples in the review's case). A glob or a list of the files still reads what is there."""
+    fd.synthetic.make_images(tmp_path / "train", 20, classes=2, **SMALL)
+    samples, _ = folder_samples(tmp_path / "train")
+    result = write_shards(samples, tmp_path / "out", format=format, target_shard_bytes="8kB")
+    opened = getattr(fd.ImageStream, f"from_{format}")
+    options: dict[str, Any] = {"size": 16, "crop": "center", "batch_size": None}
+    assert sum(1 for _ in opened(tmp_path / "out", **options)) == 20  # finished: read whole
+    Path(result.paths[0]).unlink()  # as a conversion stopped before its first shard was done
+    with pytest.raises(
+        fd.SourceError, match=rf"unfinished conversion.*{Path(result.paths[0]).name}"
+    ):
+        opened(tmp_path / "out", **options)
+    left = sum(1 for _ in opened(str(tmp_path / "out" / f"*.{format}"), **options))
+    assert 0 < left < 20

@@ -9,6 +9,7 @@ filesystem passed as ``filesystem``, or a ``pyarrow.dataset.FileSystemDataset``.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
@@ -19,7 +20,7 @@ import pyarrow.fs as pafs
 
 from fastdata._validate import check_int
 from fastdata.errors import SourceError
-from fastdata.sources.filesystem import as_filesystem, digest
+from fastdata.sources.filesystem import MANIFEST, as_filesystem, digest
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -126,8 +127,37 @@ def _expand(
                 f"directory holds no {_kinds(suffixes)} files: check the path or the suffixes",
                 path=item,
             )
+        _check_finished(fs, path, found, item)
         return fs, found
     raise SourceError("no such file or directory", path=item)
+
+
+def _check_finished(
+    fs: pafs.FileSystem, directory: str, found: list[tuple[str, int]], item: str
+) -> None:
+    """Refuse a folder whose shard writer's :data:`MANIFEST` lists shards that are not there:
+    a conversion that failed or was stopped part-way, which would otherwise be read as the
+    whole dataset. A manifest that does not read as one is left to the files."""
+    record = f"{directory.rstrip('/')}/{MANIFEST}"
+    if fs.get_file_info(record).type != pafs.FileType.File:
+        return
+    try:
+        with fs.open_input_stream(record) as f:
+            planned = [str(shard["name"]) for shard in json.loads(f.read())["shards"]]
+    except (OSError, pa.ArrowException, ValueError, KeyError, TypeError):
+        return
+    top = PurePath(directory)
+    present = {PurePath(p).name for p, _ in found if PurePath(p).parent == top}
+    missing = [name for name in planned if name not in present]
+    if missing:
+        raise SourceError(
+            f"the folder holds an unfinished conversion: its {MANIFEST} lists {len(planned)} "
+            f"shards and {len(missing)} are missing ({', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}); run the same fastdata convert (or "
+            "write_shards) again to finish it, or name the files to read (a glob or a list) "
+            "to read only those there",
+            path=item,
+        )
 
 
 def _has_glob(path: str) -> bool:

@@ -1,6 +1,7 @@
 """What the sources and the dataset writer share about files: a user's ``filesystem=`` as a
 pyarrow filesystem, the size of the pieces a file is copied in, deleting a file that may be
-gone already, and the short content hash that states and written datasets record."""
+gone already, the short content hash that states and written datasets record, and the name
+of the shard writer's record of a conversion."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-__all__ = ["CHUNK", "as_filesystem", "digest", "unlink"]
+__all__ = ["CHUNK", "MANIFEST", "as_filesystem", "digest", "unlink"]
 
 CHUNK = 8 << 20  # bytes per read while copying or checksumming
+
+MANIFEST = "_fastdata_shards.json"
+"""The record fastdata's shard writer (:mod:`fastdata.writer`) keeps in its destination: the
+conversion's plan and every shard's name, sample count and digest, written before the first
+shard. Its leading ``_`` keeps streams from reading it; a folder read whole is checked
+against it, and refused while shards it lists are missing."""
 
 
 def as_filesystem(filesystem: Any) -> pafs.FileSystem | None:

@@ -23,14 +23,10 @@ from typing import Any, NamedTuple, NoReturn
 
 import pyarrow.fs as pafs
 
-from fastdata.sources.filesystem import CHUNK, as_filesystem, digest, unlink
+from fastdata.sources.filesystem import CHUNK, MANIFEST, as_filesystem, digest, unlink
 
 __all__ = ["LEFT_OUT", "MANIFEST", "BadImage", "Claim", "Destination"]
 
-MANIFEST = "_fastdata_shards.json"
-"""The conversion's record in the destination: its plan (checked when resuming), classes,
-and every shard's name, sample count and digest. Its leading ``_`` keeps streams from
-reading it (they skip names starting with ``_`` or ``.``, as ``pyarrow.dataset`` does)."""
 
 LEFT_OUT = ".left-out.json"
 """The suffix of ``_{shard}.left-out.json``, the images a shard left out (``on_error="skip"``)."""
