@@ -41,8 +41,12 @@ def _restarts_after_last_batch(fit_loop: Any) -> bool:
     (``ModelCheckpoint(every_n_train_steps=...)`` at the epoch's last step), which it counts
     done before the first batch: Lightning's own rule (``FitLoop.reset``), a restart within an
     epoch at the end of a training batch that was the last, read from its progress counters
-    before ``reset`` applies it (the first iterator is made before)."""
-    epochs, batches = fit_loop.epoch_progress.total, fit_loop.epoch_loop.batch_progress
+    before ``reset`` applies it (the first iterator is made before). False where the loop
+    lacks those counters (a Lightning without them, a stand-in)."""
+    try:
+        epochs, batches = fit_loop.epoch_progress.total, fit_loop.epoch_loop.batch_progress
+    except AttributeError:
+        return False
     done = batches.total
     within_epoch = epochs.started == epochs.ready and epochs.processed == epochs.started - 1
     at_batch_end = done.started == done.ready == done.processed == done.completed + 1
