@@ -215,8 +215,9 @@ def _add_convert(commands: Any) -> None:
         "--on-error",
         choices=("raise", "skip"),
         default="raise",
-        help="an image that does not decode (checked as the streams check it): stop there "
-        "naming it, or leave it out and list it at the end",
+        help="an image that does not decode (checked as the streams check it), or a file "
+        "that is missing, unreadable or without an image's extension: stop there naming it, "
+        "or leave it out and list it at the end",
     )
     convert.add_argument(
         "--ray",

@@ -9,7 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Sample", "folder_samples", "list_samples"]
+__all__ = ["SKIP_HINT", "Sample", "folder_samples", "image_suffix", "list_samples", "suffix_of"]
+
+SKIP_HINT = (
+    "or pass on_error='skip' (fastdata convert --on-error skip) to leave such samples out, "
+    "listed in the result"
+)
+"""The end of the message of a sample that stops a conversion under ``on_error="raise"``."""
+
+_FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "tiff": "tiff"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,41 @@ def folder_samples(
         for path, label, size in zip(reader.paths, reader.labels, reader.sizes, strict=True)
     ]
     return samples, list(stream.classes or [])
+
+
+def suffix_of(image: str | bytes) -> tuple[str, str]:
+    """``(suffix, "")``: an image's tar member suffix, one ``ImageStream.from_tar`` reads
+    (its file's extension, or its bytes' format); or ``("", reason)`` where it is none."""
+    from fastdata.sources.readers.tar import IMAGE_SUFFIXES
+
+    if isinstance(image, str):
+        suffix = os.path.splitext(image)[1].lower().lstrip(".")
+        if suffix in IMAGE_SUFFIXES:
+            return suffix, ""
+        kinds = ", ".join(IMAGE_SUFFIXES)
+        return "", f"the extension {suffix!r} is not an image's ({kinds})"
+    from fastdata.decode import image_header
+
+    header = image_header(image)
+    found = _FORMATS.get(header.format) if header is not None else None
+    if found is None:
+        what = header.format if header else f"no known header: {image[:16]!r}"
+        return "", f"the bytes are not a {', '.join(_FORMATS)} image (found {what})"
+    return found, ""
+
+
+def image_suffix(image: str | bytes, key: str) -> str:
+    """The tar member suffix of an image (:func:`suffix_of`).
+
+    Raises:
+        ValueError: not an image suffix or format ``ImageStream.from_tar`` reads.
+    """
+    suffix, reason = suffix_of(image)
+    if not reason:
+        return suffix
+    if isinstance(image, str):
+        raise ValueError(f"{image}: {reason}: rename the file, or pass its bytes; {SKIP_HINT}")
+    raise ValueError(f"sample {key!r}: {reason}; {SKIP_HINT}")
 
 
 def list_samples(list_file: str | os.PathLike[str], /) -> list[Sample]:

@@ -14,17 +14,17 @@ import pyarrow.fs as pafs
 
 from fastdata._validate import check_bytes, check_choice, check_int
 from fastdata.decode import DEFAULT_MAX_PIXELS
+from fastdata.errors import SourceError
 from fastdata.sources.filesystem import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 from fastdata.writer._pool import write_in_pool
-from fastdata.writer._samples import Sample
+from fastdata.writer._samples import SKIP_HINT, Sample, image_suffix, suffix_of
 from fastdata.writer._shard_files import (
     BadImage,
     Destination,
     Item,
     ShardTask,
     column_value,
-    image_suffix,
     member,
     write_shard,
 )
@@ -124,16 +124,22 @@ def write_shards(
             the cluster ``ray.init`` connected to (``pip install "fastdata[ray]"``); the
             paths of the samples and of ``dest`` must be reachable from every node.
         on_progress: called with a :class:`WriteProgress` after each shard.
-        on_error: what to do with an image the decode check refuses (see the module
-            docstring): ``"raise"`` a :class:`~fastdata.DecodeError` naming it, or
-            ``"skip"`` it and list it in :attr:`WriteResult.bad_images`.
+        on_error: what to do with a sample that is no image to write (see the module
+            docstring): ``"raise"`` an error naming it, or ``"skip"`` it and list it in
+            :attr:`WriteResult.bad_images`: an image the decode check refuses, a file that
+            is missing or unreadable (a dangling link), a path without an image's extension,
+            bytes of no image format (an HTML error page). The other samples keep their
+            keys (by default their index among ``samples``) and their place in the plan.
         max_pixels: images over this many pixels are refused, as the streams refuse them
             by default (:data:`fastdata.decode.DEFAULT_MAX_PIXELS`); None for no limit.
 
     Raises:
-        SourceError: an image file is missing or unreadable (named in the message).
+        SourceError: with ``on_error="raise"``, an image file is missing or unreadable
+            (named in the message).
         DecodeError: with ``on_error="raise"``, an image that does not decode (named).
-        ValueError: bad options, or ``dest`` holds the shards of another conversion.
+        ValueError: bad options or samples (with ``on_error="raise"``, a path without an
+            image's extension, bytes of no image format), or ``dest`` holds the shards of
+            another conversion.
     """
     format = check_choice("format", format, ("parquet", "tar"))
     backend = check_choice("backend", backend, ("local", "ray"))
@@ -143,7 +149,7 @@ def write_shards(
     on_error = check_choice("on_error", on_error, ("raise", "skip"))
     max_pixels = check_int("max_pixels", max_pixels, minimum=1, none="None for no limit")
     source_fs = as_filesystem(source_filesystem) or pafs.LocalFileSystem()
-    items = _items(list(samples), source_fs, format)
+    items = _items(list(samples), source_fs, format, on_error)
     extra_fields = _extra_fields(items) if format == "parquet" else ()
     estimates = [_estimate(item, format) for item in items]
     ranges = split_by_bytes(estimates, shard_bytes)
@@ -206,9 +212,11 @@ class _Progress:
 
 
 def _items(
-    samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem, format: Format
+    samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem, format: Format, on_error: str
 ) -> list[Item]:
-    """The samples checked, with their sizes (stat'ed where unknown), keys and suffixes."""
+    """The samples checked, with their sizes (stat'ed where unknown), keys and suffixes;
+    under ``on_error="skip"`` a sample that is no image to write is an :class:`Item` whose
+    ``bad`` says why (its shard lists it), in its place and with its key."""
     if not samples:
         raise ValueError("samples is empty: nothing to write")
     parsed = [s if isinstance(s, Sample) else Sample(**s) for s in samples]
@@ -223,7 +231,8 @@ def _items(
         if isinstance(s.image, str | os.PathLike)
     }
     unknown = [paths[i] for i in paths if parsed[i].size is None]
-    sizes = dict(_sizes(unknown, fs)) if unknown else {}
+    sizes = dict(_sizes(unknown, fs)) if unknown else {}  # None: no such file
+    skip = on_error == "skip"
     width = max(9, len(str(len(parsed) - 1)))
     items, keys = [], set()
     for i, s in enumerate(parsed):
@@ -244,13 +253,21 @@ def _items(
         fields = tuple((name, _plain(f"sample {i}: extras[{name!r}]", extras[name], format))
                        for name in names)  # fmt: skip
         if isinstance(s.image, bytes | bytearray | memoryview):
-            image = bytes(s.image)
-            items.append(Item(key, image, len(image), label, image_suffix(image, key), fields))
+            image: str | bytes = bytes(s.image)
+            size: int | None = len(image)
         elif i in paths:
-            size, suffix = int(sizes.get(paths[i], s.size) or 0), image_suffix(paths[i], key)
-            items.append(Item(key, paths[i], size, label, suffix, fields))
+            image = paths[i]
+            size = sizes.get(image, 0) if s.size is None else s.size
+            if size is None and not skip:
+                raise SourceError(f"no such image file; {SKIP_HINT}", path=image)
         else:
             raise TypeError(f"sample {i}: image={s.image!r}: expected a path or bytes")
+        if size is None:
+            suffix, bad = "", "no such image file"
+        else:
+            suffix, bad = suffix_of(image) if skip else (image_suffix(image, key), "")
+        items.append(Item(key, image, 0 if bad or size is None else size, label, suffix,
+                          fields, bad))  # fmt: skip
     return items
 
 
@@ -305,18 +322,18 @@ def _extra_fields(items: list[Item]) -> tuple[pa.Field, ...]:
     return tuple(fields)
 
 
-def _sizes(paths: list[str], fs: pafs.FileSystem) -> Iterable[tuple[str, int]]:
-    from fastdata.errors import SourceError
-
+def _sizes(paths: list[str], fs: pafs.FileSystem) -> Iterable[tuple[str, int | None]]:
+    """Each file's size, None where there is no such file."""
     for info in fs.get_file_info(paths):
-        if info.type != pafs.FileType.File:
-            raise SourceError("no such image file", path=info.path)
-        yield info.path, int(info.size or 0)
+        yield info.path, int(info.size or 0) if info.type == pafs.FileType.File else None
 
 
 def _estimate(item: Item, format: Format) -> int:
     """Bytes a sample takes in a shard: its image, and for tar the member headers and
-    the padding to 512-byte blocks (a label member is one header and one block)."""
+    the padding to 512-byte blocks (a label member is one header and one block); none for
+    a sample left out."""
+    if item.bad:
+        return 0
     extras = [len(member(value)) for _, value in item.extras]
     if format == "parquet":
         return item.size + sum(extras)
