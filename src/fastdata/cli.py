@@ -89,7 +89,9 @@ def _write(args: argparse.Namespace, options: dict[str, Any], progress: Any) -> 
         samples, classes = list_samples(args.src), None
     else:
         source = _filesystem(args.src)
-        samples, classes = folder_samples(source[1], filesystem=source[0])
+        samples, classes = folder_samples(
+            source[1], filesystem=source[0], allow_empty=args.allow_empty
+        )
         options["source_filesystem"] = source[0]
     return write_shards(
         samples,
@@ -218,6 +220,12 @@ def _add_convert(commands: Any) -> None:
         help="an image that does not decode (checked as the streams check it), or a file "
         "that is missing, unreadable or without an image's extension: stop there naming it, "
         "or leave it out and list it at the end",
+    )
+    convert.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="an ImageFolder SRC: keep a class folder without images as a class without "
+        "samples (its label index stays taken), as torchvision's allow_empty=True",
     )
     convert.add_argument(
         "--ray",

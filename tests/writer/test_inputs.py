@@ -15,7 +15,7 @@ import pytest
 
 import fastdata as fd
 from fastdata.cli import main
-from fastdata.writer import Sample, write_shards
+from fastdata.writer import Sample, folder_samples, write_shards
 
 from .writer_helpers import SMALL, tree_bytes
 
@@ -112,3 +112,19 @@ def test_convert_skips_a_dangling_link_and_a_listed_file_that_is_gone(
     assert f"left out {tmp_path / 'deleted.jpg'}: no such image file" in capsys.readouterr().err
     assert main(["convert", str(listing), str(tmp_path / "strict")]) == 1
     assert "no such image file; or pass on_error='skip'" in capsys.readouterr().err
+
+
+def test_convert_takes_allow_empty_for_an_empty_class_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "train"
+    fd.synthetic.make_images(root, 4, classes=2, **SMALL)
+    (root / ".ipynb_checkpoints").mkdir()  # a hidden folder is a class, as in torchvision
+    assert main(["convert", str(root), str(tmp_path / "strict")]) == 1
+    assert "pass allow_empty=True (fastdata convert --allow-empty)" in capsys.readouterr().err
+    out = tmp_path / "out"
+    assert main(["convert", str(root), str(out), "--allow-empty", "--format", "tar"]) == 0
+    stream = fd.ImageStream.from_tar(out, size=16, crop="center", batch_size=None)
+    _, classes = folder_samples(root, allow_empty=True)
+    assert classes == [".ipynb_checkpoints", "class_00", "class_01"]
+    assert sorted(int(label) for _, label in stream) == [1, 1, 2, 2]  # torchvision's indices
