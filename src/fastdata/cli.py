@@ -43,6 +43,7 @@ def _convert(args: argparse.Namespace) -> int:
     from fastdata.errors import SourceError
 
     parser = args.parser
+    args.prefix = check(parser, "check_file_name", "--prefix", args.prefix)
     options = {
         "target_shard_bytes": check(parser, "check_bytes", "--shard-size", args.shard_size),
         "row_group_bytes": check(parser, "check_bytes", "--row-group-size", args.row_group),
@@ -212,7 +213,11 @@ def _add_convert(commands: Any) -> None:
     convert.add_argument(
         "--workers", type=int, help="processes writing shards (default: the CPU count)"
     )
-    convert.add_argument("--prefix", default="shard", help="shard file name prefix")
+    convert.add_argument(
+        "--prefix",
+        default="shard",
+        help="shard file name prefix: a name, not a path, not starting with '.' or '_'",
+    )
     convert.add_argument(
         "--on-error",
         choices=("raise", "skip"),

@@ -128,3 +128,26 @@ def test_convert_takes_allow_empty_for_an_empty_class_folder(
     _, classes = folder_samples(root, allow_empty=True)
     assert classes == [".ipynb_checkpoints", "class_00", "class_01"]
     assert sorted(int(label) for _, label in stream) == [1, 1, 2, 2]  # torchvision's indices
+
+
+def test_the_prefix_is_a_file_name_the_streams_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = fd.synthetic.make_image_bytes(1, fmt="png", **SMALL)[0][0]
+    for prefix, message in [
+        ("", "non-empty file name"),
+        ("train/shard", "a file name, not a path"),
+        ("a\\b", "a file name, not a path"),
+        (".shard", "start with '.' or '_'"),
+        ("_shard", "start with '.' or '_'"),
+    ]:
+        with pytest.raises(
+            ValueError, match=f"prefix={prefix!r}: .*{message}".replace("\\", "\\\\")
+        ):
+            write_shards([Sample(image)], tmp_path / "o", prefix=prefix)
+        with pytest.raises(SystemExit) as exit:
+            main(["convert", str(tmp_path), str(tmp_path / "o"), "--prefix", prefix])
+        assert exit.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # refused before anything was made
+    with pytest.raises(TypeError, match="prefix=1: expected a str"):
+        write_shards([Sample(image)], tmp_path / "o", prefix=1)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fastdata._validate import check_bytes, check_choice, check_int
+from fastdata._validate import check_bytes, check_choice, check_file_name, check_int
 from fastdata.decode import DEFAULT_MAX_PIXELS
 from fastdata.errors import SourceError
 from fastdata.sources.filesystem import as_filesystem, digest
@@ -113,7 +113,8 @@ def write_shards(
         row_group_bytes: bytes per Parquet row group (the unit a stream reads and shards).
         filesystem: a ``pyarrow.fs`` or fsspec filesystem for ``dest``.
         source_filesystem: where the samples' image paths are (default: local disk).
-        prefix: the shards' file name prefix.
+        prefix: the shards' file name prefix: a name, not a path (no ``/``), that does not
+            start with ``.`` or ``_`` (names the streams pass over).
         classes: class names (index = label), kept in the manifest
             (``{dest}/_fastdata_shards.json``, which also records the plan).
         workers: processes writing shards at once (default: the CPU count; 0 writes in
@@ -148,6 +149,7 @@ def write_shards(
     workers = check_int("workers", workers, minimum=0, none="None for the CPU count")
     on_error = check_choice("on_error", on_error, ("raise", "skip"))
     max_pixels = check_int("max_pixels", max_pixels, minimum=1, none="None for no limit")
+    prefix = check_file_name("prefix", prefix)
     source_fs = as_filesystem(source_filesystem) or pafs.LocalFileSystem()
     items = _items(list(samples), source_fs, format, on_error)
     extra_fields = _extra_fields(items) if format == "parquet" else ()
