@@ -151,3 +151,14 @@ def test_the_prefix_is_a_file_name_the_streams_read(
     assert not (tmp_path / "o").exists()  # refused before anything was made
     with pytest.raises(TypeError, match="prefix=1: expected a str"):
         write_shards([Sample(image)], tmp_path / "o", prefix=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_a_label_beyond_int64_is_refused_naming_the_sample(tmp_path: Path, format: str) -> None:
+    image = fd.synthetic.make_image_bytes(1, fmt="png", **SMALL)[0][0]
+    good = write_shards([Sample(image, 2**63 - 1), Sample(image, -(2**63))], tmp_path / "ok",
+                        format=format)  # fmt: skip
+    assert good.samples == 2
+    for label in (2**63, -(2**63) - 1, 2**70):
+        with pytest.raises(ValueError, match=rf"sample 1: label={label}: labels are int64"):
+            write_shards([Sample(image, 0), Sample(image, label)], tmp_path / "o", format=format)

@@ -40,6 +40,7 @@ __all__ = [
 Format = Literal["parquet", "tar"]
 _SUFFIX = {"parquet": ".parquet", "tar": ".tar"}
 _TAR_BLOCK = 512
+_INT64 = (-(2**63), 2**63 - 1)  # the labels' range: the Parquet column's, the tar reader's
 
 
 class WriteProgress(NamedTuple):
@@ -138,9 +139,9 @@ def write_shards(
         SourceError: with ``on_error="raise"``, an image file is missing or unreadable
             (named in the message).
         DecodeError: with ``on_error="raise"``, an image that does not decode (named).
-        ValueError: bad options or samples (with ``on_error="raise"``, a path without an
-            image's extension, bytes of no image format), or ``dest`` holds the shards of
-            another conversion.
+        ValueError: bad options or samples (a label beyond int64; with ``on_error="raise"``,
+            a path without an image's extension, bytes of no image format), or ``dest`` holds
+            the shards of another conversion.
     """
     format = check_choice("format", format, ("parquet", "tar"))
     backend = check_choice("backend", backend, ("local", "ray"))
@@ -245,7 +246,7 @@ def _items(
                 "in their last path part (a tar member is '{key}.{suffix}')"
             )
         keys.add(key)
-        label = None if s.label is None else check_int(f"sample {i}: label", s.label)
+        label = None if s.label is None else _label(i, s, paths.get(i))
         extras = dict(s.extras or {})
         if set(extras) != set(names):
             raise ValueError(
@@ -271,6 +272,18 @@ def _items(
         items.append(Item(key, image, 0 if bad or size is None else size, label, suffix,
                           fields, bad))  # fmt: skip
     return items
+
+
+def _label(i: int, sample: Sample, path: str | None) -> int:
+    """A sample's label, checked: an integer that fits int64."""
+    where = f"sample {i} ({path})" if path else f"sample {i}"
+    label = check_int(f"{where}: label", sample.label)
+    if not _INT64[0] <= label <= _INT64[1]:
+        raise ValueError(
+            f"{where}: label={label}: labels are int64 (the Parquet column's type, what the "
+            f"streams read), from {_INT64[0]} to {_INT64[1]}"
+        )
+    return int(label)
 
 
 # Names the shards use themselves. A tar ".json" extra is allowed: with a ".cls" label it is
