@@ -7,6 +7,7 @@ JPEG extensions."""
 
 from __future__ import annotations
 
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -162,3 +163,22 @@ def test_a_label_beyond_int64_is_refused_naming_the_sample(tmp_path: Path, forma
     for label in (2**63, -(2**63) - 1, 2**70):
         with pytest.raises(ValueError, match=rf"sample 1: label={label}: labels are int64"):
             write_shards([Sample(image, 0), Sample(image, label)], tmp_path / "o", format=format)
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_a_list_file_with_a_bom_and_the_other_jpeg_extensions_converts(
+    tmp_path: Path, format: str
+) -> None:
+    fd.synthetic.make_images(tmp_path / "imgs", 3, classes=1, **SMALL)
+    images = sorted((tmp_path / "imgs").rglob("*.jpg"))
+    shutil.copy(images[1], tmp_path / "photo.jfif")
+    shutil.copy(images[2], tmp_path / "photo.JPE")
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{images[0]}\t0\nphoto.jfif\t1\nphoto.JPE\t2\n", encoding="utf-8-sig")
+    out = tmp_path / "out"
+    assert main(["convert", str(listing), str(out), "--format", format, "--quiet"]) == 0
+    if format == "tar":
+        stream = fd.ImageStream.from_tar(out, size=16, crop="center", batch_size=None)
+    else:
+        stream = fd.ImageStream.from_parquet(out, size=16, crop="center", batch_size=None)
+    assert [int(label) for _, label in stream] == [0, 1, 2]

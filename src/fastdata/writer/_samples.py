@@ -18,6 +18,7 @@ SKIP_HINT = (
 """The end of the message of a sample that stops a conversion under ``on_error="raise"``."""
 
 _FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "tiff": "tiff"}
+_ALIASES = {"jfif": "jpg", "jpe": "jpg"}  # other JPEG extensions: written as from_tar reads
 
 
 @dataclass(frozen=True)
@@ -68,14 +69,15 @@ def folder_samples(
 
 def suffix_of(image: str | bytes) -> tuple[str, str]:
     """``(suffix, "")``: an image's tar member suffix, one ``ImageStream.from_tar`` reads
-    (its file's extension, or its bytes' format); or ``("", reason)`` where it is none."""
+    (its file's extension, ``jpg`` for the JPEG extensions ``.jfif`` and ``.jpe``, or its
+    bytes' format); or ``("", reason)`` where it is none."""
     from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 
     if isinstance(image, str):
         suffix = os.path.splitext(image)[1].lower().lstrip(".")
-        if suffix in IMAGE_SUFFIXES:
-            return suffix, ""
-        kinds = ", ".join(IMAGE_SUFFIXES)
+        if suffix in IMAGE_SUFFIXES or suffix in _ALIASES:
+            return _ALIASES.get(suffix, suffix), ""
+        kinds = ", ".join([*IMAGE_SUFFIXES, *_ALIASES])
         return "", f"the extension {suffix!r} is not an image's ({kinds})"
     from fastdata.decode import image_header
 
@@ -103,14 +105,15 @@ def image_suffix(image: str | bytes, key: str) -> str:
 
 def list_samples(list_file: str | os.PathLike[str], /) -> list[Sample]:
     """The samples of a text file with one image per line: ``path`` or ``path<TAB>label``
-    (relative paths are relative to the list's folder; blank lines are skipped).
+    (UTF-8, with or without a byte order mark; relative paths are relative to the list's
+    folder; blank lines are skipped).
 
     Raises:
         ValueError: a line whose label is not an integer.
     """
     base = os.path.dirname(os.path.abspath(list_file))
     samples = []
-    with open(list_file, encoding="utf-8") as f:
+    with open(list_file, encoding="utf-8-sig") as f:  # a BOM is no part of a path
         for number, line in enumerate(f, start=1):
             path, tab, label = line.rstrip("\r\n").partition("\t")
             if not path.strip():
