@@ -24,6 +24,7 @@ __all__ = [
     "check_bytes",
     "check_choice",
     "check_device",
+    "check_file_name",
     "check_int",
     "check_names",
     "check_number",
@@ -152,6 +153,27 @@ def check_choice(name: str, value: T, choices: Iterable[T]) -> T:
     if any(value is c or (type(value) is type(c) and value == c) for c in options):
         return value
     raise ValueError(f"{name}={value!r}: expected one of {', '.join(map(repr, options))}")
+
+
+def check_file_name(name: str, value: Any) -> str:
+    """``value`` as a file name (or a prefix of names, such as shards') that the streams
+    list: not empty, not a path, not starting with ``.`` or ``_`` (files the streams pass
+    over as hidden or metadata)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}={value!r}: expected a str, got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name}='': expected a non-empty file name such as 'shard'")
+    if "/" in value or "\\" in value:
+        raise ValueError(
+            f"{name}={value!r}: expected a file name, not a path: to write the files in a "
+            "sub-folder, name it in the destination"
+        )
+    if value[0] in "._":
+        raise ValueError(
+            f"{name}={value!r}: the streams pass over files whose names start with '.' or "
+            "'_' (hidden, or metadata); start it with another character"
+        )
+    return value
 
 
 def check_names(name: str, value: Any, *, allow_empty: bool = False) -> list[str] | None:

@@ -43,6 +43,7 @@ def _convert(args: argparse.Namespace) -> int:
     from fastdata.errors import SourceError
 
     parser = args.parser
+    args.prefix = check(parser, "check_file_name", "--prefix", args.prefix)
     options = {
         "target_shard_bytes": check(parser, "check_bytes", "--shard-size", args.shard_size),
         "row_group_bytes": check(parser, "check_bytes", "--row-group-size", args.row_group),
@@ -91,7 +92,9 @@ def _write(args: argparse.Namespace, options: dict[str, Any], progress: Any) -> 
         samples, classes = list_samples(args.src), None
     else:
         source = _filesystem(args.src)
-        samples, classes = folder_samples(source[1], filesystem=source[0])
+        samples, classes = folder_samples(
+            source[1], filesystem=source[0], allow_empty=args.allow_empty
+        )
         options["source_filesystem"] = source[0]
     return write_shards(
         samples,
@@ -212,13 +215,24 @@ def _add_convert(commands: Any) -> None:
     convert.add_argument(
         "--workers", type=int, help="processes writing shards (default: the CPU count)"
     )
-    convert.add_argument("--prefix", default="shard", help="shard file name prefix")
+    convert.add_argument(
+        "--prefix",
+        default="shard",
+        help="shard file name prefix: a name, not a path, not starting with '.' or '_'",
+    )
     convert.add_argument(
         "--on-error",
         choices=("raise", "skip"),
         default="raise",
-        help="an image that does not decode (checked as the streams check it): stop there "
-        "naming it, or leave it out and list it at the end",
+        help="an image that does not decode (checked as the streams check it), or a file "
+        "that is missing, unreadable or without an image's extension: stop there naming it, "
+        "or leave it out and list it at the end",
+    )
+    convert.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="an ImageFolder SRC: keep a class folder without images as a class without "
+        "samples (its label index stays taken), as torchvision's allow_empty=True",
     )
     convert.add_argument(
         "--overwrite",

@@ -10,6 +10,9 @@ import pytest
 
 import fastdata as fd
 from fastdata.writer import Sample, folder_samples, list_samples
+from fastdata.writer._samples import image_suffix, suffix_of
+
+from .writer_helpers import SMALL
 
 
 def test_folder_samples_are_the_streams_samples_with_their_sizes(folder: Path) -> None:
@@ -53,3 +56,25 @@ def test_list_samples_skip_blank_lines_and_take_unlabelled_paths(tmp_path: Path)
     listing.write_text("a.jpg\t\n")
     with pytest.raises(ValueError, match="label '' is not an integer"):
         list_samples(listing)
+
+
+def test_a_list_file_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    listing = tmp_path / "list.txt"
+    listing.write_text("a.jpg\t1\n", encoding="utf-8-sig")  # as Windows Notepad saves it
+    assert list_samples(listing) == [Sample(str(tmp_path / "a.jpg"), 1)]
+
+
+def test_the_suffix_is_the_files_extension_or_the_bytes_format() -> None:
+    assert image_suffix("/data/a/IMG_1.JPEG", "k") == "jpeg"
+    assert image_suffix("b.png", "k") == "png"
+    # JPEG's other extensions: written as .jpg members, which from_tar reads
+    assert image_suffix("c.jfif", "k") == image_suffix("d.JPE", "k") == "jpg"
+    with pytest.raises(ValueError, match=r"extension 'txt'.*on_error='skip'"):
+        image_suffix("notes.txt", "k")
+    for fmt, suffix in (("jpeg", "jpg"), ("png", "png"), ("webp", "webp")):
+        data = fd.synthetic.make_image_bytes(1, fmt=fmt, **SMALL)[0][0]
+        assert image_suffix(data, "k") == suffix
+    with pytest.raises(ValueError, match="sample 'k': the bytes are not a jpeg"):
+        image_suffix(b"GIF89a" + bytes(20), "k")
+    assert suffix_of("notes.txt")[0] == "" and suffix_of("a.jpg") == ("jpg", "")
+    assert "found no known header: b'<html>" in suffix_of(b"<html>404</html>")[1]

@@ -1,6 +1,6 @@
-"""Writing one shard (fastdata.writer._shard_files): extra fields as members and columns, image
-suffixes, the plan of a sample, and a shard whose images are checked as the streams check them
-(and whose left-out images are recorded before it is published)."""
+"""Writing one shard (fastdata.writer._shard_files): extra fields as members and columns, the
+plan of a sample, and a shard whose images are checked as the streams check them (and whose
+left-out images are recorded before it is published)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from fastdata.writer._shard_files import (
     Item,
     ShardTask,
     column_value,
-    image_suffix,
     member,
     write_shard,
 )
@@ -54,18 +53,6 @@ def test_dicts_give_the_same_bytes_whatever_their_order(value: dict[str, int]) -
     assert column_value(value) == column_value(reordered) == member(value).decode()
 
 
-def test_the_suffix_is_the_files_extension_or_the_bytes_format() -> None:
-    assert image_suffix("/data/a/IMG_1.JPEG", "k") == "jpeg"
-    assert image_suffix("b.png", "k") == "png"
-    with pytest.raises(ValueError, match="extension 'txt'"):
-        image_suffix("notes.txt", "k")
-    for fmt, suffix in (("jpeg", "jpg"), ("png", "png"), ("webp", "webp")):
-        data = fd.synthetic.make_image_bytes(1, fmt=fmt, **SMALL)[0][0]
-        assert image_suffix(data, "k") == suffix
-    with pytest.raises(ValueError, match="sample 'k': the bytes are not a jpeg"):
-        image_suffix(b"GIF89a" + bytes(20), "k")
-
-
 def test_the_plan_changes_with_anything_that_changes_the_shards() -> None:
     base = Item("k", b"image", 5, 1, "jpg", (("txt", "1"),))
     others = [
@@ -75,6 +62,7 @@ def test_the_plan_changes_with_anything_that_changes_the_shards() -> None:
         base._replace(suffix="png"),
         base._replace(extras=(("txt", 1),)),  # the same member, another Parquet column
         base._replace(image="/path/k.jpg"),
+        base._replace(bad="no such image file"),
     ]
     plans = [json.dumps(item.plan()) for item in [base, *others]]
     assert len(set(plans)) == len(plans)
@@ -169,8 +157,29 @@ def test_an_image_file_that_changed_since_the_plan_is_refused(tmp_path: Path) ->
     with pytest.raises(fd.SourceError, match="changed during the conversion"):
         write_shard(task(tmp_path / "out", [item], "tar"))
     gone = item._replace(image=str(tmp_path / "gone.png"))
-    with pytest.raises(fd.SourceError, match="cannot read the image"):
+    with pytest.raises(fd.SourceError, match=r"cannot read the image.*on_error='skip'"):
         write_shard(task(tmp_path / "out", [gone], "tar"))
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_unreadable_files_and_samples_planned_bad_are_skipped_and_listed(
+    tmp_path: Path, format: str
+) -> None:
+    good = images(2)
+    (tmp_path / "link.png").symlink_to(tmp_path / "nowhere.png")  # a dangling link
+    items = [
+        Item("s0", good[0], len(good[0]), 0, "png"),
+        Item("s1", str(tmp_path / "link.png"), 0, 0, "png"),
+        Item("s2", b"<html>", 0, 0, "", bad="the bytes are not an image"),
+        Item("s3", good[1], len(good[1]), 0, "png"),
+    ]
+    samples, _, bad = write_shard(task(tmp_path / "out", items, format, on_error="skip"))
+    assert samples == 2 and [(b.key, b.image) for b in bad] == [
+        ("s1", str(tmp_path / "link.png")),
+        ("s2", "sample 's2'"),
+    ]
+    assert bad[0].reason.startswith("cannot read the image") and "No such file" in bad[0].reason
+    assert bad[1].reason == "the bytes are not an image"
 
 
 def test_a_bad_image_reads_as_its_place_and_reason() -> None:

@@ -235,7 +235,8 @@ class ImageStream(PlannedStream):
             kinds = ", ".join(suffixes) if is_valid_file is None else "is_valid_file"
             raise SourceError(
                 f"no valid file in the class folder(s) {', '.join(empty)} ({kinds}); remove "
-                "them, or pass allow_empty=True to keep their class index without samples",
+                "them, or pass allow_empty=True (fastdata convert --allow-empty) to keep "
+                "their class index without samples",
                 path=base,
             )
         if not paths:

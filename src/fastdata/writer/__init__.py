@@ -22,7 +22,11 @@ an image over ``max_pixels``): ``on_error="raise"`` stops at the first, naming i
 bad file shows up when the dataset is made, not mid-training. The plan does not change: a
 shard simply holds fewer samples (the manifest records the planned counts), and a record
 beside it (``_{shard}.left-out.json``, published first; streams skip ``_`` names) keeps
-what it left out for a rerun's :attr:`WriteResult.bad_images`.
+what it left out for a rerun's :attr:`WriteResult.bad_images`. Samples that are no image at
+all go the same way: a file missing or unreadable (a dangling link), a path without an
+image's extension, bytes of no image format (an HTML error page); found while planning,
+they are left out in their place, so every other sample keeps its key (by default its index
+among all the samples) and shard.
 
 ``fastdata convert SRC DST`` is the command line for the common case (an ImageFolder or a
 file list); see the "Preparing a dataset" guide.

@@ -34,7 +34,8 @@ LEFT_OUT = ".left-out.json"
 
 class BadImage(NamedTuple):
     """A sample left out by ``on_error="skip"``: its key, its image (path, or ``sample
-    'key'`` for bytes) and why the decode check refused it."""
+    'key'`` for bytes) and why: the decode check refused it, or it is no image file at all
+    (missing, unreadable, not an image's extension or bytes)."""
 
     key: str
     image: str

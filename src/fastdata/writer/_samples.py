@@ -9,7 +9,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Sample", "folder_samples", "list_samples"]
+__all__ = ["SKIP_HINT", "Sample", "folder_samples", "image_suffix", "list_samples", "suffix_of"]
+
+SKIP_HINT = (
+    "or pass on_error='skip' (fastdata convert --on-error skip) to leave such samples out, "
+    "listed in the result"
+)
+"""The end of the message of a sample that stops a conversion under ``on_error="raise"``."""
+
+_FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "tiff": "tiff"}
+_ALIASES = {"jfif": "jpg", "jpe": "jpg"}  # other JPEG extensions: written as from_tar reads
 
 
 @dataclass(frozen=True)
@@ -58,16 +67,53 @@ def folder_samples(
     return samples, list(stream.classes or [])
 
 
+def suffix_of(image: str | bytes) -> tuple[str, str]:
+    """``(suffix, "")``: an image's tar member suffix, one ``ImageStream.from_tar`` reads
+    (its file's extension, ``jpg`` for the JPEG extensions ``.jfif`` and ``.jpe``, or its
+    bytes' format); or ``("", reason)`` where it is none."""
+    from fastdata.sources.readers.tar import IMAGE_SUFFIXES
+
+    if isinstance(image, str):
+        suffix = os.path.splitext(image)[1].lower().lstrip(".")
+        if suffix in IMAGE_SUFFIXES or suffix in _ALIASES:
+            return _ALIASES.get(suffix, suffix), ""
+        kinds = ", ".join([*IMAGE_SUFFIXES, *_ALIASES])
+        return "", f"the extension {suffix!r} is not an image's ({kinds})"
+    from fastdata.decode import image_header
+
+    header = image_header(image)
+    found = _FORMATS.get(header.format) if header is not None else None
+    if found is None:
+        what = header.format if header else f"no known header: {image[:16]!r}"
+        return "", f"the bytes are not a {', '.join(_FORMATS)} image (found {what})"
+    return found, ""
+
+
+def image_suffix(image: str | bytes, key: str) -> str:
+    """The tar member suffix of an image (:func:`suffix_of`).
+
+    Raises:
+        ValueError: not an image suffix or format ``ImageStream.from_tar`` reads.
+    """
+    suffix, reason = suffix_of(image)
+    if not reason:
+        return suffix
+    if isinstance(image, str):
+        raise ValueError(f"{image}: {reason}: rename the file, or pass its bytes; {SKIP_HINT}")
+    raise ValueError(f"sample {key!r}: {reason}; {SKIP_HINT}")
+
+
 def list_samples(list_file: str | os.PathLike[str], /) -> list[Sample]:
     """The samples of a text file with one image per line: ``path`` or ``path<TAB>label``
-    (relative paths are relative to the list's folder; blank lines are skipped).
+    (UTF-8, with or without a byte order mark; relative paths are relative to the list's
+    folder; blank lines are skipped).
 
     Raises:
         ValueError: a line whose label is not an integer.
     """
     base = os.path.dirname(os.path.abspath(list_file))
     samples = []
-    with open(list_file, encoding="utf-8") as f:
+    with open(list_file, encoding="utf-8-sig") as f:  # a BOM is no part of a path
         for number, line in enumerate(f, start=1):
             path, tab, label = line.rstrip("\r\n").partition("\t")
             if not path.strip():

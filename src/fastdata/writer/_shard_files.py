@@ -23,27 +23,26 @@ import pyarrow.parquet as pq
 from fastdata.decode import DEFAULT_MAX_PIXELS, verify_image
 from fastdata.errors import DecodeError, SourceError
 from fastdata.sources.filesystem import unlink
-from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 from fastdata.writer._destination import BadImage, Destination
+from fastdata.writer._samples import SKIP_HINT
 
 __all__ = [
     "BadImage",
     "Item",
     "ShardTask",
     "column_value",
-    "image_suffix",
     "member",
     "write_shard",
 ]
 
 _READ_THREADS = 8  # images read at once while writing a shard (hides a remote's latency)
 _READ_BATCH = 64  # images read ahead of the writer (bounds the memory of a shard)
-_FORMATS = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "tiff": "tiff"}
 
 
 class Item(NamedTuple):
     """A sample as the shards hold it: key, image (path or bytes), size, label, suffix, and
-    its other fields (name, value), in the writer's order."""
+    its other fields (name, value), in the writer's order; ``bad``: why planning found it
+    no image to write (``on_error="skip"``: its shard leaves it out, listing it)."""
 
     key: str
     image: str | bytes
@@ -51,6 +50,7 @@ class Item(NamedTuple):
     label: int | None
     suffix: str
     extras: tuple[tuple[str, Any], ...] = ()
+    bad: str = ""
 
     def plan(self) -> list[Any]:
         """What decides the sample's place and bytes in the shards: with its path (or its
@@ -60,7 +60,8 @@ class Item(NamedTuple):
             [name, type(value).__name__, sha1(member(value)).hexdigest()]
             for name, value in self.extras
         ]  # the type too: "1" and 1 are the same member but other Parquet columns
-        return [self.key, self.size, self.label, self.suffix, image, *extras]
+        bad = [self.bad] if self.bad else []  # (a good sample's plan is as before)
+        return [self.key, self.size, self.label, self.suffix, image, *extras, *bad]
 
 
 def member(value: Any) -> bytes:
@@ -82,32 +83,6 @@ def column_value(value: Any) -> Any:
 def _json(value: Any) -> str:
     """Compact JSON with sorted keys: the same value always gives the same bytes."""
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
-
-
-def image_suffix(image: str | bytes, key: str) -> str:
-    """The tar member suffix of an image: its file's extension, or its bytes' format.
-
-    Raises:
-        ValueError: not an image suffix or format ``ImageStream.from_tar`` reads.
-    """
-    if isinstance(image, str):
-        suffix = os.path.splitext(image)[1].lower().lstrip(".")
-        if suffix in IMAGE_SUFFIXES:
-            return suffix
-        raise ValueError(
-            f"{image}: the extension {suffix!r} is not one of {', '.join(IMAGE_SUFFIXES)}; "
-            "pass the bytes, or rename the file"
-        )
-    from fastdata.decode import image_header
-
-    header = image_header(image)
-    found = _FORMATS.get(header.format) if header is not None else None
-    if found is None:
-        raise ValueError(
-            f"sample {key!r}: the bytes are not a {', '.join(_FORMATS)} image "
-            f"(found: {header.format if header else 'no known header'})"
-        )
-    return found
 
 
 @dataclass(frozen=True)
@@ -211,24 +186,34 @@ def _contents(task: ShardTask) -> Iterator[bytes | BadImage]:
 
 
 def _checked(task: ShardTask, item: Item) -> bytes | BadImage:
-    """The item's image, or (``on_error="skip"``) a :class:`BadImage` where the decode
-    check the streams make refuses it.
+    """The item's image, or (``on_error="skip"``) a :class:`BadImage` where it cannot be
+    read, or the decode check the streams make refuses it (or planning found it bad).
 
     Raises:
-        SourceError: the image cannot be read, or (``on_error="raise"``) does not decode.
+        SourceError: (``on_error="raise"``) the image cannot be read or does not decode;
+            the file changed since the plan.
     """
-    data = _read(task.source, item)
     where = item.image if isinstance(item.image, str) else f"sample {item.key!r}"
+    if item.bad:  # only under on_error="skip": planning raises otherwise
+        return BadImage(item.key, where, item.bad)
+    try:
+        data = _read(task.source, item)
+    except SourceError as exc:
+        if task.on_error == "skip":
+            return BadImage(item.key, where, exc.reason)
+        raise SourceError(f"{exc.reason}; {SKIP_HINT}", path=where) from exc
+    if len(data) != item.size:
+        raise SourceError(
+            f"the file has {len(data)} bytes, not the {item.size} it had when the shards "
+            "were planned: it changed during the conversion; run it again",
+            path=where,
+        )
     try:
         verify_image(data, max_pixels=task.max_pixels, source=where)
     except DecodeError as exc:
         if task.on_error == "skip":
             return BadImage(item.key, where, exc.reason)
-        raise DecodeError(
-            f"{exc.reason}; or pass on_error='skip' (fastdata convert --on-error skip) to "
-            "leave such images out, listed in the result",
-            path=where,
-        ) from exc
+        raise DecodeError(f"{exc.reason}; {SKIP_HINT}", path=where) from exc
     return data
 
 
@@ -240,10 +225,4 @@ def _read(fs: pafs.FileSystem, item: Item) -> bytes:
             data = f.read()
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"cannot read the image ({exc})", path=item.image) from exc
-    if len(data) != item.size:
-        raise SourceError(
-            f"the file has {len(data)} bytes, not the {item.size} it had when the shards "
-            "were planned: it changed during the conversion; run it again",
-            path=item.image,
-        )
     return data

@@ -11,18 +11,18 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from fastdata._validate import check_bytes, check_choice, check_int
+from fastdata._validate import check_bytes, check_choice, check_file_name, check_int
 from fastdata.decode import DEFAULT_MAX_PIXELS
+from fastdata.errors import SourceError
 from fastdata.sources.filesystem import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 from fastdata.writer._destination import BadImage, Destination
 from fastdata.writer._pool import write_in_pool
-from fastdata.writer._samples import Sample
+from fastdata.writer._samples import SKIP_HINT, Sample, image_suffix, suffix_of
 from fastdata.writer._shard_files import (
     Item,
     ShardTask,
     column_value,
-    image_suffix,
     member,
     write_shard,
 )
@@ -38,6 +38,7 @@ __all__ = [
 Format = Literal["parquet", "tar"]
 _SUFFIX = {"parquet": ".parquet", "tar": ".tar"}
 _TAR_BLOCK = 512
+_INT64 = (-(2**63), 2**63 - 1)  # the labels' range: the Parquet column's, the tar reader's
 
 
 class WriteProgress(NamedTuple):
@@ -115,7 +116,8 @@ def write_shards(
         row_group_bytes: bytes per Parquet row group (the unit a stream reads and shards).
         filesystem: a ``pyarrow.fs`` or fsspec filesystem for ``dest``.
         source_filesystem: where the samples' image paths are (default: local disk).
-        prefix: the shards' file name prefix.
+        prefix: the shards' file name prefix: a name, not a path (no ``/``), that does not
+            start with ``.`` or ``_`` (names the streams pass over).
         classes: class names (index = label), kept in the manifest
             (``{dest}/_fastdata_shards.json``, which also records the plan).
         workers: processes writing shards at once (default: the CPU count; 0 writes in
@@ -126,9 +128,12 @@ def write_shards(
             the cluster ``ray.init`` connected to (``pip install "fastdata[ray]"``); the
             paths of the samples and of ``dest`` must be reachable from every node.
         on_progress: called with a :class:`WriteProgress` after each shard.
-        on_error: what to do with an image the decode check refuses (see the module
-            docstring): ``"raise"`` a :class:`~fastdata.DecodeError` naming it, or
-            ``"skip"`` it and list it in :attr:`WriteResult.bad_images`.
+        on_error: what to do with a sample that is no image to write (see the module
+            docstring): ``"raise"`` an error naming it, or ``"skip"`` it and list it in
+            :attr:`WriteResult.bad_images`: an image the decode check refuses, a file that
+            is missing or unreadable (a dangling link), a path without an image's extension,
+            bytes of no image format (an HTML error page). The other samples keep their
+            keys (by default their index among ``samples``) and their place in the plan.
         max_pixels: images over this many pixels are refused, as the streams refuse them
             by default (:data:`fastdata.decode.DEFAULT_MAX_PIXELS`); None for no limit.
         overwrite: delete the destination's manifest, its ``{prefix}-...`` files and the
@@ -138,11 +143,14 @@ def write_shards(
             destination holding only other shards is refused.
 
     Raises:
-        SourceError: an image file is missing or unreadable (named in the message).
+        SourceError: with ``on_error="raise"``, an image file is missing or unreadable
+            (named in the message).
         DecodeError: with ``on_error="raise"``, an image that does not decode (named).
-        ValueError: bad options, or ``dest`` holds the shards of another conversion, or
-            files named like the shards that its manifest does not list (a
-            WebDataset ``ShardWriter``'s, say): pass ``overwrite=True`` to delete them.
+        ValueError: bad options or samples (a label beyond int64; with ``on_error="raise"``,
+            a path without an image's extension, bytes of no image format), or ``dest`` holds
+            the shards of another conversion, or files named like the shards that its
+            manifest does not list (a WebDataset ``ShardWriter``'s, say): pass
+            ``overwrite=True`` to delete them.
     """
     format = check_choice("format", format, ("parquet", "tar"))
     backend = check_choice("backend", backend, ("local", "ray"))
@@ -151,8 +159,9 @@ def write_shards(
     workers = check_int("workers", workers, minimum=0, none="None for the CPU count")
     on_error = check_choice("on_error", on_error, ("raise", "skip"))
     max_pixels = check_int("max_pixels", max_pixels, minimum=1, none="None for no limit")
+    prefix = check_file_name("prefix", prefix)
     source_fs = as_filesystem(source_filesystem) or pafs.LocalFileSystem()
-    items = _items(list(samples), source_fs, format)
+    items = _items(list(samples), source_fs, format, on_error)
     extra_fields = _extra_fields(items) if format == "parquet" else ()
     estimates = [_estimate(item, format) for item in items]
     ranges = split_by_bytes(estimates, shard_bytes)
@@ -250,9 +259,11 @@ class _Progress:
 
 
 def _items(
-    samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem, format: Format
+    samples: list[Sample | Mapping[str, Any]], fs: pafs.FileSystem, format: Format, on_error: str
 ) -> list[Item]:
-    """The samples checked, with their sizes (stat'ed where unknown), keys and suffixes."""
+    """The samples checked, with their sizes (stat'ed where unknown), keys and suffixes;
+    under ``on_error="skip"`` a sample that is no image to write is an :class:`Item` whose
+    ``bad`` says why (its shard lists it), in its place and with its key."""
     if not samples:
         raise ValueError("samples is empty: nothing to write")
     parsed = [s if isinstance(s, Sample) else Sample(**s) for s in samples]
@@ -267,7 +278,8 @@ def _items(
         if isinstance(s.image, str | os.PathLike)
     }
     unknown = [paths[i] for i in paths if parsed[i].size is None]
-    sizes = dict(_sizes(unknown, fs)) if unknown else {}
+    sizes = dict(_sizes(unknown, fs)) if unknown else {}  # None: no such file
+    skip = on_error == "skip"
     width = max(9, len(str(len(parsed) - 1)))
     items, keys = [], set()
     for i, s in enumerate(parsed):
@@ -278,7 +290,7 @@ def _items(
                 "in their last path part (a tar member is '{key}.{suffix}')"
             )
         keys.add(key)
-        label = None if s.label is None else check_int(f"sample {i}: label", s.label)
+        label = None if s.label is None else _label(i, s, paths.get(i))
         extras = dict(s.extras or {})
         if set(extras) != set(names):
             raise ValueError(
@@ -288,14 +300,34 @@ def _items(
         fields = tuple((name, _plain(f"sample {i}: extras[{name!r}]", extras[name], format))
                        for name in names)  # fmt: skip
         if isinstance(s.image, bytes | bytearray | memoryview):
-            image = bytes(s.image)
-            items.append(Item(key, image, len(image), label, image_suffix(image, key), fields))
+            image: str | bytes = bytes(s.image)
+            size: int | None = len(image)
         elif i in paths:
-            size, suffix = int(sizes.get(paths[i], s.size) or 0), image_suffix(paths[i], key)
-            items.append(Item(key, paths[i], size, label, suffix, fields))
+            image = paths[i]
+            size = sizes.get(image, 0) if s.size is None else s.size
+            if size is None and not skip:
+                raise SourceError(f"no such image file; {SKIP_HINT}", path=image)
         else:
             raise TypeError(f"sample {i}: image={s.image!r}: expected a path or bytes")
+        if size is None:
+            suffix, bad = "", "no such image file"
+        else:
+            suffix, bad = suffix_of(image) if skip else (image_suffix(image, key), "")
+        items.append(Item(key, image, 0 if bad or size is None else size, label, suffix,
+                          fields, bad))  # fmt: skip
     return items
+
+
+def _label(i: int, sample: Sample, path: str | None) -> int:
+    """A sample's label, checked: an integer that fits int64."""
+    where = f"sample {i} ({path})" if path else f"sample {i}"
+    label = check_int(f"{where}: label", sample.label)
+    if not _INT64[0] <= label <= _INT64[1]:
+        raise ValueError(
+            f"{where}: label={label}: labels are int64 (the Parquet column's type, what the "
+            f"streams read), from {_INT64[0]} to {_INT64[1]}"
+        )
+    return int(label)
 
 
 # Names the shards use themselves. A tar ".json" extra is allowed: with a ".cls" label it is
@@ -349,18 +381,18 @@ def _extra_fields(items: list[Item]) -> tuple[pa.Field, ...]:
     return tuple(fields)
 
 
-def _sizes(paths: list[str], fs: pafs.FileSystem) -> Iterable[tuple[str, int]]:
-    from fastdata.errors import SourceError
-
+def _sizes(paths: list[str], fs: pafs.FileSystem) -> Iterable[tuple[str, int | None]]:
+    """Each file's size, None where there is no such file."""
     for info in fs.get_file_info(paths):
-        if info.type != pafs.FileType.File:
-            raise SourceError("no such image file", path=info.path)
-        yield info.path, int(info.size or 0)
+        yield info.path, int(info.size or 0) if info.type == pafs.FileType.File else None
 
 
 def _estimate(item: Item, format: Format) -> int:
     """Bytes a sample takes in a shard: its image, and for tar the member headers and
-    the padding to 512-byte blocks (a label member is one header and one block)."""
+    the padding to 512-byte blocks (a label member is one header and one block); none for
+    a sample left out."""
+    if item.bad:
+        return 0
     extras = [len(member(value)) for _, value in item.extras]
     if format == "parquet":
         return item.size + sum(extras)
