@@ -42,6 +42,23 @@ class RandomDraw(tud.Dataset):
         return i, float(np.random.rand()), float(torch.rand(1))
 
 
+class CountingSampler(tud.Sampler):
+    """A sampler whose order depends on how often its ``__iter__`` ran (a curriculum that
+    counts its epochs): torch runs it once per epoch when batching (its BatchSampler makes
+    the sampler's iterator when the first batch is asked for), twice per epoch with workers
+    and no batching (the index sampler's iterator is made twice)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __len__(self) -> int:
+        return 12
+
+    def __iter__(self):
+        self.calls += 1
+        return iter([(i * self.calls) % 23 for i in range(12)])
+
+
 SCENARIOS = {
     "defaults": lambda: {"dataset": Squares()},
     "batch-drop_last": lambda: {"dataset": Squares(), "batch_size": 5, "drop_last": True},
@@ -88,6 +105,25 @@ SCENARIOS = {
     },
     "pin_memory-cpu": lambda: {"dataset": Squares(), "batch_size": 4, "pin_memory": True},
     "timeout": lambda: {"dataset": Squares(), "batch_size": 4, "num_workers": 1, "timeout": 30},
+    "sampler-calls-workers": lambda: {
+        "dataset": Squares(),
+        "sampler": CountingSampler(),
+        "batch_size": 4,
+        "num_workers": 2,
+    },
+    "sampler-calls-persistent": lambda: {
+        "dataset": Squares(),
+        "sampler": CountingSampler(),
+        "batch_size": 4,
+        "num_workers": 2,
+        "persistent_workers": True,
+    },
+    "sampler-calls-no-batching": lambda: {
+        "dataset": Squares(),
+        "sampler": CountingSampler(),
+        "batch_size": None,
+        "num_workers": 2,
+    },
     "iterable": lambda: {"dataset": Counting(), "batch_size": 4, "num_workers": 2},
     "iterable-no-batch": lambda: {"dataset": Counting(), "batch_size": None},
 }

@@ -179,33 +179,46 @@ class Indices:
         return max(len(base) - (plan.tasks + len(plan.done) if plan else 0), 0)
 
     def __iter__(self) -> Iterator[Any]:
-        # The sampler's iterator is made now, as torch makes it (an error in its __iter__
-        # surfaces at iter(loader)); its first index is drawn later, after torch drew the
-        # workers' seed. The randomness is captured (or, resuming, restored) at both. torch
-        # makes a multi-process iterator's sampler iterator twice and uses the second: a
-        # loaded position is used up when an epoch's first index is drawn.
+        # The iterator is made when torch makes it: the index sampler's at iter(loader) (an
+        # error in its __iter__ surfaces there; a multi-process iterator makes it twice and
+        # uses the second), but a sampler batched by a BatchSampler (here, index by index)
+        # only when its first batch is asked for, as BatchSampler.__iter__ makes it. Its first
+        # index is drawn after torch drew the workers' seed. The randomness is captured (or,
+        # resuming, restored) at both. A loaded position is used up at the epoch's first draw.
         plan = self.plan
         replay = plan is not None and plan.states is None
         if plan is None:
             self.start = {"iter": _randomness(self.generators), "draw": None}
-            self.iterator = iter(self._base())
         elif replay:
             self.start = plan.start
-            with _restored(self.generators, plan.start["iter"], keep=False):  # type: ignore[index]
-                self.iterator = iter(self._base())
         else:
             self._load(plan.states or {})
-            start = (plan.start or {}).get("iter")
-            with (
-                contextlib.nullcontext()
-                if start is None
-                else _restored(self.generators, start, keep=False)
-            ):
-                self.iterator = iter(self._base())
-            if (plan.states or {}).get("iterator"):
-                self.iterator.load_state_dict(decode(plan.states["iterator"]))  # type: ignore[index]
-        self._iterator_stateful = stateful(self.iterator)
+        self.iterator, self._iterator_stateful = None, False
+        if not self.standard:
+            self._make_iterator(plan, replay)
         return self._epoch(plan, replay)
+
+    def _make_iterator(self, plan: IndexPlan | None, replay: bool, *, lazy: bool = False) -> None:
+        """The sampler's (or batch sampler's) iterator, its own state loaded; made under the
+        randomness of ``iter(loader)`` (``lazy``: of the first draw) in the run that saved
+        ``plan``. Replaying, the first draw's is in force already; made again to load its
+        state, what making it draws is undone."""
+        saved = (plan.start or {}) if plan is not None else {}
+        if not lazy:
+            start = saved.get("iter")
+        elif replay:
+            start = None  # the first draw's randomness is in force
+        else:
+            start = saved.get("draw") or saved.get("iter")
+        with (
+            contextlib.nullcontext()
+            if start is None
+            else _restored(self.generators, start, keep=False)
+        ):
+            self.iterator = iter(self._base())
+        if plan is not None and not replay and (plan.states or {}).get("iterator"):
+            self.iterator.load_state_dict(decode(plan.states["iterator"]))  # type: ignore[index]
+        self._iterator_stateful = stateful(self.iterator)
 
     def _epoch(self, plan: IndexPlan | None, replay: bool) -> Iterator[Any]:
         """The batches of the epoch from the first draw on (a generator: it runs then)."""
@@ -218,6 +231,8 @@ class Indices:
         if drawn is not None:  # (None: saved before the first draw, which comes as it would)
             context = _restored(self.generators, drawn, keep=True)
         with context:
+            if self.iterator is None:  # batched here: made at the first draw, as torch does
+                self._make_iterator(plan, replay, lazy=True)
             skip = units if replay else 0
             if len(list(itertools.islice(self.iterator, skip))) < skip:
                 return  # the saved epoch had ended
