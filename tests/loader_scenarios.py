@@ -76,6 +76,12 @@ SCENARIOS = {
         "dataset": Squares(),
         "batch_sampler": tud.BatchSampler(tud.SequentialSampler(range(23)), 6, False),
     },
+    "batch_sampler-shuffled": lambda: {  # the loader's sampler= is then torch's default
+        "dataset": Squares(),
+        "batch_sampler": tud.BatchSampler(
+            tud.RandomSampler(range(23), generator=torch.Generator().manual_seed(2)), 6, False
+        ),
+    },
     "collate_fn": lambda: {"dataset": Squares(), "batch_size": 7, "collate_fn": pairs_collate},
     "no-auto-batching": lambda: {"dataset": Squares(), "batch_size": None},
     "workers-fork": lambda: {"dataset": Squares(), "batch_size": 3, "num_workers": 2},

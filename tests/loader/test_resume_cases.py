@@ -187,6 +187,61 @@ def test_custom_samplers_resume(sampler, workers: int) -> None:
     assert head + rest == full
 
 
+class Epochs(tud.Sampler):
+    """A stateful sampler with an order per epoch of its own, which moves on to the next
+    epoch when its iterator ends (as torchdata's samplers do)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.epoch, self.yielded = n, 0, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(100 + self.epoch))
+        for i in order[self.yielded :].tolist():
+            self.yielded += 1
+            yield i
+        self.epoch, self.yielded = self.epoch + 1, 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "yielded": self.yielded}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.yielded = state["epoch"], state["yielded"]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("as_batch_sampler", [False, True])
+def test_a_stateful_sampler_saved_between_epochs_starts_the_next(
+    workers: int, as_batch_sampler: bool, worker_method: str
+) -> None:
+    """A state saved after the loop (or before iter() of the next epoch) held no sampler
+    state, and a sampler whose order follows its own epoch replayed epoch 0."""
+
+    def make() -> fd.DataLoader:
+        sampler = Epochs(8)
+        batching: dict[str, Any] = {"batch_size": 4, "sampler": sampler}
+        if as_batch_sampler:
+            batching = {"batch_sampler": tud.BatchSampler(sampler, 4, False)}
+        return fd.DataLoader(
+            Drawing(8), num_workers=workers, worker_method=worker_method, **batching
+        )
+
+    def order(loader: fd.DataLoader) -> list[int]:
+        return [int(i) for batch in loader for i in batch[0]]
+
+    uninterrupted = make()
+    epochs = [order(uninterrupted) for _ in range(3)]
+    assert epochs[0] != epochs[1]
+    first = make()
+    assert order(first) == epochs[0]
+    state = json.loads(json.dumps(first.state_dict()))
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [order(resumed), order(resumed)] == epochs[1:]
+
+
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 def test_out_of_order_resumes_every_item_once(kind: str, worker_method: str) -> None:
     """in_order=False hands batches out as they come: what was consumed and what the

@@ -271,9 +271,7 @@ class Indices:
             yield [index for index, _ in taken], taken[0][1], taken[-1][1] + 1
 
     def _load(self, states: dict[str, Any]) -> None:
-        for name, obj in (("sampler", self.sampler), ("batch_sampler", self.batch_sampler)):
-            if states.get(name) is not None:
-                obj.load_state_dict(decode(states[name]))
+        load_own_states(self.sampler, self.batch_sampler, states)
 
     def states(self) -> dict[str, Any] | None:
         """The states of the samplers (and sampler iterator) that have ``state_dict()``,
@@ -284,6 +282,31 @@ class Indices:
         if self._iterator_stateful:
             found["iterator"] = encode(self.iterator.state_dict())
         return found or None
+
+
+def samplers(loader: Any) -> tuple[Any, Any]:
+    """A map-style loader's sampler and batch sampler as they are iterated: the sampler a
+    torch ``BatchSampler`` holds, which is not the loader's ``sampler`` when the user passed
+    ``batch_sampler=BatchSampler(their_sampler, ...)`` (torch then sets a default one)."""
+    batch_sampler = loader.batch_sampler
+    if type(batch_sampler) is BatchSampler:
+        return batch_sampler.sampler, batch_sampler
+    return loader.sampler, batch_sampler
+
+
+def own_states(sampler: Any, batch_sampler: Any) -> dict[str, Any] | None:
+    """The states of the sampler and batch sampler that have ``state_dict()``, now (None:
+    neither has): between epochs, where such a sampler's next epoch starts."""
+    holders = (("sampler", sampler), ("batch_sampler", batch_sampler))
+    found = {name: encode(h.state_dict()) for name, h in holders if h is not None and stateful(h)}
+    return found or None
+
+
+def load_own_states(sampler: Any, batch_sampler: Any, states: dict[str, Any]) -> None:
+    """Load :func:`own_states`' output (or a position's) into the sampler and batch sampler."""
+    for name, obj in (("sampler", sampler), ("batch_sampler", batch_sampler)):
+        if states.get(name) is not None:
+            obj.load_state_dict(decode(states[name]))
 
 
 def _randomness(generators: list[torch.Generator]) -> dict[str, Any]:

@@ -54,8 +54,11 @@ from fastdata.loader._gather import own_rank_state
 from fastdata.loader._indices import (
     Indices,
     generators_of,
+    load_own_states,
+    own_states,
     restore_generators,
     sampler_settings,
+    samplers,
     save_generators,
 )
 from fastdata.loader._record import Record
@@ -241,9 +244,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         self._fd_side = side if in_process else None
         indices = None
         if kind == "map":
-            indices = Indices(
-                self.sampler, self.batch_sampler, self.generator, plan.indices if plan else None
-            )
+            indices = Indices(*samplers(self), self.generator, plan.indices if plan else None)
             if in_process:
                 side.start_map()
         self._fd_indices = indices
@@ -295,18 +296,18 @@ class DataLoader(TorchDataLoader[_T_co]):
         return found
 
     def _layout(self) -> Layout:
-        kind = self._fd_kind
+        kind, (own, batch_sampler) = self._fd_kind, samplers(self)
         sampler: dict[str, Any] = {}
         if kind == "map":
-            epoch = getattr(self.sampler, "epoch", None)
+            epoch = getattr(own, "epoch", None)
             sampler = {
-                "type": type(self.sampler).__name__,
+                "type": type(own).__name__,
                 "dataset_len": len(self.dataset),  # type: ignore[arg-type]
                 "drop_last": self.drop_last,
                 "epoch": epoch if isinstance(epoch, int) else None,
-                "settings": sampler_settings(self.sampler),
+                "settings": sampler_settings(own),
             }
-        holders = (("sampler", self.sampler), ("batch_sampler", self.batch_sampler))
+        holders = (("sampler", own), ("batch_sampler", batch_sampler))
         return Layout(
             kind,
             self.num_workers,
@@ -350,6 +351,7 @@ class DataLoader(TorchDataLoader[_T_co]):
             generators=save_generators(self._generators()),
             start=indices.start if mid_epoch and indices is not None else None,
             in_process=side.state_now() if side is not None and record is not None else None,
+            between=None if mid_epoch else own_states(*samplers(self)),
         )
         return copy.deepcopy(state)  # nothing in it changes with the iteration that goes on
 
@@ -384,7 +386,8 @@ class DataLoader(TorchDataLoader[_T_co]):
             self._fd_loaded = (stream.resume, base)
         else:
             restore_generators(self._generators(), ours.generators)
-            set_epoch = getattr(self.sampler, "set_epoch", None)
+            load_own_states(*samplers(self), ours.sampler_states or {})
+            set_epoch = getattr(samplers(self)[0], "set_epoch", None)
             if ours.sampler_epoch is not None and callable(set_epoch):
                 set_epoch(ours.sampler_epoch)  # a DistributedSampler's order depends on it
         _rng.restore(ours.rng)

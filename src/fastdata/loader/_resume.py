@@ -40,11 +40,13 @@ from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._record import Position, Record
 from fastdata.loader._resume_checks import (
     MAX_WORKERS,
+    NEXT_EPOCH,
     Layout,
     check_sampler,
     flag,
     index_plan,
     next_epoch,
+    next_epoch_states,
     present,
     worker_plans,
 )
@@ -69,6 +71,7 @@ class Plan:
     reports: list[dict[str, Any] | None] = field(default_factory=list)
     indices: IndexPlan | None = None
     sampler_epoch: int | None = None
+    sampler_states: dict[str, Any] | None = None  # between epochs: the samplers' own
 
 
 def make_state(
@@ -80,6 +83,7 @@ def make_state(
     start: dict[str, Any] | None = None,
     in_process: dict[str, Any] | None = None,
     stream: dict[str, Any] | None = None,
+    between: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The state of a loader shaped as ``layout`` whose current epoch's facts are ``record``
     (None: it never iterated).
@@ -90,6 +94,8 @@ def make_state(
         start: a map-style sampler's randomness at this epoch's first draw.
         in_process: the dataset's snapshot taken now (``num_workers=0``).
         stream: the fields of a fastdata stream's state (``kind="stream"``).
+        between: the own states of the samplers that have ``state_dict()``, saved when
+            the state is between epochs (:data:`NEXT_EPOCH`).
 
     Raises:
         ResumeError: a worker's state cannot be stored (JSON cannot hold it, or the
@@ -119,6 +125,8 @@ def make_state(
         next_worker=0,
         workers=[],
     )
+    if layout.kind == "map" and epoch_done and between:
+        state["sampler"][NEXT_EPOCH] = between
     if record is None:
         return state
     # Between epochs, workers that live on (persistent ones, or the main process) keep their
@@ -270,6 +278,7 @@ def plan(state: Any, layout: Layout) -> Plan:
         reports=reports,
         indices=indices,
         sampler_epoch=sampler.get("epoch"),
+        sampler_states=next_epoch_states(sampler, layout.stateful) if epoch_done else None,
     )
 
 

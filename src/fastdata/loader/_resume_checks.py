@@ -68,6 +68,11 @@ def check_sampler(state: Mapping[str, Any], layout: Layout) -> dict[str, Any]:
             "cannot resume: the state's sampler holds a position within an epoch, but the "
             "state says it is between epochs (epoch_done=True); the state is corrupt"
         )
+    if NEXT_EPOCH in sampler and not state["epoch_done"]:
+        raise ResumeError(
+            f"cannot resume: the state's sampler holds {NEXT_EPOCH} (saved between epochs), but "
+            "the state says it is within an epoch (epoch_done=False); the state is corrupt"
+        )
     for name, current in layout.sampler.items():
         saved = sampler.get(name, "<missing>")
         if name == "settings":
@@ -87,6 +92,30 @@ def check_sampler(state: Mapping[str, Any], layout: Layout) -> dict[str, Any]:
                 f"{field}={shown[1]}; build the loader as when the state was saved"
             )
     return sampler
+
+
+NEXT_EPOCH = "next_epoch_states"
+"""The sampler section's field, between epochs, of the own states of a sampler and batch
+sampler that have ``state_dict()``: where their next epoch starts (torchdata's samplers move
+to it when an epoch ends)."""
+
+
+def next_epoch_states(
+    sampler: Mapping[str, Any], stateful: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The state's :data:`NEXT_EPOCH` states, checked against the loader's samplers."""
+    states = sampler.get(NEXT_EPOCH)
+    if states is None:
+        return None
+    states = dict(require_mapping(states, f"sampler {NEXT_EPOCH}"))
+    if set(states) != set(stateful):
+        raise ResumeError(
+            f"cannot resume: the state holds the states of {sorted(states)} between epochs, "
+            f"this loader's samplers with state_dict() are {sorted(stateful)}; build the loader "
+            "as when the state was saved"
+        )
+    _decodable(states, f"sampler {NEXT_EPOCH}")
+    return states
 
 
 def index_plan(
