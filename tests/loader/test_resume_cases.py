@@ -242,6 +242,55 @@ def test_a_stateful_sampler_saved_between_epochs_starts_the_next(
     assert [order(resumed), order(resumed)] == epochs[1:]
 
 
+class OwnIterator(tud.IterableDataset):
+    """A dataset that is its own iterator and builds its epoch's order in ``__iter__`` from
+    its state (epoch, position), moving to the next epoch when it ends."""
+
+    def __init__(self) -> None:
+        self.epoch, self.i, self.order = 0, 0, [0]
+
+    def __iter__(self):
+        seeded = torch.Generator().manual_seed(400 + self.epoch)
+        self.order = torch.randperm(6, generator=seeded).tolist()
+        return self
+
+    def __next__(self) -> int:
+        if self.i >= len(self.order):
+            self.epoch, self.i = self.epoch + 1, 0
+            raise StopIteration
+        self.i += 1
+        return self.order[self.i - 1]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "i": self.i}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.i = state["epoch"], state["i"]
+
+
+@pytest.mark.parametrize("where", [0, 2, 6], ids=["epoch-start", "mid-epoch", "after-the-last-item"])
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_dataset_that_is_its_own_iterator_resumes_in_a_later_epoch(
+    where: int, workers: int
+) -> None:
+    """Its state was loaded after iter() only, which had built epoch 0's order already:
+    resumed in epoch 1, it read epoch 0 again."""
+    options: dict[str, Any] = {"batch_size": None, "num_workers": workers}
+    options.update({"persistent_workers": True} if workers else {})
+    reference = fd.DataLoader(OwnIterator(), **options)
+    epochs = [[int(x) for x in reference] for _ in range(3)]
+    saving = fd.DataLoader(OwnIterator(), **options)
+    assert [int(x) for x in saving] == epochs[0]
+    iterator = iter(saving)
+    head = [int(next(iterator)) for _ in range(where)]
+    state = json.loads(json.dumps(saving.state_dict()))
+    del iterator
+    resumed = fd.DataLoader(OwnIterator(), **options)
+    resumed.load_state_dict(state)
+    rest = [int(x) for x in resumed]
+    assert head + rest == epochs[1] and [int(x) for x in resumed] == epochs[2]
+
+
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 def test_out_of_order_resumes_every_item_once(kind: str, worker_method: str) -> None:
     """in_order=False hands batches out as they come: what was consumed and what the

@@ -187,6 +187,9 @@ class WorkerSide:
         with contextlib.nullcontext() if replay is None else _rng.using(replay):
             if snapshot.get("dataset") is not None:
                 self.dataset.load_state_dict(decode(snapshot["dataset"]))
+            elif snapshot.get("own") and snapshot.get("iterator") is not None:
+                # its own iterator: before iter() too, which may start its epoch from it
+                self.dataset.load_state_dict(decode(snapshot["iterator"]))
             iterator = iter(self.dataset)
             self.iterator = iterator
             if snapshot.get("iterator") is not None:
@@ -242,8 +245,8 @@ class WorkerSide:
     def _snapshot(self) -> dict[str, Any]:
         """This worker's state now, as plain JSON; an error (a state JSON cannot hold) is
         kept as its message, for the loader's ``state_dict()`` to raise."""
-        # A dataset that is its own iterator is restored after iter() (which may reset it),
-        # as its iterator: torchdata's order.
+        # A dataset that is its own iterator is restored before iter() (which may build its
+        # epoch from the state) and after it (which may reset it), as its iterator.
         own = self.iterator is not None and self.iterator is self.dataset
         dataset = None if own or not self.has_state else self.dataset
         iterator = self.iterator if stateful(self.iterator) else None
