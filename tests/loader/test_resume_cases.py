@@ -268,7 +268,9 @@ class OwnIterator(tud.IterableDataset):
         self.epoch, self.i = state["epoch"], state["i"]
 
 
-@pytest.mark.parametrize("where", [0, 2, 6], ids=["epoch-start", "mid-epoch", "after-the-last-item"])
+@pytest.mark.parametrize(
+    "where", [0, 2, 6], ids=["epoch-start", "mid-epoch", "after-the-last-item"]
+)
 @pytest.mark.parametrize("workers", [0, 1])
 def test_a_dataset_that_is_its_own_iterator_resumes_in_a_later_epoch(
     where: int, workers: int
