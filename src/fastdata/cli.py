@@ -76,12 +76,16 @@ def _convert(args: argparse.Namespace) -> int:
             f"({result.samples:,} samples, {result.bytes / 1e6:,.1f} MB), "
             f"{result.skipped} already there"
             + (f" ({result.removed} of an earlier plan removed)" if result.removed else "")
-            + (f"; {len(result.bad_images):,} images left out" if result.bad_images else "")
+            + (f"; {_images(len(result.bad_images))} left out" if result.bad_images else "")
         )
     return 0
 
 
 _LISTED = 20  # images left out that convert names one by one
+
+
+def _images(n: int) -> str:
+    return f"{n:,} image{'' if n == 1 else 's'}"
 
 
 def _write(args: argparse.Namespace, options: dict[str, Any], progress: Any) -> Any:
@@ -136,7 +140,7 @@ class _ConvertProgress:
         line = (
             f"[{bar}] {done.shards_done}/{done.shards} shards, {done.samples_done:,} samples, "
             f"{done.bytes_done / 1e6:,.1f} MB written ({rate:,.1f} MB/s)"
-            + (f", {done.bad_images:,} images left out" if done.bad_images else "")
+            + (f", {_images(done.bad_images)} left out" if done.bad_images else "")
         )
         if self.live:
             self.stream.write("\r\x1b[K" + line)

@@ -105,7 +105,7 @@ def test_convert_skips_a_dangling_link_and_a_listed_file_that_is_gone(
     assert main(["convert", str(tmp_path / "train"), str(out), "--on-error", "skip"]) == 0
     err = capsys.readouterr().err
     assert f"left out {tmp_path / 'train' / 'class_01' / 'dangling.jpg'}: cannot read" in err
-    assert "4 samples" in err and "1 images left out" in err
+    assert "4 samples" in err and "1 image left out" in err
     listing = tmp_path / "list.txt"
     images = sorted((tmp_path / "train").rglob("img_*.jpg"))
     listing.write_text(f"{images[0]}\t0\n{tmp_path / 'deleted.jpg'}\t1\n{images[1]}\t1\n")

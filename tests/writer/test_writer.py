@@ -298,7 +298,7 @@ def test_convert_reruns_report_kept_removed_and_left_out_images(
     assert main(convert) == 0  # all finished: the image left out is still named
     err = capsys.readouterr().err
     assert f"left out {page}: not an image" in err
-    assert f"0 written (0 samples, 0.0 MB), {shards} already there; 1 images left out" in err
+    assert f"0 written (0 samples, 0.0 MB), {shards} already there; 1 image left out" in err
     last = sorted((tmp_path / "train" / "class_01").glob("*.jpg"))[-1]
     last.write_bytes(last.read_bytes() + b"\0" * 10)  # changed: its shard is written again
     assert main(convert) == 0

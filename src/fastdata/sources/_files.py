@@ -152,7 +152,8 @@ def _check_finished(
     if missing:
         raise SourceError(
             f"the folder holds an unfinished conversion: its {MANIFEST} lists {len(planned)} "
-            f"shards and {len(missing)} are missing ({', '.join(missing[:3])}"
+            f"shards and {len(missing)} {'is' if len(missing) == 1 else 'are'} missing "
+            f"({', '.join(missing[:3])}"
             f"{', ...' if len(missing) > 3 else ''}); run the same fastdata convert (or "
             "write_shards) again to finish it, or name the files to read (a glob or a list) "
             "to read only those there",
