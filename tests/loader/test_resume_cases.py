@@ -406,3 +406,48 @@ def test_tensors_in_a_dataset_state_come_back_as_tensors() -> None:
     assert torch.equal(fresh.value["rng"], held["rng"])
     assert np.array_equal(fresh.value["weights"], held["weights"])
     assert fresh.value["pair"] == (1, b"x")
+
+
+@pytest.mark.parametrize("kind", ["map", "iterable"])
+@pytest.mark.parametrize("saved", [True, False], ids=["persistent-saved", "fresh-saved"])
+@pytest.mark.parametrize("where", [3, None], ids=["mid-epoch", "between-epochs"])
+def test_another_persistent_workers_resumes(
+    kind: str, saved: bool, where: int | None, worker_method: str
+) -> None:
+    """persistent_workers only decides whether workers outlive their epoch: within an epoch the
+    rest is the saved run's; a state saved between epochs by persistent workers starts fresh
+    ones in a loader without them (torchdata accepts the change; fastdata refused it)."""
+
+    def make(persistent: bool) -> fd.DataLoader:
+        data = Drawing(24) if kind == "map" else Shards(24)
+        sampler = {"shuffle": True, "generator": torch.Generator().manual_seed(3)}
+        return fd.DataLoader(
+            data,
+            batch_size=4,
+            num_workers=2,
+            persistent_workers=persistent,
+            worker_method=worker_method,
+            **(sampler if kind == "map" else {}),
+        )
+
+    seed(5)
+    reference = make(saved)
+    epoch = [plain(b) for b in reference]
+    seed(5)
+    loader = make(saved)
+    iterator = iter(loader)
+    head = [plain(next(iterator)) for _ in range(len(epoch) if where is None else where)]
+    if where is None:
+        assert next(iterator, None) is None
+    state = json.loads(json.dumps(loader.state_dict()))
+    del iterator
+    resumed = make(not saved)
+    resumed.load_state_dict(state)
+    rest = [plain(b) for b in resumed]
+    # thread workers share the global generators: their draws' order is the threads' own
+    same = ids if worker_method == "thread" else (lambda batches: batches)
+    if where is None:
+        assert same(head) == same(epoch) and sorted(ids(rest)) == list(range(24))
+    else:
+        assert same(head + rest) == same(epoch)
+    assert sorted(ids([plain(b) for b in resumed])) == list(range(24))  # and the epoch after

@@ -198,11 +198,12 @@ def plan(state: Any, layout: Layout) -> Plan:
     _rng.check(state.get("rng"))
     saved_workers = require_int(state, "num_workers", maximum=MAX_WORKERS)
     persistent = layout.kind != "stream" and flag(state, "persistent_workers")
-    if layout.kind != "stream" and persistent != layout.persistent:
-        raise ResumeError(
-            f"cannot resume: the state's persistent_workers={persistent} but this loader has "
-            f"persistent_workers={layout.persistent}; build it with the saved value"
-        )
+    if persistent and epoch_done and not layout.persistent:
+        # Saved between epochs, the workers that lived on held their seed and state for the
+        # next epoch; this loader's next epoch starts fresh workers, as if saved without them.
+        # (Within an epoch, either setting resumes it: its workers are started anew.)
+        state.update(persistent_workers=False, base_seed=None, workers=[], next_worker=0)
+        persistent = False
     if layout.kind != "stream" and len(generators) != layout.generators:
         raise ResumeError(
             f"cannot resume: the state has {len(generators)} generator(s), this loader's "
