@@ -6,8 +6,9 @@ of the rows (2 files each, row groups of 16,384). ``fastdata``: ``mix({"a": ...,
 weights=<their sizes>)`` over one epoch of all rows, batches of 4,096, shuffled; baseline
 ``single-stream``: one ``ParquetStream`` over all four files with the same options. Both go
 through ``fastdata.DataLoader(batch_size=None, num_workers=0)`` and are timed in alternating
-rounds (``measure_interleaved``). The mix adds a ``source`` column, cuts units where a
-source's share starts and ends, and counts each source's rows per batch.
+rounds (``measure_interleaved``). The mix adds a ``source`` column, cuts each source's share
+into pieces interleaved by weight (about ``shuffle_buffer x weight`` rows, read from each unit
+read once), and counts each source's rows per batch.
 """
 
 from __future__ import annotations

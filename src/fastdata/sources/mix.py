@@ -7,11 +7,13 @@ left it: a source smaller than its share repeats within an epoch (each of its ro
 pass over it), a larger one is spread over several mixed epochs (each row once before any
 repeats). The realised proportions are the weights, exactly (to a row), in every epoch.
 
-The mix is a :class:`~fastdata.PlannedStream` over one reader whose units are the sources'
-units (cut where a source's share of an epoch starts or ends), so it is sharded exactly once
-across ranks x workers, shuffled (rows of all sources mixed within windows), batched, resumed
-and resumed elastically like any stream. Every row carries a ``source`` column: the index of
-its source in :attr:`MixedStream.sources`.
+The mix is a :class:`~fastdata.PlannedStream` over one reader whose units are pieces of the
+sources' units, interleaved by weight (:mod:`fastdata.sources._interleave`; the stream keeps
+that order, ``Policy.shuffle_units=False``), so it is sharded exactly once across ranks x
+workers, shuffled (rows of all sources mixed within windows), batched, resumed and resumed
+elastically like any stream, and every rank, worker and window gets each source at its
+weight. Every row carries a ``source`` column: the index of its source in
+:attr:`MixedStream.sources`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 import os
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -29,6 +32,7 @@ from torch.utils.data import get_worker_info
 
 from fastdata._env import worker_slot
 from fastdata._validate import check_int, check_number, keywords_checked
+from fastdata.sources._interleave import MIN_ROUND_ROWS, Pieces, interleave
 from fastdata.sources.base import (
     BatchingDecoder,
     Context,
@@ -38,7 +42,8 @@ from fastdata.sources.base import (
     declares,
     varies,
 )
-from fastdata.sources.options import StreamOptions
+from fastdata.sources.options import StreamOptions, checked_options
+from fastdata.sources.plan import Policy
 from fastdata.sources.stream import PlannedStream
 
 if TYPE_CHECKING:
@@ -66,7 +71,11 @@ class MixedReader:
     epoch (:meth:`for_epoch`; see the module docstring)."""
 
     def __init__(
-        self, readers: Mapping[str, Reader], weights: list[float], epoch_rows: int
+        self,
+        readers: Mapping[str, Reader],
+        weights: list[float],
+        epoch_rows: int,
+        policy: Policy | None = None,
     ) -> None:
         self.names = list(readers)
         self.readers = list(readers.values())
@@ -75,19 +84,35 @@ class MixedReader:
         self.weights = weights
         self.epoch_rows = epoch_rows
         self.counts = shares(epoch_rows, weights)
+        policy = policy or Policy()
+        self.shuffle, self.seed = policy.shuffle, policy.seed
+        # rows in which every source appears in proportion: a shuffle window's, so that every
+        # window (which permutes its rows) mixes all of them
+        buffer = policy.shuffle_buffer if self.shuffle else 0
+        self.round_rows = max(64, buffer) if buffer else MIN_ROUND_ROWS
         for name, total, count in zip(self.names, self.totals, self.counts, strict=True):
             if count and not total:
                 raise ValueError(f"source {name!r} has no rows but a weight above 0")
 
     def for_epoch(self, epoch: int) -> _EpochMix:
-        """The units of ``epoch``: each source's share, from where the previous epoch left it."""
-        units: list[tuple[int, int, int, int]] = []  # (source, unit, start, stop)
-        for c, (rows, total, count) in enumerate(
-            zip(self.unit_counts, self.totals, self.counts, strict=True)
-        ):
-            if count:
-                units += _walk(c, rows, (epoch * count) % total, count)
-        return _EpochMix(self, units)
+        """The units of ``epoch``: each source's share, from where the previous epoch left it,
+        interleaved (:mod:`fastdata.sources._interleave`)."""
+        walks = [
+            _walk(c, rows, (epoch * count) % total, count) if count else []
+            for c, (rows, total, count) in enumerate(
+                zip(self.unit_counts, self.totals, self.counts, strict=True)
+            )
+        ]
+        granules, pieces = interleave(
+            walks, self.round_rows, shuffle=self.shuffle, seed=self.seed, epoch=epoch
+        )
+        return _EpochMix(self, granules, pieces)
+
+    def read_piece(self, piece: tuple[int, int, int, int]) -> pa.Table:
+        """Rows ``[start, stop)`` of a source's unit: ``piece`` is ``(source, unit, start,
+        stop)``."""
+        source, unit, start, stop = piece
+        return self.readers[source].read(unit, start, stop)
 
     # A Reader's methods: those of epoch 0 (a stream asks for_epoch).
     def unit_rows(self) -> list[int]:
@@ -104,6 +129,7 @@ class MixedReader:
             "sources": {n: r.identity() for n, r in zip(self.names, self.readers, strict=True)},
             "weights": self.weights,
             "epoch_rows": self.epoch_rows,
+            "interleave": {"round_rows": self.round_rows},  # (an order that states depend on)
         }
 
     def __repr__(self) -> str:
@@ -129,23 +155,32 @@ def _walk(source: int, rows: list[int], start: int, count: int) -> list[tuple[in
 
 
 class _EpochMix:
-    """One epoch's units of a :class:`MixedReader`."""
+    """One epoch's units of a :class:`MixedReader`: the granules of its sources, in order,
+    each read from its piece (see :mod:`fastdata.sources._interleave`)."""
 
-    def __init__(self, mixed: MixedReader, units: list[tuple[int, int, int, int]]) -> None:
+    def __init__(
+        self,
+        mixed: MixedReader,
+        units: list[tuple[int, int, int, int, int]],
+        pieces: list[tuple[int, int, int, int]],
+    ) -> None:
         self.mixed = mixed
         self.units = units
+        self.pieces = pieces
+        self._tables = Pieces(mixed.read_piece)
 
     def unit_rows(self) -> list[int]:
-        return [stop - start for _, _, start, stop in self.units]
+        return [stop - start for _, _, start, stop, _ in self.units]
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
-        source, real, first, _ = self.units[unit]
-        table = self.mixed.readers[source].read(real, first + start, first + stop)
+        source, _, first, _, index = self.units[unit]
+        piece = self.pieces[index]
+        table = self._tables.table(index, piece).slice(first - piece[2] + start, stop - start)
         column = pa.array(np.full(table.num_rows, source, dtype=np.int16))
         return table.append_column(SOURCE, column)
 
     def location(self, unit: int, row: int) -> dict[str, Any]:
-        source, real, first, _ = self.units[unit]
+        source, real, first, _, _ = self.units[unit]
         return self.mixed.readers[source].location(real, first + row)
 
     def identity(self) -> dict[str, Any]:
@@ -259,9 +294,12 @@ class MixedStream(PlannedStream):
             raise ValueError(f"weights={weights!r}: at least one must be above 0")
         total = sum(s.num_rows for s in streams.values())
         rows = check_int("epoch_rows", epoch_rows, minimum=1, none="None: all rows of all sources")
-        reader = MixedReader({n: s.reader for n, s in streams.items()}, shares_, rows or total)
+        policy = checked_options(**options)[0]
+        readers = {n: s.reader for n, s in streams.items()}
+        reader = MixedReader(readers, shares_, rows or total, policy)
         counting = _BatchingCounting if declares(decoder, BatchingDecoder) else _Counting
         super().__init__(reader, decoder=counting(decoder, len(streams)), **options)
+        self._policy = replace(self._policy, shuffle_units=False)  # the reader orders them
         self.sources = list(streams)
         """The sources' names; a row's ``source`` column is an index into it."""
 

@@ -88,6 +88,8 @@ class Policy:
             items so every rank has the same count; ``"pad"`` repeats rows from the start of
             the epoch's order to fill up (like ``DistributedSampler``), reported as padded.
         shuffle_buffer: rows mixed together when shuffling (a window holds at least this many).
+        shuffle_units: shuffling permutes the unit order (False: the reader's units come in
+            the order they are to be read, as a mix orders them, :mod:`fastdata.sources.mix`).
     """
 
     batch_size: int = 1
@@ -96,6 +98,7 @@ class Policy:
     drop_last: bool = False
     even_batches: EvenBatches = None
     shuffle_buffer: int = 0
+    shuffle_units: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -206,7 +209,8 @@ def plan_epoch(
     b = policy.batch_size
     start, stop = min(int(w0) * b, used), min(int(w1) * b, used)
 
-    order = unit_order(len(rows), shuffle=policy.shuffle, seed=policy.seed, epoch=epoch)
+    shuffle = policy.shuffle and policy.shuffle_units
+    order = unit_order(len(rows), shuffle=shuffle, seed=policy.seed, epoch=epoch)
     pieces = _pieces(rows[order], order, start, stop, total)
     summary = Summary(
         total_rows=total,

@@ -159,7 +159,10 @@ def test_the_digest_follows_the_selected_columns_values_only(
     one = written(root / "1.parquet", pa.table({"a": values, "b": b}))
     again = written(root / "2.parquet", pa.table({"a": values, "b": b}))
     moved = written(root / "3.parquet", pa.table({"a": [v + change for v in values], "b": b}))
-    b_changed = written(root / "4.parquet", pa.table({"a": values, "b": [x + "!" for x in b]}))
+    # Column b changed, and the file's size with it (by its metadata: another b alone may
+    # compress to the same size, which hypothesis found: [46, 61, -11, 12, -51, 16, 60, ...])
+    b_table = pa.table({"a": values, "b": [x + "!" for x in b]})
+    b_changed = written(root / "4.parquet", b_table.replace_schema_metadata({"pad": "x" * 64}))
     assert digest([one], ["a"]) == digest([again], ["a"])
     assert digest([one], ["a"]) != digest([moved], ["a"])  # other min/max: another digest
     assert digest([one], ["a"]) != digest([one, again], ["a"])
