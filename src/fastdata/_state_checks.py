@@ -57,7 +57,7 @@ def check_matches(saved: Mapping[str, Any], current: Mapping[str, Any], section:
     owner = "loader" if section == "sampler" else "stream"
     for field, now in current.items():
         then = saved.get(field, "<missing>")
-        if then != now:
+        if then != now or _reordered(then, now):
             _refuse_reordered(saved, current, owner)
             what = _ADVICE.get(field) or _ADVICE.get(section, _ADVICE["settings"])
             if isinstance(then, Mapping) and isinstance(now, Mapping):
@@ -78,14 +78,22 @@ def check_matches(saved: Mapping[str, Any], current: Mapping[str, Any], section:
         )
 
 
+def _reordered(then: Any, now: Any) -> bool:
+    """Whether two equal mappings hold their entries in another order: the order of a mix's
+    sources numbers them (each row's ``source``, the order of the epoch's units), so a state
+    of ``{"a": ..., "b": ...}`` resumed into ``{"b": ..., "a": ...}`` would read other rows."""
+    if not (isinstance(then, Mapping) and isinstance(now, Mapping)):
+        return False
+    return then == now and list(then) != list(now)
+
+
 def _refuse_reordered(saved: Mapping[str, Any], current: Mapping[str, Any], owner: str) -> None:
     """Refuse, naming it, a mapping (a mix's sources) that holds what the state's does in
-    another order: a field that depends on the order (the weights) differs then, but the
-    cause is the order."""
+    another order (a field that follows the order, the weights, may differ too: the cause
+    is the order)."""
     for field, now in current.items():
         then = saved.get(field)
-        mappings = isinstance(then, Mapping) and isinstance(now, Mapping)
-        if mappings and then == now and list(then) != list(now):
+        if isinstance(then, Mapping) and _reordered(then, now):
             raise ResumeError(
                 f"cannot resume: the state's {field} are in the order {short(list(then))} "
                 f"but this {owner}'s are in the order {short(list(now))}; the order counts "

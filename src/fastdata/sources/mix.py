@@ -256,6 +256,8 @@ class MixedStream(PlannedStream):
         warn_ignored_options(streams)
         if weights is None:  # every row of every source once per epoch (as ConcatDataset)
             weights = {n: s.num_rows for n, s in streams.items()}
+            if not any(weights.values()):
+                raise ValueError(f"the sources {list(streams)} have no rows: nothing to mix")
         weights = dict(weights)
         if set(weights) != set(streams):
             raise ValueError(f"weights={weights!r}: expected one weight per source {list(streams)}")
