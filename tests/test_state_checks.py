@@ -154,3 +154,33 @@ def test_fields_only_the_state_has_are_refused() -> None:
         "cannot resume: the state's sampler has alpha, zeta, which this one does not; was it "
         "saved by another kind of source or sampler?"
     )
+
+
+def test_differing_mappings_are_shown_entry_by_entry() -> None:
+    """A mix's ``sources`` (one reader identity per source) differ in one entry: the message
+    names it, not both dicts cut short before it."""
+    saved = {"sources": {"web": {"rows": 3, "paths": "p" * 80}, "books": {"rows": 1}}}
+    current = {"sources": {"web": {"rows": 4, "paths": "p" * 80}, "novels": {"rows": 1}}}
+    with pytest.raises(ResumeError) as raised:
+        check_matches(saved, current, "data")
+    assert str(raised.value).startswith(
+        "cannot resume: the state's sources differ from this stream's: sources['books'] is in "
+        "the state only; sources['novels'] is in this stream only; sources['web']['rows'] is 3 "
+        "in the state, 4 here: the data changed since the state was saved"
+    )
+
+
+def test_a_mapping_in_another_order_is_named_as_such() -> None:
+    """The weights of a mix follow its sources' order: sources passed in another order make
+    the weights differ, but the message names the order; with equal weights nothing else
+    differs, and the order alone is refused (it numbers the sources)."""
+    saved = {"sources": {"a": 1, "b": 2}, "weights": [0.7, 0.3]}
+    current = {"sources": {"b": 2, "a": 1}, "weights": [0.3, 0.7]}
+    with pytest.raises(
+        ResumeError,
+        match=r"sources are in the order \['a', 'b'\] but this "
+        r"stream's are in the order \['b', 'a'\].*saved order",
+    ):
+        check_matches(saved, current, "data")
+    with pytest.raises(ResumeError, match=r"sources are in the order \['b', 'a'\]"):
+        check_matches({"sources": {"b": 2, "a": 1}}, {"sources": {"a": 1, "b": 2}}, "data")

@@ -41,6 +41,9 @@ def test_check_number():
         check_number("x", 0, minimum=0, exclusive_minimum=True)
     with pytest.raises(ValueError, match="x=nan"):
         check_number("x", float("nan"))
+    for infinite in (float("inf"), -float("inf")):  # a finite float, as the docstring says
+        with pytest.raises(ValueError, match=r"x=-?inf: expected a finite number >= 0"):
+            check_number("x", infinite, minimum=0)
     with pytest.raises(TypeError, match="got str"):
         check_number("x", "1")
 

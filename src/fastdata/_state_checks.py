@@ -54,11 +54,18 @@ def require_mapping(value: Any, field: str) -> Mapping[str, Any]:
 
 def check_matches(saved: Mapping[str, Any], current: Mapping[str, Any], section: str) -> None:
     """Refuse the first field of ``section`` whose saved value differs from the current one."""
+    owner = "loader" if section == "sampler" else "stream"
     for field, now in current.items():
         then = saved.get(field, "<missing>")
-        if then != now:
+        if then != now or _reordered(then, now):
+            _refuse_reordered(saved, current, owner)
             what = _ADVICE.get(field) or _ADVICE.get(section, _ADVICE["settings"])
-            owner = "loader" if section == "sampler" else "stream"
+            if isinstance(then, Mapping) and isinstance(now, Mapping):
+                shown = "; ".join(_differences(then, now, field, owner)[:4])
+                raise ResumeError(
+                    f"cannot resume: the state's {field} differ from this {owner}'s: {shown}: "
+                    + what
+                )
             raise ResumeError(
                 f"cannot resume: the state's {field}={short(then)} but this {owner} has "
                 f"{field}={short(now)}: {what}"
@@ -69,6 +76,47 @@ def check_matches(saved: Mapping[str, Any], current: Mapping[str, Any], section:
             f"cannot resume: the state's {section} has {', '.join(extra)}, which this one "
             "does not; was it saved by another kind of source or sampler?"
         )
+
+
+def _reordered(then: Any, now: Any) -> bool:
+    """Whether two equal mappings hold their entries in another order: the order of a mix's
+    sources numbers them (each row's ``source``, the order of the epoch's units), so a state
+    of ``{"a": ..., "b": ...}`` resumed into ``{"b": ..., "a": ...}`` would read other rows."""
+    if not (isinstance(then, Mapping) and isinstance(now, Mapping)):
+        return False
+    return then == now and list(then) != list(now)
+
+
+def _refuse_reordered(saved: Mapping[str, Any], current: Mapping[str, Any], owner: str) -> None:
+    """Refuse, naming it, a mapping (a mix's sources) that holds what the state's does in
+    another order (a field that follows the order, the weights, may differ too: the cause
+    is the order)."""
+    for field, now in current.items():
+        then = saved.get(field)
+        if isinstance(then, Mapping) and _reordered(then, now):
+            raise ResumeError(
+                f"cannot resume: the state's {field} are in the order {short(list(then))} "
+                f"but this {owner}'s are in the order {short(list(now))}; the order counts "
+                f"(it numbers them): pass the {field} in the saved order, or start the "
+                "epoch afresh without load_state_dict"
+            )
+
+
+def _differences(
+    then: Mapping[str, Any], now: Mapping[str, Any], path: str, owner: str
+) -> list[str]:
+    """What differs between two mappings, entry by entry (nested mappings entered)."""
+    out = [f"{path}[{key!r}] is in the state only" for key in then if key not in now]
+    out += [f"{path}[{key!r}] is in this {owner} only" for key in now if key not in then]
+    for key, value in now.items():
+        if key not in then or then[key] == value:
+            continue
+        where = f"{path}[{key!r}]"
+        if isinstance(then[key], Mapping) and isinstance(value, Mapping):
+            out += _differences(then[key], value, where, owner)
+        else:
+            out.append(f"{where} is {short(then[key])} in the state, {short(value)} here")
+    return out
 
 
 _ADVICE = {

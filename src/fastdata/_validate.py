@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import math
 import numbers
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -98,7 +99,9 @@ def check_number(
         raise TypeError(f"{name}={value!r}: expected {expected}, got {type(value).__name__}")
     number = float(value)
     below = minimum is not None and (number <= minimum if exclusive_minimum else number < minimum)
-    if number != number or below or (maximum is not None and number > maximum):
+    if not math.isfinite(number):  # nan or inf
+        expected = expected.replace("a number", "a finite number", 1)
+    if not math.isfinite(number) or below or (maximum is not None and number > maximum):
         raise ValueError(f"{name}={value!r}: expected {expected}")
     return number
 

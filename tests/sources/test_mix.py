@@ -7,6 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import fastdata as fd
@@ -131,3 +133,75 @@ def test_mid_epoch_counts_are_the_rows_delivered_so_far(sources, batch_size: int
         counts = stream.source_counts()
         assert counts == {"web": delivered[0], "code": delivered[1]}
     assert sum(delivered.values()) == 1000
+
+
+def write(path: Path, table: pa.Table) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path / "part.parquet", row_group_size=10)
+    return path
+
+
+def docs(n: int, first: int = 0) -> pa.Table:
+    """``n`` documents of tokens: document ``i`` repeats ``first + i`` 1 to 3 times."""
+    tokens = [[first + i] * (1 + i % 3) for i in range(n)]
+    return pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))})
+
+
+# ------------------------------------------------------------------------------- weights
+def test_without_weights_an_epoch_reads_every_row_of_every_source_once(tmp_path: Path) -> None:
+    web = fd.ParquetStream(write(tmp_path / "web", docs(70)))
+    code = fd.ParquetStream(write(tmp_path / "code", docs(20, 100)))
+    mixed = fd.mix({"web": web, "code": code}, batch_size=8, shuffle=True)
+    seen = Counter(
+        (s, doc[0])
+        for batch in mixed
+        for s, doc in zip(batch["source"].tolist(), batch["tokens"].tolist(), strict=True)
+    )
+    assert sorted(seen) == [(0, i) for i in range(70)] + [(1, 100 + i) for i in range(20)]
+    assert set(seen.values()) == {1}
+
+
+def test_without_weights_an_empty_source_has_no_share(tmp_path: Path) -> None:
+    empty = fd.ParquetStream(write(tmp_path / "empty", docs(0)))
+    full = fd.ParquetStream(write(tmp_path / "full", docs(5)))
+    assert sum(1 for _ in fd.mix({"empty": empty, "full": full})) == 5
+    with pytest.raises(ValueError, match=r"the sources \['empty'\] have no rows"):
+        fd.mix({"empty": empty})
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), -float("inf")])
+def test_a_weight_that_is_not_finite_is_refused_naming_it(tmp_path: Path, bad: float) -> None:
+    web = fd.ParquetStream(write(tmp_path / "web", docs(30)))
+    code = fd.ParquetStream(write(tmp_path / "code", docs(20)))
+    with pytest.raises(ValueError, match=r"weights\['code'\]=-?(inf|nan): expected a finite"):
+        fd.mix({"web": web, "code": code}, weights={"web": 1, "code": bad})
+
+
+# --------------------------------------------------------------------------------- resume
+@pytest.mark.parametrize("share", [0.7, 0.5])  # 0.5: the weights are the same in any order
+def test_resuming_a_changed_mix_says_what_changed(tmp_path: Path, share: float) -> None:
+    """Sources in another order are refused as such (with equal weights nothing else differs,
+    and the state's counts would have read other rows: half twice, half never)."""
+    paths = {n: write(tmp_path / n, docs(40, 100 * i)) for i, n in enumerate(("web", "code"))}
+
+    def loader(names: dict[str, str]) -> fd.DataLoader:
+        streams = {new: fd.ParquetStream(paths[old]) for old, new in names.items()}
+        weights = {new: {"web": share, "code": 1 - share}[old] for old, new in names.items()}
+        return fd.DataLoader(fd.mix(streams, weights=weights, batch_size=4), batch_size=None)
+
+    saved = loader({"web": "web", "code": "code"})
+    it = iter(saved)
+    next(it)
+    state = json.loads(json.dumps(saved.state_dict()))
+    with pytest.raises(
+        fd.ResumeError,
+        match=r"in the order \['web', 'code'\] but this "
+        r"stream's are in the order \['code', 'web'\].*saved order",
+    ):
+        loader({"code": "code", "web": "web"}).load_state_dict(state)
+    with pytest.raises(
+        fd.ResumeError,
+        match=r"sources\['code'\] is in the state only; "
+        r"sources\['novels'\] is in this stream only",
+    ):
+        loader({"web": "web", "code": "novels"}).load_state_dict(state)

@@ -18,6 +18,7 @@ __all__ = [
     "ragged_kind",
     "rebuild",
     "refuses_nulls_inside",
+    "relaxed",
     "tensor_shape",
 ]
 
@@ -59,6 +60,18 @@ def rebuild(t: pa.DataType, child: Callable[[pa.Field], pa.Field]) -> pa.DataTyp
     if pat.is_struct(t):
         return pa.struct([child(t.field(i)) for i in range(t.num_fields)])
     return t
+
+
+def relaxed(t: pa.DataType) -> pa.DataType:
+    """``t`` with every nested field nullable and strings, binaries and lists in their large
+    form: two types equal in this form hold the same values."""
+    if pat.is_string(t):
+        return pa.large_string()
+    if pat.is_binary(t):
+        return pa.large_binary()
+    if pat.is_list(t):
+        t = pa.large_list(t.value_field)
+    return rebuild(t, lambda field: pa.field(field.name, relaxed(field.type)))
 
 
 def is_number(t: pa.DataType) -> bool:

@@ -133,13 +133,14 @@ class ImageStream(PlannedStream):
         decoder = image_decoder(dict(options), *columns)
         for name in DECODER_OPTIONS:
             options.pop(name, None)  # type: ignore[misc]
-        options.setdefault("shuffle_buffer", 2048)
+        defaults: dict[str, Any] = {"shuffle_buffer": 2048}
         if isinstance(reader, ImageFiles) and isinstance(reader.fs, pafs.LocalFileSystem):
             # Local image files read in line: 64 page-cached files take ~3 ms against ~60 ms of
             # decoding them, and a read-ahead thread per worker cost more than it hid (the
             # training epoch 2.30x -> 2.45x torchvision's, docs/benchmarks.md).
-            options.setdefault("read_ahead", 0)
-        super().__init__(reader, decoder=decoder, **options)  # type: ignore[misc]
+            defaults["read_ahead"] = 0
+        super().__init__(reader, decoder=decoder, **{**defaults, **options})
+        self.option_defaults = defaults  # those unlike PlannedStream's (mix(), pack())
         self.classes: list[str] | None = None
         """Class names of :meth:`from_folder` (index = label), else None."""
         self.class_to_idx: dict[str, int] | None = None

@@ -33,6 +33,7 @@ from torch.utils.data import get_worker_info
 from fastdata._env import worker_slot
 from fastdata._validate import check_int, check_number, keywords_checked
 from fastdata.sources._interleave import MIN_ROUND_ROWS, Pieces, interleave
+from fastdata.sources._source_checks import one_schema, warn_ignored_options
 from fastdata.sources.base import (
     BatchingDecoder,
     Context,
@@ -286,7 +287,13 @@ class MixedStream(PlannedStream):
             if not isinstance(stream, PlannedStream):
                 raise TypeError(f"sources[{name!r}]={stream!r}: expected a fastdata stream")
         decoder = _one_decoder(streams)
-        weights = dict(weights) if weights is not None else dict.fromkeys(streams, 1.0)
+        readers = one_schema(streams)
+        warn_ignored_options(streams)
+        if weights is None:  # every row of every source once per epoch (as ConcatDataset)
+            weights = {n: s.num_rows for n, s in streams.items()}
+            if not any(weights.values()):
+                raise ValueError(f"the sources {list(streams)} have no rows: nothing to mix")
+        weights = dict(weights)
         if set(weights) != set(streams):
             raise ValueError(f"weights={weights!r}: expected one weight per source {list(streams)}")
         shares_ = [check_number(f"weights[{n!r}]", weights[n], minimum=0) for n in streams]
@@ -295,7 +302,6 @@ class MixedStream(PlannedStream):
         total = sum(s.num_rows for s in streams.values())
         rows = check_int("epoch_rows", epoch_rows, minimum=1, none="None: all rows of all sources")
         policy = checked_options(**options)[0]
-        readers = {n: s.reader for n, s in streams.items()}
         reader = MixedReader(readers, shares_, rows or total, policy)
         counting = _BatchingCounting if declares(decoder, BatchingDecoder) else _Counting
         super().__init__(reader, decoder=counting(decoder, len(streams)), **options)
@@ -347,14 +353,25 @@ def mix(
 
     Each epoch holds ``epoch_rows`` rows (default: all rows of all sources), ``weights[name]``
     of them (normalised) from each source, each source walking through its own rows in order
-    from where the previous epoch left it (see :mod:`fastdata.sources.mix`). The sources'
-    readers and decoder are used; their stream options are not: the mix has its own
-    (``batch_size``, ``shuffle``, ``seed``, ... as for :class:`fastdata.PlannedStream`), and
-    its rows carry a ``source`` column (the index into :attr:`MixedStream.sources`).
+    from where the previous epoch left it (see :mod:`fastdata.sources.mix`). Without
+    ``weights`` each source is weighted by its number of rows: an epoch reads every row of
+    every source once, as ``torch.utils.data.ConcatDataset`` does (pass weights to read a
+    small corpus more often). The sources' readers and decoder are used; their stream options
+    are not (a source built with any is warned about): the mix has its own (``batch_size``,
+    ``shuffle``, ``seed``, ... as for :class:`fastdata.PlannedStream`), and its rows carry a
+    ``source`` column (the index into :attr:`MixedStream.sources`).
     ``fastdata.DataLoader(stats=True).stats()["sources"]`` counts each source's rows.
 
+    The sources must read the same columns with the same types (checked here for Parquet
+    sources); where they differ only in nullability, in ``string`` / ``binary`` / ``list``
+    against their large forms, or in the columns' order, each source's tables are cast to
+    one schema (the columns in the first source's order; a column nullable if it is in any
+    source; the large form if any source has it).
+
     Raises:
-        ValueError: a weight without a source (or the reverse), no positive weight, a
-            source with rows of another kind than the others.
+        SchemaError: two sources read different columns, or a column of different types.
+        ValueError: a weight without a source (or the reverse), no positive weight, a weight
+            that is not a finite number >= 0, a source with rows of another kind than the
+            others.
     """
     return MixedStream(sources, weights=weights, epoch_rows=epoch_rows, **options)

@@ -49,8 +49,9 @@ from fastdata._env import worker_slot
 from fastdata._validate import check_bool, check_choice, check_int, keywords_checked
 from fastdata.errors import SchemaError
 from fastdata.sources._packing import Window, documents, packed_batch, row_bounds
+from fastdata.sources._source_checks import options_set
 from fastdata.sources.base import Context, SchemaReader, declares
-from fastdata.sources.options import StreamOptions, checked_options
+from fastdata.sources.options import StreamOptions
 from fastdata.sources.plan import Summary
 from fastdata.sources.stream import PlannedStream
 
@@ -255,7 +256,7 @@ def pack(
             + " and can differ by more than one. "
             + _STEPS
         )
-    ignored = _source_options(source)
+    ignored = options_set(source)
     if ignored:
         raise ValueError(
             f"the source stream's options {', '.join(ignored)} would be ignored: pack() "
@@ -284,16 +285,3 @@ def pack(
     )
     options["batch_size"] = None  # a packed batch is rows x seq_len tokens, not rows
     return PackedStream(source.reader, decoder=packer, **options)
-
-
-def _source_options(source: PlannedStream) -> list[str]:
-    """``name=value`` of every stream option ``source`` was built with that differs from
-    the default (pack() takes them all over)."""
-    policy, _, read_ahead = checked_options()
-    settings = ("batch_size", "shuffle", "seed", "shuffle_buffer", "drop_last", "even_batches")
-    defaults = {k: getattr(policy, k) for k in settings} | {"batch_size": None}
-    defaults |= {"rank": None, "world_size": None, "read_ahead": read_ahead}
-    rank, world_size = source._rank_args
-    got = {k: source.settings[k] for k in settings}
-    got |= {"rank": rank, "world_size": world_size, "read_ahead": source.read_ahead}
-    return [f"{k}={v!r}" for k, v in got.items() if v != defaults[k]]

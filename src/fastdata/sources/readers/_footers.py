@@ -14,10 +14,16 @@ import pyarrow.parquet as pq
 import pyarrow.types as pat
 
 from fastdata.errors import SchemaError, SourceError
-from fastdata.sources._arrow_types import delivered_type, rebuild
+from fastdata.sources._arrow_types import delivered_type, relaxed
 from fastdata.sources.readers._thrift import encrypted_leaves
 
-__all__ = ["ContentDigest", "Footer", "SchemaAgreement", "read_footer", "refuse_encrypted"]
+__all__ = [
+    "ContentDigest",
+    "Footer",
+    "SchemaAgreement",
+    "read_footer",
+    "refuse_encrypted",
+]
 
 _TAIL = 64 << 10  # bytes read from a file's end at first: the whole footer, most of the time
 _MAGIC = b"PAR1"
@@ -134,7 +140,7 @@ class SchemaAgreement:
         for name, ref in self.fields.items():
             field = _require(path, schema, present, name)
             got, expected = delivered_type(field.type), delivered_type(ref.type)
-            if _relaxed(got) != _relaxed(expected):
+            if relaxed(got) != relaxed(expected):
                 raise SchemaError(
                     f"column {name!r} has type {field.type} here but {ref.type} in "
                     f"{self.ref_path}; cast the files to one schema",
@@ -169,7 +175,7 @@ class SchemaAgreement:
         fields = []
         for name, field in self.fields.items():
             kind = delivered_type(field.type)
-            fields.append(field.with_type(kind if self.exact[name] else _relaxed(kind)))
+            fields.append(field.with_type(kind if self.exact[name] else relaxed(kind)))
         return pa.schema(fields)
 
 
@@ -181,18 +187,6 @@ def _require(path: str, schema: pa.Schema, present: set[str], name: str) -> pa.F
             column=name,
         )
     return schema.field(name)
-
-
-def _relaxed(t: pa.DataType) -> pa.DataType:
-    """``t`` with every nested field nullable and strings, binaries and lists in their large
-    form: two types equal in this form hold the same values."""
-    if pat.is_string(t):
-        return pa.large_string()
-    if pat.is_binary(t):
-        return pa.large_binary()
-    if pat.is_list(t):
-        t = pa.large_list(t.value_field)
-    return rebuild(t, lambda field: pa.field(field.name, _relaxed(field.type)))
 
 
 class ContentDigest:
