@@ -1,10 +1,10 @@
 """Parquet as users hand it over (a new-user review on real-world files, 7 Dec): nested
-fixed-size lists under shuffle, ``pyarrow.dataset`` objects with their own filter or schema,
-folders of files without a ``.parquet`` suffix, pandas' all-None chunks, and the messages
-that say what to do where a source is refused.
+fixed-size lists under shuffle at rank and worker cuts, and folders and globs of files
+without a ``.parquet`` suffix (the datasets, schemas and messages of that review:
+``readers/test_parquet_input.py``).
 
 Each input is generated here, small; each case states the expected values (pyarrow's, for
-the same id) or the expected error and what it names.
+the same id).
 """
 
 from __future__ import annotations
