@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fastdata import DataLoader, ParquetStream
+from fastdata import DataLoader, ParquetStream, SourceError
 from fastdata.sources._arrow_types import take_rows
 
 MATRIX = pa.list_(pa.list_(pa.int16(), 2), 2)
@@ -77,3 +77,18 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
+
+
+# --------------------------------------------------------------------------- files
+def test_a_folder_with_a_part_file_without_suffix_warns_and_a_glob_reads_it(
+    tmp_path: Path,
+) -> None:
+    pq.write_table(pa.table({"id": range(50)}), tmp_path / "000000_0")
+    pq.write_table(pa.table({"id": range(50, 100)}), tmp_path / "000001_0.parquet")
+    with pytest.warns(UserWarning, match="000000_0"):
+        assert ParquetStream(tmp_path).num_rows == 50
+    assert ParquetStream(f"{tmp_path}/*").num_rows == 100
+    (tmp_path / "README.md").write_text("not Parquet")
+    with pytest.raises(SourceError, match="not Parquet") as caught:
+        ParquetStream(f"{tmp_path}/*")  # a glob reads what it matches
+    assert caught.value.path == str(tmp_path / "README.md")

@@ -89,7 +89,7 @@ class ParquetRowGroups:
             raise TypeError(f"fill_null={fill_null!r}: expected a dict {{column: value}} or None")
         attached, target = given.dataset_parts(source)  # a dataset's filter holds with filter=
         self.fs, self.files, self.sizes = resolve_files(
-            source, filesystem=filesystem, suffixes=SUFFIXES
+            source, filesystem=filesystem, suffixes=SUFFIXES, warn_others=True
         )
         self.filter = (
             attached if filter is None else filter if attached is None else attached & filter
