@@ -76,6 +76,19 @@ def test_a_datasets_schema_casts_files_of_another_type(tmp_path: Path) -> None:
         )
 
 
+def test_a_value_beyond_the_datasets_narrower_type_names_file_and_row_group(
+    tmp_path: Path,
+) -> None:
+    """As pyarrow's scan: an inferred (or given) int32 schema over an int64 file casts it, and
+    a value beyond int32 is an error, here naming where it is and what to do."""
+    pq.write_table(pa.table({"id": pa.array([1], pa.int32())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([3_000_000_000])}), tmp_path / "b.parquet")
+    stream = ParquetStream(ds.dataset(tmp_path), batch_size=4)
+    with pytest.raises(SourceError, match="do not cast to the stream's schema") as caught:
+        list(stream)
+    assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
+
+
 def test_a_union_dataset_is_refused_naming_what_to_pass(hive: Path) -> None:
     union = ds.dataset([ds.dataset(hive / "year=2023"), ds.dataset(hive / "year=2024")])
     with pytest.raises(TypeError, match=r"UnionDataset is not supported.*children"):

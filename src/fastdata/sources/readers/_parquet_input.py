@@ -14,11 +14,17 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.types as pat
 
-from fastdata.errors import SchemaError
+from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow_types import delivered_type
 from fastdata.sources.readers._footers import SchemaAgreement
 
-__all__ = ["Agreement", "dataset_parts", "refuse_later_column", "refuse_partition_column"]
+__all__ = [
+    "Agreement",
+    "conformed",
+    "dataset_parts",
+    "refuse_later_column",
+    "refuse_partition_column",
+]
 
 _PICK_FILES = "[f.path for f in dataset.get_fragments(filter=...)]"
 
@@ -162,3 +168,25 @@ def refuse_later_column(
         path=ref_path,
         column=name,
     ) from exc
+
+
+def conformed(table: pa.Table, schema: pa.Schema, path: str, row_group: int) -> pa.Table:
+    """``table`` cast to ``schema``, the one schema of every file.
+
+    Raises:
+        SourceError: a value that does not fit its column's type there (a dataset's
+            ``schema=`` of ``int32`` over a file whose ``int64`` values exceed it), naming
+            the file and row group.
+    """
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except (pa.ArrowException, ValueError) as exc:
+        raise SourceError(
+            f"the row group's values do not cast to the stream's schema ({exc}); where a "
+            "dataset's schema narrows a type (int32 for int64 files), build it with the wider "
+            "type",
+            path=path,
+            row_group=row_group,
+        ) from exc

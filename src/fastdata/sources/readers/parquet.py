@@ -343,8 +343,7 @@ class ParquetRowGroups:
     def _conform(self, table: pa.Table, f: int, rg: int) -> pa.Table:
         """The table in :attr:`schema` (one schema for every file), nulls filled or refused
         where a tensor cannot hold them."""
-        if not table.schema.equals(self.schema):
-            table = self._guarded(lambda: table.cast(self.schema), f, rg)
+        table = given.conformed(table, self.schema, self.files[f], rg)
         for name in table.column_names:
             column = table.column(name)
             if name in self.fill_null:
