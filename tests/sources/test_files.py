@@ -125,3 +125,22 @@ def test_class_folders_are_sorted_or_checked_against_a_mapping(tmp_path: Path) -
     assert class_folders(fs, str(tmp_path), {"dog": 0, "cat": 5}) == {"dog": 0, "cat": 5}
     with pytest.raises(SourceError, match=r"\['bird'\]"):
         class_folders(fs, str(tmp_path), {"bird": 0})
+
+
+def test_parquet_folders_warn_of_files_without_a_suffix_and_globs_read_them(
+    tmp_path: Path,
+) -> None:
+    """Hive and Impala write part files with no suffix (``000000_0``): a folder leaves them
+    out with a warning naming them, and a glob the user wrote reads every file it matches
+    (but hidden names)."""
+    for name in ("000000_0", "000001_0.parquet", "_SUCCESS", ".000000_0.crc"):
+        (tmp_path / name).write_bytes(b"x")
+    suffixes = (".parquet",)
+    with pytest.warns(UserWarning, match=r"1 file without a \.parquet suffix .*000000_0"):
+        folder = resolve_files(str(tmp_path), suffixes=suffixes, warn_others=True).paths
+    assert [Path(p).name for p in folder] == ["000001_0.parquet"]
+    globbed = resolve_files(str(tmp_path / "*"), suffixes=suffixes, warn_others=True).paths
+    assert [Path(p).name for p in globbed] == ["000000_0", "000001_0.parquet"]
+    (tmp_path / "000001_0.parquet").unlink()
+    with pytest.raises(SourceError, match=r"it holds 1 file with other names \(000000_0\)"):
+        resolve_files(str(tmp_path), suffixes=suffixes, warn_others=True)

@@ -19,6 +19,7 @@ __all__ = [
     "rebuild",
     "refuses_nulls_inside",
     "relaxed",
+    "take_rows",
     "tensor_shape",
 ]
 
@@ -120,3 +121,31 @@ def refuses_nulls_inside(t: pa.DataType) -> bool:
     become tensor elements (a fixed-size list or fixed-shape tensor of numbers, a list of
     numbers). Values that become Python objects hold a null as None."""
     return bool(tensor_shape(t)) or ragged_kind(t) == "list"
+
+
+def take_rows(table: pa.Table, indices: object) -> pa.Table:
+    """``table.take(indices)``, right for every column type.
+
+    pyarrow 26's ``take`` on a sliced (non-zero offset) fixed-size list of fixed-size lists,
+    or a struct holding one, returns zeros or other rows' memory, without an error: a row
+    group cut at a rank or worker boundary and then shuffled lost its values. The sliced
+    chunks of such columns are copied first (``concat_arrays`` gives an unsliced copy); other
+    columns, and unsliced chunks, are taken as they are.
+    """
+    for i, field in enumerate(table.schema):
+        if not _holds_nested_fixed_lists(field.type):
+            continue
+        column = table.column(i)
+        if any(chunk.offset for chunk in column.chunks):
+            chunks = [pa.concat_arrays([c]) if c.offset else c for c in column.chunks]
+            table = table.set_column(i, field, pa.chunked_array(chunks, field.type))
+    return table.take(indices)
+
+
+def _holds_nested_fixed_lists(t: pa.DataType) -> bool:
+    """Whether ``t`` holds, at any depth, a fixed-size list of fixed-size lists."""
+    if pat.is_fixed_size_list(t) and pat.is_fixed_size_list(t.value_type):
+        return True
+    if isinstance(t, pa.BaseExtensionType):
+        return _holds_nested_fixed_lists(t.storage_type)
+    return any(_holds_nested_fixed_lists(t.field(i).type) for i in range(t.num_fields))

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from fastdata._validate import check_int
-from fastdata.errors import SourceError
+from fastdata.errors import SourceError, warn_user
 from fastdata.sources.filesystem import MANIFEST, as_filesystem, digest
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -43,12 +43,15 @@ def resolve_files(
     filesystem: Any = None,
     suffixes: tuple[str, ...] = (),
     repeats: bool = False,
+    warn_others: bool = False,
 ) -> Listing:
     """The filesystem, files and file sizes ``source`` names, in a deterministic order.
 
     Directories and globs expand to the files below them, sorted, keeping only names ending
     in ``suffixes`` (all when empty) and skipping hidden/underscore names; a directory a glob
-    matches expands like a directory path. Local directories
+    matches expands like a directory path. With ``warn_others``, a file a glob matches is
+    read whatever its suffix (the user named it), and the files a directory holds without
+    one are left out with a warning naming them (none is lost unseen). Local directories
     are walked following symbolic links, each directory once (a link loop is not followed
     round). Explicit file paths are kept as given, in the given order.
 
@@ -68,9 +71,10 @@ def resolve_files(
         raise SourceError("source is an empty list: pass at least one path, directory or glob")
     found: list[tuple[str, int]] = []
     reached_by: dict[str, str] = {}
+    others: list[str] | None = [] if warn_others else None
     for item in items:
         name = os.fspath(item)
-        item_fs, entries = _reached(name, _expand, name, fs, suffixes)
+        item_fs, entries = _reached(name, _expand, name, fs, suffixes, others)
         if fs is None:
             fs = item_fs
         elif type(item_fs) is not type(fs):
@@ -89,7 +93,18 @@ def resolve_files(
             reached_by[path] = name
             found.append((path, size))
     assert fs is not None  # items is non-empty
+    if others:
+        warn_user(
+            f"{_files(len(others))} without a {_kinds(suffixes)} suffix left out of a folder: "
+            f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''}; to read them too, "
+            "name them or pass a glob such as 'folder/*' (a glob reads every file it matches, "
+            "except names starting with . or _)"
+        )
     return Listing(fs, [p for p, _ in found], [s for _, s in found])
+
+
+def _files(count: int) -> str:
+    return f"{count} file" if count == 1 else f"{count} files"
 
 
 def _reached(item: str, listing: Callable[..., T], *args: Any) -> T:
@@ -106,8 +121,11 @@ def _reached(item: str, listing: Callable[..., T], *args: Any) -> T:
 
 
 def _expand(
-    item: str, fs: pafs.FileSystem | None, suffixes: tuple[str, ...]
+    item: str, fs: pafs.FileSystem | None, suffixes: tuple[str, ...], others: list[str] | None
 ) -> tuple[pafs.FileSystem, list[tuple[str, int]]]:
+    """The files ``item`` names; with ``others`` (a list), the files a directory holds
+    without ``suffixes`` are added to it, and a glob's own matches are kept whatever their
+    suffix."""
     if fs is None:
         if "://" in item:
             fs, path = pafs.FileSystem.from_uri(item)
@@ -116,12 +134,25 @@ def _expand(
     else:
         path = item.split("://", 1)[1] if "://" in item else item
     if _has_glob(path):
-        return fs, _glob(fs, path, suffixes, shown=item)
+        return fs, _glob(fs, path, suffixes, item, others)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.File:
         return fs, [(path, int(info.size or 0))]
     if info.type == pafs.FileType.Directory:
-        found = walk(fs, path, suffixes)
+        found = walk(fs, path, () if others is not None else suffixes)
+        if others is not None:
+            unsuffixed = [p for p, _ in found if not _suffixed(p, suffixes)]
+            found = [(p, n) for p, n in found if _suffixed(p, suffixes)]
+            if not found and unsuffixed:
+                names = ", ".join(PurePath(p).name for p in unsuffixed[:3])
+                raise SourceError(
+                    f"directory holds no {_kinds(suffixes)} files: check the path; it holds "
+                    f"{_files(len(unsuffixed))} with other names ({names}"
+                    f"{' ...' if len(unsuffixed) > 3 else ''}), which a glob such as "
+                    "'folder/*' reads if they are Parquet (a glob reads every file it matches)",
+                    path=item,
+                )
+            others += unsuffixed
         if not found:
             raise SourceError(
                 f"directory holds no {_kinds(suffixes)} files: check the path or the suffixes",
@@ -189,8 +220,12 @@ def walk(
             if info.type == pafs.FileType.File
             and (hidden or all(_visible(part) for part in _relative_parts(base, info.path)))
         ]
-    lowered = tuple(s.lower() for s in suffixes)
-    return sorted((p, n) for p, n in found if not lowered or p.lower().endswith(lowered))
+    return sorted((p, n) for p, n in found if _suffixed(p, suffixes))
+
+
+def _suffixed(path: str, suffixes: tuple[str, ...]) -> bool:
+    """Whether ``path`` ends in one of ``suffixes`` (case-insensitively; any when empty)."""
+    return not suffixes or path.lower().endswith(tuple(s.lower() for s in suffixes))
 
 
 def _walk_local(base: str, hidden: bool) -> list[tuple[str, int]]:
@@ -230,7 +265,11 @@ def _relative_parts(base: str, path: str) -> tuple[str, ...]:
 
 
 def _glob(
-    fs: pafs.FileSystem, pattern: str, suffixes: tuple[str, ...], shown: str
+    fs: pafs.FileSystem,
+    pattern: str,
+    suffixes: tuple[str, ...],
+    shown: str,
+    others: list[str] | None,
 ) -> list[tuple[str, int]]:
     parts = pattern.split("/")
     fixed = next(i for i, part in enumerate(parts) if _has_glob(part))
@@ -239,12 +278,17 @@ def _glob(
     # Like glob: "*" stays within one directory level unless the pattern says "**".
     depth = None if "**" in pattern else tail.count("/") + 1
     found = []
-    for path, size in walk(fs, base, suffixes):
+    for path, size in walk(fs, base, () if others is not None else suffixes):
         # Matched below the base, as the filesystem lists it (an fsspec filesystem may put
         # a root "/" before a relative base: "/datasets/x" for "datasets").
-        relative = path.lstrip("/")[len(base.strip("/")) :].lstrip("/")
-        if _matches(relative.split("/"), tail, depth):
-            found.append((path, size))
+        parts = path.lstrip("/")[len(base.strip("/")) :].lstrip("/").split("/")
+        if not _matches(parts, tail, depth):
+            continue
+        named = depth in (None, len(parts)) and fnmatch.fnmatchcase("/".join(parts), tail)
+        if others is None or _suffixed(path, suffixes) or named:
+            found.append((path, size))  # with others: a match itself, whatever its suffix
+        else:
+            others.append(path)  # in a directory the glob matches: as a directory path
     if not found:
         raise SourceError("glob matched no files: check the pattern and the directory", path=shown)
     return found

@@ -35,6 +35,7 @@ from fastdata.decode import (
     sample_rng,
 )
 from fastdata.errors import SourceError
+from fastdata.sources._arrow_types import take_rows
 from fastdata.sources._feed import RowFeed
 from fastdata.sources._image_errors import FAILURES, BadImages, OnError, naming
 from fastdata.sources._image_items import ItemColumns, chw, encoded_rows, image_item, stack
@@ -170,7 +171,7 @@ class ImageDecoder:
                 continue
             others: Iterable[dict[str, Any]] = [{}] * len(kept)
             if self._with_others:
-                taken = piece.take(kept) if len(kept) < piece.num_rows else piece
+                taken = take_rows(piece, kept) if len(kept) < piece.num_rows else piece
                 others = self._arrow.rows(taken.select([*self._other_columns, INDEX]), context)
             for row, values in zip(kept, others, strict=True):
                 yield start + row, image_item(images[row], values, self._columns)
@@ -330,7 +331,9 @@ class ImageDecoder:
             rows = [row for row, image in enumerate(decoded) if image is not None]
             images += [decoded[row] for row in rows]  # type: ignore[misc]
             kept.append(
-                table.take(pa.array(rows, pa.int64())) if len(rows) < table.num_rows else table
+                take_rows(table, pa.array(rows, pa.int64()))
+                if len(rows) < table.num_rows
+                else table
             )
         if not images:
             return None, taken
@@ -358,7 +361,9 @@ class ImageDecoder:
             for slot, row in enumerate(good):  # moved down over the slots of skipped images
                 if slot != row:
                     batch[filled + slot] = batch[filled + row]
-            kept.append(table.take(pa.array(good, pa.int64())) if len(good) < len(rows) else table)
+            kept.append(
+                take_rows(table, pa.array(good, pa.int64())) if len(good) < len(rows) else table
+            )
             filled += len(good)
         if not filled:
             return None, taken

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from fastdata._stats import StageTimes
 from fastdata.errors import ContractError
+from fastdata.sources._arrow_types import take_rows
 from fastdata.sources._feed import cut
 from fastdata.sources.base import (
     INDEX,
@@ -106,7 +107,7 @@ def _read_segment(
         parts = [_read_piece(reader, p.unit, p.start, p.stop, offsets) for p in window.pieces]
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         if perm is not None:
-            table = table.take(perm[segment.start : segment.stop])
+            table = take_rows(table, perm[segment.start : segment.stop])
         elif (segment.start, segment.stop) != (0, window.rows):
             table = table.slice(segment.start, segment.rows)
     if times is not None:

@@ -31,7 +31,8 @@ class ParquetStream(PlannedStream):
     Args:
         source: a file, directory, glob, URI (``s3://bucket/data/*.parquet``), a list of
             these, or a ``pyarrow.dataset.FileSystemDataset`` (its files' columns: hive
-            partition columns are not read). A file reached twice (by overlapping items) is
+            partition columns are not read; its ``.filter()`` holds, and its schema is the
+            type each file is cast to). A file reached twice (by overlapping items) is
             an error.
         columns: columns to read (all when None); only these are read from storage.
         filter: a ``pyarrow.compute`` expression, e.g. ``pc.field("label") < 5``, pushed down

@@ -36,13 +36,8 @@ from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow import converter, first_null_inside
 from fastdata.sources._arrow_types import refuses_nulls_inside
 from fastdata.sources._files import paths_digest, resolve_files
-from fastdata.sources.readers._footers import (
-    ContentDigest,
-    Footer,
-    SchemaAgreement,
-    read_footer,
-    refuse_encrypted,
-)
+from fastdata.sources.readers import _parquet_input as given
+from fastdata.sources.readers._footers import ContentDigest, Footer, read_footer, refuse_encrypted
 
 __all__ = ["ParquetRowGroups"]
 
@@ -92,26 +87,24 @@ class ParquetRowGroups:
             )
         if fill_null is not None and not isinstance(fill_null, Mapping):
             raise TypeError(f"fill_null={fill_null!r}: expected a dict {{column: value}} or None")
+        attached, target = given.dataset_parts(source)  # a dataset's filter holds with filter=
         self.fs, self.files, self.sizes = resolve_files(
-            source, filesystem=filesystem, suffixes=SUFFIXES
+            source, filesystem=filesystem, suffixes=SUFFIXES, warn_others=True
         )
-        self.filter = filter
+        self.filter = (
+            attached if filter is None else filter if attached is None else attached & filter
+        )
         self.fill_null = dict(fill_null or {})
         self.verify_checksums = check_bool("verify_checksums", verify_checksums)
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
         self._lock = threading.Lock()
         try:
-            self.schema, self._groups, self._content = self._survey(check_names("columns", columns))
-        except SchemaError as exc:  # a hive partition column of a dataset: say so
-            partitioning = getattr(getattr(source, "partitioning", None), "schema", None)
-            if exc.column is None or exc.column not in getattr(partitioning, "names", ()):
-                raise
-            raise SchemaError(
-                f"{exc.column!r} is a partition column of the dataset (its values are in "
-                "directory names, not in the files), and only the files' columns are read; "
-                "choose files by partition: [f.path for f in dataset.get_fragments(filter=...)]",
-                column=exc.column,
-            ) from exc
+            self.schema, self._groups, self._content = self._survey(
+                check_names("columns", columns), target
+            )
+        except SchemaError as exc:  # a hive partition column: say so
+            given.refuse_partition_column(exc, source, self.files, attached)
+            raise
         for name, value in self.fill_null.items():
             if name not in self.schema.names:
                 raise SchemaError(f"fill_null names {name!r}, which is not a selected column")
@@ -134,7 +127,7 @@ class ParquetRowGroups:
         return read_footer(self.fs, path)
 
     def _survey(
-        self, columns: list[str] | None
+        self, columns: list[str] | None, target: pa.Schema | None
     ) -> tuple[pa.Schema, list[tuple[int, int, int]], str]:
         """The schema read, ``(file, row group, rows)`` of every row group, and the content
         digest, from the footers, read ``_FOOTER_BATCH`` at a time: a footer holds every
@@ -142,7 +135,13 @@ class ParquetRowGroups:
         construction memory grow with files x all columns."""
         ref_path, ref_schema = self._reference()
         names = ref_schema.names if columns is None else columns
-        agreement = SchemaAgreement(ref_path, ref_schema, names, every=columns is None)
+        try:
+            agreement = given.Agreement(
+                ref_path, ref_schema, names, every=columns is None, target=target
+            )
+        except SchemaError as exc:  # a column only later files have: name one
+            given.refuse_later_column(exc, ref_path, self.files, lambda p: self._footer(p).schema)
+            raise
         content = ContentDigest()
         groups: list[tuple[int, int, int]] = []
         # file schemas (with their encrypted columns) the filter was checked on
@@ -344,8 +343,7 @@ class ParquetRowGroups:
     def _conform(self, table: pa.Table, f: int, rg: int) -> pa.Table:
         """The table in :attr:`schema` (one schema for every file), nulls filled or refused
         where a tensor cannot hold them."""
-        if not table.schema.equals(self.schema):
-            table = self._guarded(lambda: table.cast(self.schema), f, rg)
+        table = given.conformed(table, self.schema, self.files[f], rg)
         for name in table.column_names:
             column = table.column(name)
             if name in self.fill_null:

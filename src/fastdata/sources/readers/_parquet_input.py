@@ -1,0 +1,192 @@
+"""What :class:`~fastdata.sources.readers.ParquetRowGroups` takes from a user's source beyond
+its files: a ``pyarrow.dataset``'s own filter and schema, files whose column is of Arrow type
+null (pandas' all-None chunk), and the messages that say what to do where a source or a
+column is refused (a dataset fastdata cannot list, a partition column, a column that only
+later files have)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.types as pat
+
+from fastdata.errors import SchemaError, SourceError
+from fastdata.sources._arrow_types import delivered_type
+from fastdata.sources.readers._footers import SchemaAgreement
+
+__all__ = [
+    "Agreement",
+    "conformed",
+    "dataset_parts",
+    "refuse_later_column",
+    "refuse_partition_column",
+]
+
+_PICK_FILES = "[f.path for f in dataset.get_fragments(filter=...)]"
+
+
+def dataset_parts(source: Any) -> tuple[pc.Expression | None, pa.Schema | None]:
+    """The filter a ``pyarrow.dataset`` carries (``dataset.filter(...)``; None if none) and
+    its schema, whose types every file is cast to (as pyarrow's scan casts them); ``(None,
+    None)`` for other sources.
+
+    Raises:
+        TypeError: a dataset fastdata cannot read file by file (a ``UnionDataset``, an
+            ``InMemoryDataset``), with what to pass instead.
+    """
+    if not isinstance(source, ds.Dataset):
+        return None, None
+    if isinstance(source, ds.UnionDataset):
+        raise TypeError(
+            "a pyarrow UnionDataset is not supported as a source: pass its children's files, "
+            "[path for child in dataset.children for path in child.files] (one list of "
+            "paths, on one filesystem)"
+        )
+    if not isinstance(source, ds.FileSystemDataset):
+        raise TypeError(
+            f"a pyarrow {type(source).__name__} is not supported as a source: fastdata reads "
+            "Parquet files; write the table with pyarrow.parquet.write_table and pass the file"
+        )
+    # Dataset.filter() keeps its expression in _scan_options (pyarrow's own scanner reads
+    # it there, _scanner_options); no public accessor exists.
+    options = getattr(source, "_scan_options", None)
+    attached = options.get("filter") if isinstance(options, dict) else None
+    return attached, source.schema
+
+
+class Agreement(SchemaAgreement):
+    """:class:`SchemaAgreement`, plus: a column of Arrow type null in a file (pandas writes
+    a chunk whose values are all None so) reads as nulls of the other files' type, as
+    ``pyarrow.dataset`` reads it; and with ``target`` (a dataset's schema), a file whose
+    type differs is cast to the target's type where pyarrow has a cast for it."""
+
+    def __init__(
+        self,
+        ref_path: str,
+        ref: pa.Schema,
+        names: list[str],
+        *,
+        every: bool = False,
+        target: pa.Schema | None = None,
+    ) -> None:
+        super().__init__(ref_path, ref, names, every=every)
+        self.target = {
+            name: delivered_type(target.field(name).type)
+            for name in names
+            if target is not None and name in target.names
+        }
+        for name, kind in self.target.items():  # the reference file's type, as cast
+            self.fields[name] = self._cast(ref_path, self.fields[name], kind)
+
+    def check(self, path: str, schema: pa.Schema) -> None:
+        fields = []
+        for field in schema:
+            ref = self.fields.get(field.name)
+            if ref is not None and pat.is_null(ref.type) and not pat.is_null(field.type):
+                ref = self.fields[field.name] = field.with_nullable(True)  # typed at last
+            if ref is not None and pat.is_null(field.type):
+                field = ref.with_nullable(True)
+            elif field.name in self.target:
+                field = self._cast(path, field, self.target[field.name])
+            fields.append(field)
+        super().check(path, pa.schema(fields))
+
+    @staticmethod
+    def _cast(path: str, field: pa.Field, target: pa.DataType) -> pa.Field:
+        """``field`` with the dataset schema's type ``target``, if its values cast to it."""
+        if pat.is_null(field.type) or delivered_type(field.type) == target:
+            return field
+        try:
+            pa.array([], field.type).cast(target)
+        except (pa.ArrowException, NotImplementedError) as exc:
+            raise SchemaError(
+                f"column {field.name!r} has type {field.type} here, which does not cast to "
+                f"{target} of the dataset's schema ({exc}); rewrite the file or build the "
+                "dataset with a schema its files cast to",
+                path=path,
+                column=field.name,
+            ) from exc
+        return field.with_type(target)
+
+
+def refuse_partition_column(
+    exc: SchemaError, source: Any, files: Sequence[str], attached: pc.Expression | None
+) -> None:
+    """Raise, for ``exc`` (a column the files lack), the error that says what to do where
+    that column is a partition column: of a dataset's partitioning, or a ``name=value``
+    folder above the files of a path. Returns where it is not one."""
+    name = exc.column
+    if name is None:
+        return
+    partitioning = getattr(getattr(source, "partitioning", None), "schema", None)
+    if name in getattr(partitioning, "names", ()):
+        if attached is not None:
+            raise SchemaError(
+                f"{name!r} is a partition column of the dataset, and the dataset's filter "
+                f"{attached} uses it: its values are in directory names, not in the files, "
+                f"and only the files' columns are read. Build the dataset without .filter(), "
+                f"choose files by partition, {_PICK_FILES}, and pass the filter on the "
+                "files' columns as filter=",
+                column=name,
+            ) from exc
+        raise SchemaError(
+            f"{name!r} is a partition column of the dataset (its values are in directory "
+            "names, not in the files), and only the files' columns are read; choose files "
+            f"by partition: {_PICK_FILES}",
+            column=name,
+        ) from exc
+    if isinstance(source, ds.Dataset) or not any(f"/{name}=" in path for path in files):
+        return
+    raise SchemaError(
+        f"{exc.reason}; {name!r} is a partition column of these folders ({name}=... in "
+        "their names), whose values are not in the files: pass ds.dataset(path, "
+        f"partitioning='hive') and choose its files by partition, {_PICK_FILES}",
+        path=exc.path,
+        column=name,
+    ) from exc
+
+
+def refuse_later_column(
+    exc: SchemaError, ref_path: str, files: Sequence[str], schema_of: Callable[[str], pa.Schema]
+) -> None:
+    """For ``exc``, a selected column the first file with rows (``ref_path``) lacks, raise
+    the error naming a later file that has it. Returns if no file has it."""
+    name = exc.column
+    if name is None or exc.path != ref_path or name in schema_of(ref_path).names:
+        return
+    holder = next((path for path in files if name in schema_of(path).names), None)
+    if holder is None:
+        return
+    raise SchemaError(
+        f"column {name!r} is missing in {ref_path} (the first file with rows) and present in "
+        f"{holder}: every file must have the columns read; pass columns=[...] that every "
+        "file has, or rewrite the files to one schema",
+        path=ref_path,
+        column=name,
+    ) from exc
+
+
+def conformed(table: pa.Table, schema: pa.Schema, path: str, row_group: int) -> pa.Table:
+    """``table`` cast to ``schema``, the one schema of every file.
+
+    Raises:
+        SourceError: a value that does not fit its column's type there (a dataset's
+            ``schema=`` of ``int32`` over a file whose ``int64`` values exceed it), naming
+            the file and row group.
+    """
+    if table.schema.equals(schema):
+        return table
+    try:
+        return table.cast(schema)
+    except (pa.ArrowException, ValueError) as exc:
+        raise SourceError(
+            f"the row group's values do not cast to the stream's schema ({exc}); where a "
+            "dataset's schema narrows a type (int32 for int64 files), build it with the wider "
+            "type",
+            path=path,
+            row_group=row_group,
+        ) from exc

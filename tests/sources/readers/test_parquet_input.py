@@ -1,0 +1,127 @@
+"""What :mod:`fastdata.sources.readers._parquet_input` takes from a user's source (a new-user
+review on real-world files, 7 Dec): a ``pyarrow.dataset``'s own filter and schema, a column
+of Arrow type null in one file, and the messages where a source or column is refused (a
+``UnionDataset``, a partition column, a column only later files have).
+
+Each input is generated here, small; each case states the expected rows or the expected
+error and what it names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from fastdata import ParquetStream, SchemaError, SourceError
+
+
+# --------------------------------------------------------------------------- datasets
+@pytest.fixture(scope="module")
+def hive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``year=2023`` (ids 0-99) and ``year=2024`` (ids 100-199), as Spark writes them."""
+    root = tmp_path_factory.mktemp("hive")
+    for year, first in ((2023, 0), (2024, 100)):
+        (root / f"year={year}").mkdir()
+        ids = pa.array(range(first, first + 100), pa.int64())
+        pq.write_table(pa.table({"id": ids}), root / f"year={year}" / "part-0.parquet")
+    (root / "_SUCCESS").touch()
+    return root
+
+
+def _ids(stream: ParquetStream) -> list[int]:
+    return sorted(i for batch in stream for i in batch["id"].tolist())
+
+
+def test_a_datasets_own_filter_holds_and_with_filter_both_hold(hive: Path) -> None:
+    dataset = ds.dataset(hive, partitioning="hive").filter(pc.field("id") < 10)
+    assert _ids(ParquetStream(dataset, batch_size=64)) == list(range(10))
+    both = ParquetStream(dataset, batch_size=64, filter=pc.field("id") >= 5)
+    assert _ids(both) == list(range(5, 10))
+
+
+def test_a_datasets_filter_on_a_partition_column_is_refused_saying_what_to_do(
+    hive: Path,
+) -> None:
+    dataset = ds.dataset(hive, partitioning="hive").filter(pc.field("year") == 2024)
+    with pytest.raises(SchemaError, match=r"dataset's filter .*year.*get_fragments") as caught:
+        ParquetStream(dataset)
+    assert caught.value.column == "year"
+
+
+def test_a_filter_on_a_partition_folder_of_a_path_says_how_to_pass_partitioning(
+    hive: Path,
+) -> None:
+    with pytest.raises(SchemaError, match="partitioning='hive'") as caught:
+        ParquetStream(hive, filter=pc.field("year") == 2024)
+    assert caught.value.column == "year"
+
+
+def test_a_datasets_schema_casts_files_of_another_type(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int32())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([3], pa.int64())}), tmp_path / "b.parquet")
+    dataset = ds.dataset(tmp_path, schema=pa.schema([("id", pa.int64())]))
+    stream = ParquetStream(dataset, batch_size=10)
+    assert stream.schema.field("id").type == pa.int64()
+    [batch] = list(stream)
+    assert batch["id"].dtype == torch.int64 and batch["id"].tolist() == [1, 2, 3]
+    with pytest.raises(SchemaError, match=r"does not cast to .* dataset.s schema"):
+        ParquetStream(
+            ds.dataset(tmp_path, schema=pa.schema([("id", pa.struct([("a", pa.int8())]))]))
+        )
+
+
+def test_a_value_beyond_the_datasets_narrower_type_names_file_and_row_group(
+    tmp_path: Path,
+) -> None:
+    """As pyarrow's scan: an inferred (or given) int32 schema over an int64 file casts it, and
+    a value beyond int32 is an error, here naming where it is and what to do."""
+    pq.write_table(pa.table({"id": pa.array([1], pa.int32())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"id": pa.array([3_000_000_000])}), tmp_path / "b.parquet")
+    stream = ParquetStream(ds.dataset(tmp_path), batch_size=4)
+    with pytest.raises(SourceError, match="do not cast to the stream's schema") as caught:
+        list(stream)
+    assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
+
+
+def test_a_union_dataset_is_refused_naming_what_to_pass(hive: Path) -> None:
+    union = ds.dataset([ds.dataset(hive / "year=2023"), ds.dataset(hive / "year=2024")])
+    with pytest.raises(TypeError, match=r"UnionDataset is not supported.*children"):
+        ParquetStream(union)
+    files = [path for child in union.children for path in child.files]
+    assert ParquetStream(files).num_rows == 200
+
+
+# --------------------------------------------------------------------------- schemas
+def test_a_column_only_later_files_have_names_both_files(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"id": [1]}), tmp_path / "p0.parquet")
+    pq.write_table(pa.table({"id": [2], "new": [0.5]}), tmp_path / "p1.parquet")
+    with pytest.raises(SchemaError, match=r"'new' is missing in .*p0\.parquet .* present in .*p1"):
+        ParquetStream(tmp_path, columns=["id", "new"])
+
+
+@pytest.mark.parametrize("null_first", [False, True])
+def test_a_column_of_type_null_in_one_file_reads_as_nulls_of_the_others_type(
+    tmp_path: Path, null_first: bool
+) -> None:
+    """pandas writes a chunk whose object column is all None as Arrow type null."""
+    typed = pa.table({"id": [0, 1], "name": ["a", None], "k": pa.array([5, 6], pa.int64())})
+    nulls = pa.table({"id": [2, 3], "name": pa.nulls(2), "k": pa.array([7, 8], pa.int64())})
+    first, second = (nulls, typed) if null_first else (typed, nulls)
+    pq.write_table(first, tmp_path / "a.parquet")
+    pq.write_table(second, tmp_path / "b.parquet")
+    stream = ParquetStream(tmp_path, batch_size=4)
+    assert stream.schema.field("name").type == pa.string()
+    [batch] = list(stream)
+    names = dict(zip(batch["id"].tolist(), batch["name"].tolist(), strict=True))
+    assert names == {0: "a", 1: None, 2: None, 3: None}
+    # a null-typed column that becomes a tensor: its nulls are refused, naming the row
+    pq.write_table(pa.table({"id": [4], "name": ["z"], "k": pa.nulls(1)}), tmp_path / "c.parquet")
+    with pytest.raises(SourceError, match="null") as caught:
+        list(ParquetStream(tmp_path, batch_size=5))
+    assert caught.value.column == "k" and caught.value.row == 0
