@@ -25,6 +25,7 @@ share fewer (``drop_last=True`` drops that one, counted). Every token of every d
 packed exactly once per epoch across ranks x workers (the stream's plan shards the
 documents), and resume is exact mid-document: the state records how far into the next
 document the packing had gone. :meth:`PackedStream.packing` reports the pad share.
+A packed stream shares its source's epoch: ``set_epoch`` on either sets both.
 
 How many batches a rank yields is known only once its documents are packed, so a packed
 stream has no ``len()`` (a TypeError, as for an unsized ``IterableDataset``), cannot give
@@ -234,7 +235,8 @@ def pack(
     ``seed``, ``shuffle_buffer``, ``rank``, ... as for :class:`fastdata.PlannedStream`; the
     batch is ``rows`` rows, so ``batch_size`` is not an option). ``drop_last=True`` drops
     each reader's last batch when it has fewer than ``rows`` rows (its tokens counted in
-    :meth:`PackedStream.packing`), so every batch is ``(rows, seq_len)``. ``even_batches``
+    :meth:`PackedStream.packing`), so every batch is ``(rows, seq_len)``. The packed stream
+    and ``source`` share one epoch: ``set_epoch`` on either sets both. ``even_batches``
     is refused: the ranks' batch counts are known only once packed, and can differ by more
     than one. Use it with ``fastdata.DataLoader(packed, batch_size=None)``.
 
@@ -283,7 +285,10 @@ def pack(
         drop_last=drop_last,
     )
     options["batch_size"] = None  # a packed batch is rows x seq_len tokens, not rows
-    return PackedStream(source.reader, decoder=packer, **options)
+    packed = PackedStream(source.reader, decoder=packer, **options)
+    # One epoch for both: source.set_epoch() must move the stream a loader iterates.
+    packed._epoch = source._epoch.join(packed)
+    return packed
 
 
 def _source_options(source: PlannedStream) -> list[str]:
