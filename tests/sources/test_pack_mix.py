@@ -1,6 +1,6 @@
 """fastdata.pack of a mix: the packed stream and the mix share one epoch (set_epoch on either
-moves each source on through its rows: none is left unread; the review's p17 scripts, as
-tests)."""
+moves each source on through its rows: none is left unread), and the packed batches say each
+token's source (the review's p17 and p14 scripts, as tests)."""
 
 from __future__ import annotations
 
@@ -122,3 +122,27 @@ def test_without_set_epoch_a_mix_reads_the_same_rows_every_epoch(corpora) -> Non
             firsts |= {int(row["tokens"][0]) for row in loader if row["source"] == 0}
         distinct[calls] = len(firsts)
     assert distinct == {False: 80, True: WEB_DOCS}
+
+
+def test_packed_batches_of_a_mix_say_each_tokens_source(corpora, worker_method: str) -> None:
+    """p14: a packed batch of a mix has a per-token ``source`` (-1 on padding), and
+    stats()["sources"] counts each source's tokens of the batches received."""
+    root, _, _ = corpora
+    packed = fd.pack(mixed(root), seq_len=64, rows=4, split_documents=False)
+    loader = fd.DataLoader(
+        packed, batch_size=None, num_workers=2, worker_method=worker_method, stats=True
+    )
+    tokens = Counter()
+    for batch in loader:
+        source, real = batch["source"], batch["document_ids"] >= 0
+        assert source.dtype == torch.int16 and source.shape == batch["tokens"].shape
+        assert torch.equal(source >= 0, real)  # padding: -1
+        expected = (batch["tokens"] >= CODE).to(torch.int16)
+        assert torch.equal(source[real], expected[real])
+        tokens.update(source[real].tolist())
+    assert loader.stats()["sources"] == {"web": tokens[0], "code": tokens[1]}
+    assert packed.source_counts() == loader.stats()["sources"]
+    assert sum(tokens.values()) == packed.packing()["tokens"]
+    plain = fd.pack(fd.ParquetStream(root / "web", columns=["tokens"]), seq_len=64, rows=4)
+    assert "source" not in next(iter(plain))
+    assert not hasattr(plain, "source_counts")

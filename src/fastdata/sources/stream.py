@@ -369,6 +369,10 @@ class PlannedStream(IterableDataset):
         return self._track(self._items(segments))
 
     def _track(self, items: Iterator[Any]) -> Iterator[Any]:
+        tally = getattr(self.decoder, "tally", None)  # what the items hold, counted (Tally)
+        return self._counted(items if tally is None else tally.track(items))
+
+    def _counted(self, items: Iterator[Any]) -> Iterator[Any]:
         for item in items:
             self._consumed += 1
             yield item
