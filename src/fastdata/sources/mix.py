@@ -187,6 +187,8 @@ class _Counting:
             self._count_taken(taken, position[0] - counted)
             counted = position[0]
             yield item, position
+        for rows in taken:  # taken after the last item (skipped): counted with none
+            self._count_sources(rows)
 
     def _count_taken(self, taken: deque[np.ndarray], rows: int) -> None:
         """Count the sources of the next ``rows`` rows ``taken`` holds, and leave them."""
