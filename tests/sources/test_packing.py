@@ -144,11 +144,11 @@ def test_packing_equals_a_plain_reference(
         assert position == (done, into), k
         last = k == len(want) - 1 and len(rows_k) < rows
         reached = len(docs) if last else done + (into > 0)
-        assert packer.counts[0, 2].item() == sum(over[:reached]), k
+        assert int(packer.tally.counted()[2]) == sum(over[:reached]), k
     assert next(got, None) is None
     real = sum(len(doc) for doc in packed) - offset
     delivered = sum(len(rows_k) * seq_len for rows_k in want)
-    assert packer.counts[0].tolist() == [real, delivered - real, sum(over), len(want), 0]
+    assert packer.tally.counted().tolist() == [real, delivered - real, sum(over), len(want), 0]
 
 
 def test_a_null_document_or_a_null_inside_one_is_refused() -> None:

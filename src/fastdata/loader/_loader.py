@@ -37,7 +37,7 @@ from fastdata._stats import StageTimes, TimedCollate
 from fastdata._torch_compat import persistent_iterator, stop_persistent_workers
 from fastdata._validate import check_bool, check_choice, check_device, check_int
 from fastdata.errors import ResumeError
-from fastdata.loader import _resume, _rng
+from fastdata.loader import _resume, _rng, _streams
 from fastdata.loader._arguments import (
     RowsCollate,
     TorchDataLoader,
@@ -63,7 +63,6 @@ from fastdata.loader._indices import (
 )
 from fastdata.loader._record import Record
 from fastdata.loader._resume_checks import Kind, Layout
-from fastdata.loader._streams import iteration_start, load_stream_state, stream_state
 from fastdata.loader._torch_iterators import LoaderView, Setup, WorkerStart, make_iterator
 from fastdata.loader._worker_side import IterableSide, ReportingCollate, WorkerSide, stateful
 from fastdata.sources import PlannedStream, SourceCounting, cache_stats
@@ -170,14 +169,14 @@ class DataLoader(TorchDataLoader[_T_co]):
         plan = self._fd_plan
         iterator: Any = persistent_iterator(self)
         new_epoch = iterator is not None and plan is None  # of persistent workers
-        start, base = iteration_start(stream, self._fd_loaded, new_epoch)
+        start, base = _streams.iteration_start(stream, self._fd_loaded, new_epoch)
         record = self._new_record(plan, readers, base)
         record.start = start
         if new_epoch:
             record.follow(iterator._fd.record)
             iterator._fd.record = record
         self._fd_next = record
-        with opencv_single_threaded_fork(self):
+        with opencv_single_threaded_fork(self), _streams.counting(self, record):
             iterator = super().__iter__()
         self._fd_record, self._fd_next, self._fd_plan = record, None, None
         if self.device is not None or self._fd_times is not None:
@@ -228,9 +227,8 @@ class DataLoader(TorchDataLoader[_T_co]):
         kind = self._fd_kind
         seed = plan.base_seed if plan is not None else None
         if kind == "stream":
-            return Setup(
-                record, self.dataset, self.collate_fn, self._index_sampler, init, base_seed=seed
-            )
+            collate = _streams.tallying(self.dataset, self.collate_fn)  # a stream's counts reported
+            return Setup(record, self.dataset, collate, self._index_sampler, init, base_seed=seed)
         in_process = self.num_workers == 0
         side = WorkerSide(
             self.dataset,
@@ -337,7 +335,7 @@ class DataLoader(TorchDataLoader[_T_co]):
             return copy.deepcopy(self._fd_plan.state)
         layout, record = self._layout(), self._fd_record
         if layout.kind == "stream":
-            stream = stream_state(self, self.dataset, record)  # type: ignore[arg-type]
+            stream = _streams.stream_state(self, self.dataset, record)  # type: ignore[arg-type]
             return _resume.make_state(
                 layout, record, rng=_rng.capture(), generators=[], stream=stream
             )
@@ -382,7 +380,7 @@ class DataLoader(TorchDataLoader[_T_co]):
         if layout.kind == "stream":
             stream: Any = self.dataset
             parts = [p.state for p in plans]
-            base = load_stream_state(self, stream, parts, ours.epoch_done)
+            base = _streams.load_stream_state(self, stream, parts, ours.epoch_done)
             self._fd_loaded = (stream.resume, base)
         else:
             restore_generators(self._generators(), ours.generators)

@@ -69,6 +69,9 @@ class Record:
         # facts wait here until the consumer gets their batch (commit()).
         self.deferred = False
         self._arrived: deque[tuple[str, tuple[Any, ...]]] = deque()
+        # A stream's counts of what its batches hold (fastdata.sources.tally.Delivery):
+        # each batch's, carried in its report, counted as the consumer gets it.
+        self.delivery: Any = None
 
     def follow(self, previous: Record) -> None:
         """This record is the next epoch of ``previous``'s persistent workers: their base seed
@@ -98,6 +101,8 @@ class Record:
     def end(self) -> None:
         """The consumer saw the epoch end."""
         self.finished = True
+        if self.delivery is not None:
+            self.delivery.end()
 
     def sent(self, worker: int, position: Position) -> None:
         """A map-style batch (whose indices leave the sampler at ``position``) went to
@@ -117,7 +122,9 @@ class Record:
         self.batches += 1
         self.next_worker = turn
         self.handed[worker] += 1
-        if report is not None:
+        if report is not None and "tally" in report:  # a stream's counts (see delivery)
+            self.delivery.handed(worker, report["tally"])
+        elif report is not None:
             self.reported(worker, report)
         if position is not None:
             self.consumed(position)

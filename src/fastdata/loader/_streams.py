@@ -9,17 +9,29 @@ the consumer saw the epoch end — is the loader's ``epoch_done``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from torch.utils.data import get_worker_info
 
 from fastdata._state_checks import require_int, short
 from fastdata.errors import ResumeError
 from fastdata.loader._record import Record
+from fastdata.loader._worker_side import Carried
 from fastdata.sources import PlannedStream
 from fastdata.sources.resume import check_state, resume_point
 from fastdata.sources.state import Delivered, Resume, consumed_after, merge
+from fastdata.sources.tally import Delivery, Tally
 
-__all__ = ["batching", "iteration_start", "load_stream_state", "stream_state"]
+__all__ = [
+    "batching",
+    "counting",
+    "iteration_start",
+    "load_stream_state",
+    "stream_state",
+    "tallying",
+]
 
 
 def batching(loader: Any) -> dict[str, Any]:
@@ -128,3 +140,46 @@ def load_stream_state(
     rank, world = stream.rank_and_world_size()
     same_layout = (saved["world_size"], saved["num_workers"]) == (world, readers)
     return saved["batches"][rank] if resume is not None and same_layout else 0
+
+
+def _tally(dataset: Any) -> Tally | None:
+    """The counts a stream keeps of what its items hold (packing, a mix's sources)."""
+    tally = getattr(dataset.decoder, "tally", None) if isinstance(dataset, PlannedStream) else None
+    return tally if isinstance(tally, Tally) else None
+
+
+@contextlib.contextmanager
+def counting(loader: Any, record: Record) -> Iterator[None]:
+    """While ``loader`` makes its iterator (``iter()`` of its stream, its workers' copies of
+    it): their readers report their counts with each batch (:class:`TallyCollate`), which
+    ``record`` counts as the consumer gets the batch (see :mod:`fastdata.sources.tally`)."""
+    tally = _tally(loader.dataset)
+    if tally is None:
+        yield
+        return
+    workers = loader.num_workers
+    record.delivery = Delivery(tally, max(workers, 1), in_process=workers == 0)
+    tally.reporting = True
+    try:
+        yield
+    finally:
+        tally.reporting = False
+
+
+class TallyCollate:
+    """The collate function of a stream that keeps counts: the batch, with the counts of
+    the reader that made it, up to its last item (as a report the consumer's record takes)."""
+
+    def __init__(self, collate: Any, stream: PlannedStream) -> None:
+        self.collate = collate
+        self.stream = stream
+
+    def __call__(self, data: Any) -> Carried:
+        info = get_worker_info()  # a worker's own copy of the stream (this one in-process)
+        stream: Any = self.stream if info is None else info.dataset
+        return Carried(self.collate(data), {"tally": stream.decoder.tally.made()})
+
+
+def tallying(dataset: Any, collate: Any) -> Any:
+    """``collate``, reporting the stream's counts with each batch where it keeps some."""
+    return collate if _tally(dataset) is None else TallyCollate(collate, dataset)

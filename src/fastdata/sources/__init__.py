@@ -10,8 +10,9 @@ may declare (:class:`PerEpochReader`, :class:`VaryingDecoder`, :class:`FileBacke
 :func:`with_cache` wraps a remote filesystem in the local file cache the built-in streams use
 (``cache_dir=``), for any file-backed reader. Beside them, for the stages after the sources:
 :func:`cache_stats` (what a stream's file cache counted), :mod:`fastdata.sources.state` (a
-stream's resume state as plain data) and :mod:`fastdata.sources.filesystem` (the file helpers
-the dataset writer shares).
+stream's resume state as plain data), :mod:`fastdata.sources.tally` (what a stream's items
+hold, counted as the training loop receives them) and :mod:`fastdata.sources.filesystem` (the
+file helpers the dataset writer shares).
 """
 
 from fastdata.sources._cache import cache_stats, with_cache

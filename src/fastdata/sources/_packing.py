@@ -32,24 +32,28 @@ __all__ = ["Docs", "Window", "documents", "packed_batch", "row_bounds"]
 
 @dataclass
 class Docs:
-    """Documents as packed: their tokens end to end, where each ends in them, and which
-    were longer than a row (``over``; None under ``overlong="split"``, where none counts)."""
+    """Documents as packed: their tokens end to end, where each ends in them, which were
+    longer than a row (``over``; None under ``overlong="split"``, where none counts) and,
+    packing a mix, each token's source (``sources``, int16, as the mix's ``source`` column)."""
 
     values: np.ndarray
     ends: np.ndarray  # int64, cumulative: ends[i] is where document i ends in values
     over: np.ndarray | None
+    sources: np.ndarray | None = None
 
     def head(self, docs: int) -> Docs:
         """The first ``docs`` documents."""
         tokens = int(self.ends[docs - 1]) if docs else 0
         over = None if self.over is None else self.over[:docs]
-        return Docs(self.values[:tokens], self.ends[:docs], over)
+        sources = None if self.sources is None else self.sources[:tokens]
+        return Docs(self.values[:tokens], self.ends[:docs], over, sources)
 
     def tail(self, docs: int) -> Docs:
         """The documents after the first ``docs``."""
         start = int(self.ends[docs - 1]) if docs else 0
         over = None if self.over is None else self.over[docs:]
-        return Docs(self.values[start:], self.ends[docs:] - start, over)
+        sources = None if self.sources is None else self.sources[start:]
+        return Docs(self.values[start:], self.ends[docs:] - start, over, sources)
 
     def then(self, other: Docs) -> Docs:
         """These documents followed by ``other``'s: the tokens copied where these have
@@ -58,16 +62,22 @@ class Docs:
         if over is not None:
             mine = np.zeros(len(self.ends), bool) if self.over is None else self.over
             over = np.concatenate([mine, over])
-        values = other.values
+        values, sources = other.values, other.sources
         if len(self.values):
             values = np.concatenate([self.values, values.astype(self.values.dtype, copy=False)])
-        return Docs(values, np.concatenate([self.ends, other.ends + len(self.values)]), over)
+            if sources is not None and self.sources is not None:
+                sources = np.concatenate([self.sources, sources])
+        ends = np.concatenate([self.ends, other.ends + len(self.values)])
+        return Docs(values, ends, over, sources)
 
 
-def documents(table: pa.Table, column: str, seq_len: int, overlong: str, context: Context) -> Docs:
+def documents(
+    table: pa.Table, column: str, seq_len: int, overlong: str, context: Context, source: str = ""
+) -> Docs:
     """The documents of ``table``'s ``column`` (a list of integers) under the ``overlong``
     policy: a document longer than ``seq_len`` kept whole (``"split"``), left empty
-    (``"drop"``) or cut to ``seq_len`` tokens (``"truncate"``). With the table's
+    (``"drop"``) or cut to ``seq_len`` tokens (``"truncate"``); with ``source`` (the column
+    of a mix's source index), each token's source. With the table's
     :data:`~fastdata.sources.base.INDEX`, an error names the file, row group and row of the
     first bad document (``context.locate``).
 
@@ -87,12 +97,13 @@ def documents(table: pa.Table, column: str, seq_len: int, overlong: str, context
         )
     ragged = converted(column, lambda a: RaggedColumn(a, "list", column), array, locate)
     values, bounds = ragged.values, ragged.bounds
-    if overlong == "split":
-        return Docs(values, bounds[1:], None)
     lengths = np.diff(bounds)
+    of = None if not source else table.column(source).to_numpy().astype(np.int16, copy=False)
+    if overlong == "split":
+        return Docs(values, bounds[1:], None, None if of is None else np.repeat(of, lengths))
     over = lengths > seq_len
     if not over.any():
-        return Docs(values, bounds[1:], over)
+        return Docs(values, bounds[1:], over, None if of is None else np.repeat(of, lengths))
     if overlong == "drop":
         keep = np.repeat(~over, lengths)
         lengths = np.where(over, 0, lengths)
@@ -100,7 +111,8 @@ def documents(table: pa.Table, column: str, seq_len: int, overlong: str, context
         into = np.arange(len(values)) - np.repeat(bounds[:-1], lengths)
         keep = into < seq_len
         lengths = np.minimum(lengths, seq_len)
-    return Docs(values[keep], np.cumsum(lengths), over)
+    sources = None if of is None else np.repeat(of, lengths)
+    return Docs(values[keep], np.cumsum(lengths), over, sources)
 
 
 class Window:
@@ -219,9 +231,9 @@ def packed_batch(window: Window, bounds: list[int], seq_len: int, pad_id: int) -
     Its real tokens are ``values[first:last]`` in row order; a piece starts at every row
     start and every document end inside, so ``position_ids`` and ``document_ids`` are
     ranges repeated over the pieces' sizes, and where no row is short the three arrays are
-    that range reshaped.
+    that range reshaped. Packing a mix, ``source`` is each token's source (-1: padding).
     """
-    values, ends = window.docs.values, window.docs.ends
+    values, ends, sources = window.docs.values, window.docs.ends, window.docs.sources
     first, last, rows = bounds[0], bounds[-1], len(bounds) - 1
     inner = ends[ends.searchsorted(first, "right") : ends.searchsorted(last, "left")]
     cuts = np.concatenate((np.asarray(bounds[:-1], np.int64), inner))  # every piece's start
@@ -235,41 +247,40 @@ def packed_batch(window: Window, bounds: list[int], seq_len: int, pad_id: int) -
     real_positions = np.arange(last - first, dtype=np.int32)
     real_positions -= np.repeat(offsets, sizes)
     real_ids = np.repeat(np.arange(len(cuts), dtype=np.int32), sizes)
+    real = [values[first:last], real_positions, real_ids]
+    if sources is not None:
+        real.append(sources[first:last])
     if last - first == rows * seq_len:  # no padding
-        tokens = values[first:last].reshape(rows, seq_len).copy()
-        positions, ids = real_positions.reshape(rows, seq_len), real_ids.reshape(rows, seq_len)
+        out = [a.reshape(rows, seq_len) for a in real]
+        out[0] = out[0].copy()
+        if sources is not None:
+            out[3] = out[3].copy()
         cu = np.append(offsets, np.int32(rows * seq_len))
     else:
-        tokens, positions, ids, cu = _padded(
-            (values[first:last], real_positions, real_ids), bounds, cuts, seq_len, pad_id
-        )
+        out, cu = _padded(real, bounds, cuts, seq_len, pad_id)
     window.at = last
-    return {
-        "tokens": torch.from_numpy(tokens),
-        "position_ids": torch.from_numpy(positions),
-        "document_ids": torch.from_numpy(ids),
+    batch = {
+        "tokens": torch.from_numpy(out[0]),
+        "position_ids": torch.from_numpy(out[1]),
+        "document_ids": torch.from_numpy(out[2]),
         "cu_seqlens": torch.from_numpy(cu),
         "max_seqlen": int((cu[1:] - cu[:-1]).max()),
     }
+    if sources is not None:
+        batch["source"] = torch.from_numpy(out[3])
+    return batch
 
 
 def _padded(
-    real: tuple[np.ndarray, np.ndarray, np.ndarray],
-    bounds: list[int],
-    cuts: np.ndarray,
-    seq_len: int,
-    pad_id: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The rows ``bounds`` of the real tokens, position and document ids (in row order),
-    each row padded to ``seq_len`` (with ``pad_id``, 0, -1), and ``cu_seqlens``: every
-    piece and every padding run."""
+    real: list[np.ndarray], bounds: list[int], cuts: np.ndarray, seq_len: int, pad_id: int
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The rows ``bounds`` of the real tokens, position and document ids (and sources), in
+    row order, each row padded to ``seq_len`` (with ``pad_id``, 0, -1, -1), and
+    ``cu_seqlens``: every piece and every padding run."""
     rows, first = len(bounds) - 1, bounds[0]
     shape = (rows, seq_len)
-    out = [
-        np.full(shape, pad_id, real[0].dtype),
-        np.zeros(shape, np.int32),
-        np.full(shape, -1, np.int32),
-    ]
+    fills = (pad_id, 0, -1, -1)[: len(real)]
+    out = [np.full(shape, fill, array.dtype) for array, fill in zip(real, fills, strict=True)]
     runs = []
     for r in range(rows):
         a, b = bounds[r] - first, bounds[r + 1] - first
@@ -282,4 +293,4 @@ def _padded(
     flat = row * seq_len + cuts - starts[row]  # where each piece starts in the batch
     cu = np.concatenate((flat, runs, [rows * seq_len]))
     cu.sort()
-    return out[0], out[1], out[2], cu.astype(np.int32)
+    return out, cu.astype(np.int32)

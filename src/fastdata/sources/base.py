@@ -208,11 +208,11 @@ class SchemaReader(Protocol):
 
 @runtime_checkable
 class SourceCounting(Protocol):
-    """A stream of several sources that counts the rows each delivered (``fastdata.mix``):
-    ``DataLoader(stats=True).stats()["sources"]``."""
+    """A stream of several sources that counts what each delivered (``fastdata.mix``: rows;
+    packed, tokens): ``DataLoader(stats=True).stats()["sources"]``."""
 
     def source_counts(self) -> dict[str, int]:
-        """Rows each source has delivered so far, over all workers."""
+        """What each source has delivered so far (to the training loop), over all workers."""
         ...
 
 

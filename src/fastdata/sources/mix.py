@@ -19,7 +19,6 @@ weight. Every row carries a ``source`` column: the index of its source in
 from __future__ import annotations
 
 import math
-import os
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -27,10 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
-import torch
-from torch.utils.data import get_worker_info
 
-from fastdata._env import worker_slot
 from fastdata._validate import check_int, check_number, keywords_checked
 from fastdata.sources._interleave import MIN_ROUND_ROWS, Pieces, interleave
 from fastdata.sources._source_checks import one_schema, warn_ignored_options
@@ -46,6 +42,7 @@ from fastdata.sources.base import (
 from fastdata.sources.options import StreamOptions, checked_options
 from fastdata.sources.plan import Policy
 from fastdata.sources.stream import PlannedStream
+from fastdata.sources.tally import Tally
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -54,7 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["MixedStream", "mix"]
 
 SOURCE = "source"
-_MAX_READERS = 257  # rows of the shared count table: the main process and 256 workers
 
 
 def shares(total: int, weights: list[float]) -> list[int]:
@@ -189,47 +185,55 @@ class _EpochMix:
 
 
 class _Counting:
-    """A decoder that counts the rows of each source it decodes (in shared memory, so the
-    counts of every DataLoader worker add up), then hands the rows to ``inner``."""
+    """A decoder that counts the rows of each source in the items of ``inner`` (a
+    :class:`~fastdata.sources.tally.Tally`: of the items the training loop received, over
+    all DataLoader workers), then hands the rows to ``inner``."""
 
     def __init__(self, inner: Decoder, sources: int) -> None:
         self.inner = inner
         self.needs_index = inner.needs_index
         self.varying = varies(inner)
-        self.counts = torch.zeros(_MAX_READERS, sources, dtype=torch.int64).share_memory_()
-        self._row: tuple[int, np.ndarray] | None = None  # (pid, its row of counts as numpy)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_row": None}
+        self.tally = Tally(sources)
 
     def _count(self, table: pa.Table) -> None:
         self._count_sources(_sources(table))
 
     def _count_sources(self, sources: np.ndarray) -> None:
-        if self._row is None or self._row[0] != os.getpid():  # a forked worker: its own row
-            worker = worker_slot()[0] + 1 if get_worker_info() is not None else 0
-            self._row = (os.getpid(), self.counts[worker % _MAX_READERS].numpy())
-        row = self._row[1]
-        row += np.bincount(sources, minlength=len(row))
+        self.tally.add(slice(None), np.bincount(sources, minlength=self.tally.width))
 
     def batch(self, table: pa.Table, context: Context) -> Any:
         self._count(table)
         return self.inner.batch(table, context)
 
     def rows(self, table: pa.Table, context: Context) -> Iterator[Any]:
-        self._count(table)
-        return self.inner.rows(table, context)
+        """The inner decoder's rows, each counted as it is made."""
+        tally, sources = self.tally, _sources(table).tolist()
+        for row, source in zip(self.inner.rows(table, context), sources, strict=False):
+            tally.add(source, 1)
+            yield row
 
     def items(
         self, tables: Iterator[pa.Table], context: Context, offset: int
     ) -> Iterator[tuple[Any, tuple[int, int]]]:
-        """A varying decoder's items, the rows of each table counted as it is taken."""
+        """A varying decoder's items, each counting the rows it took (its position says)."""
         inner = cast(VaryingDecoder, self.inner)  # items() is asked for when varying only
-        return inner.items(map(self._counted, tables), context, offset)
+        taken: deque[np.ndarray] = deque()
+        counted = 0
+        for item, position in inner.items(_taking(tables, taken), context, offset):
+            self._count_taken(taken, position[0] - counted)
+            counted = position[0]
+            yield item, position
+        for rows in taken:  # taken after the last item (skipped): counted with none
+            self._count_sources(rows)
 
-    def _counted(self, table: pa.Table) -> pa.Table:
-        self._count(table)
-        return table
+    def _count_taken(self, taken: deque[np.ndarray], rows: int) -> None:
+        """Count the sources of the next ``rows`` rows ``taken`` holds, and leave them."""
+        while rows and taken:
+            head = taken.popleft()
+            self._count_sources(head[:rows])
+            if len(head) > rows:
+                taken.appendleft(head[rows:])
+            rows -= min(rows, len(head))
 
 
 class _BatchingCounting(_Counting):
@@ -240,22 +244,18 @@ class _BatchingCounting(_Counting):
 
     def batches(self, tables: Iterator[pa.Table], context: Context) -> Iterator[Any]:
         taken: deque[np.ndarray] = deque()  # sources of the rows taken and not yet counted
-
-        def take() -> Iterator[pa.Table]:
-            for table in tables:
-                taken.append(_sources(table))
-                yield table
-
         size = cast(int, context.batch_size)
-        for batch in cast(BatchingDecoder, self.inner).batches(take(), context):
-            due = size  # a batch holds the next ``size`` rows taken (the last one may be short)
-            while due and taken:
-                head = taken.popleft()
-                self._count_sources(head[:due])
-                if len(head) > due:
-                    taken.appendleft(head[due:])
-                due -= min(due, len(head))
+        for batch in cast(BatchingDecoder, self.inner).batches(_taking(tables, taken), context):
+            # a batch holds the next ``size`` rows taken (the last one may be short)
+            self._count_taken(taken, size)
             yield batch
+
+
+def _taking(tables: Iterator[pa.Table], taken: deque[np.ndarray]) -> Iterator[pa.Table]:
+    """``tables``, the sources of each one's rows put in ``taken`` as it is taken."""
+    for table in tables:
+        taken.append(_sources(table))
+        yield table
 
 
 def _sources(table: pa.Table) -> np.ndarray:
@@ -310,9 +310,9 @@ class MixedStream(PlannedStream):
         """The sources' names; a row's ``source`` column is an index into it."""
 
     def source_counts(self) -> dict[str, int]:
-        """Rows each source has delivered so far, over all workers."""
-        counts = self.decoder.counts.sum(dim=0).tolist()
-        return dict(zip(self.sources, counts, strict=True))
+        """Rows of each source delivered so far (to the training loop, under
+        ``fastdata.DataLoader``: not those its workers made ahead), over all workers."""
+        return dict(zip(self.sources, self.decoder.tally.totals(), strict=True))
 
     def __repr__(self) -> str:
         return f"MixedStream({self.reader!r}, batch_size={self.batch_size})"

@@ -18,13 +18,18 @@ Each batch carries what varlen attention kernels need::
     cu_seqlens    (runs + 1,)      int32 start of every run (piece or padding) in the
                                    flattened batch, as flash-attn's varlen functions take it
     max_seqlen    int              the longest run
+    source        (rows, seq_len)  packing a mix (``fastdata.mix``) only: int16, the source
+                                   of each token's document, an index into ``sources`` (-1:
+                                   padding); ``source_counts()`` counts each one's tokens
 
 A piece is a document's tokens within one row (a document split over rows is a piece per
 row, so attention never crosses rows). A batch has ``rows`` rows, the last of a reader's
 share fewer (``drop_last=True`` drops that one, counted). Every token of every document is
 packed exactly once per epoch across ranks x workers (the stream's plan shards the
 documents), and resume is exact mid-document: the state records how far into the next
-document the packing had gone. :meth:`PackedStream.packing` reports the pad share.
+document the packing had gone. :meth:`PackedStream.packing` reports the pad share; its counts
+are of the batches the training loop received (see :mod:`fastdata.sources.tally`).
+A packed stream shares its source's epoch: ``set_epoch`` on either sets both.
 
 How many batches a rank yields is known only once its documents are packed, so a packed
 stream has no ``len()`` (a TypeError, as for an unsized ``IterableDataset``), cannot give
@@ -35,25 +40,23 @@ ranks equal counts (``even_batches``; the counts can differ by more than one), a
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.types as pat
-import torch
-from torch.utils.data import get_worker_info
 
-from fastdata._env import worker_slot
 from fastdata._validate import check_bool, check_choice, check_int, keywords_checked
 from fastdata.errors import SchemaError
 from fastdata.sources._packing import Window, documents, packed_batch, row_bounds
 from fastdata.sources._source_checks import options_set
 from fastdata.sources.base import Context, SchemaReader, declares
+from fastdata.sources.mix import SOURCE, MixedStream
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.plan import Summary
 from fastdata.sources.stream import PlannedStream
+from fastdata.sources.tally import Tally
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -62,7 +65,6 @@ if TYPE_CHECKING:
 __all__ = ["PackedStream", "Packer", "pack"]
 
 Overlong = Literal["split", "drop", "truncate"]
-_MAX_READERS = 257  # rows of the shared counts: the main process and 256 workers
 _TOKENS, _PAD, _DROPPED, _BATCHES, _SHORT = range(5)
 _NO_COUNT = "known only once packed (a packed batch takes a varying number of documents)"
 _STEPS = (
@@ -90,15 +92,14 @@ class Packer:
         split_documents: bool,
         pad_id: int,
         drop_last: bool = False,
+        sources: int = 0,
     ) -> None:
         self.column, self.seq_len, self.batch_rows = column, seq_len, rows
         self.overlong, self.split_documents, self.pad_id = overlong, split_documents, pad_id
         self.drop_last = drop_last
-        self.counts = torch.zeros(_MAX_READERS, 5, dtype=torch.int64).share_memory_()
-        self._row: tuple[int, np.ndarray] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_row": None}
+        self.sources = sources  # packing a mix: its sources (their tokens are counted)
+        # tokens, pad, dropped, batches, short, then the tokens of each source
+        self.tally = Tally(5 + sources)
 
     # batch() and rows() complete the Decoder protocol; a stream uses items() when it exists.
     def batch(self, table: pa.Table, context: Context) -> Any:
@@ -114,8 +115,9 @@ class Packer:
         ``(documents fully packed, tokens of the next one packed)``, counted from where this
         reader started (``offset`` tokens into its first document). Each table is converted
         once and the batches cut from it (:mod:`fastdata.sources._packing`)."""
+        source = SOURCE if self.sources else ""
         docs = (
-            documents(table, self.column, self.seq_len, self.overlong, context)
+            documents(table, self.column, self.seq_len, self.overlong, context, source)
             for table in tables
             if table.num_rows
         )
@@ -133,6 +135,9 @@ class Packer:
                 window.finish()
                 self._count(_SHORT, real)
                 return
+            if self.sources:
+                of = cast(np.ndarray, window.docs.sources)[bounds[0] : bounds[-1]]
+                self._count(slice(5, None), np.bincount(of, minlength=self.sources))
             batch = packed_batch(window, bounds, self.seq_len, self.pad_id)
             self._count(_TOKENS, real)
             self._count(_PAD, batch["tokens"].numel() - real)
@@ -158,11 +163,8 @@ class Packer:
         window.at = bounds[-1]
         return True
 
-    def _count(self, what: int, n: int) -> None:
-        if self._row is None or self._row[0] != os.getpid():  # a forked worker: its own row
-            worker = worker_slot()[0] + 1 if get_worker_info() is not None else 0
-            self._row = (os.getpid(), self.counts[worker % _MAX_READERS].numpy())
-        self._row[1][what] += n
+    def _count(self, what: Any, n: Any) -> None:
+        self.tally.add(what, n)
 
 
 class PackedStream(PlannedStream):
@@ -171,11 +173,12 @@ class PackedStream(PlannedStream):
     decoder: Packer
 
     def packing(self) -> dict[str, float]:
-        """Tokens and padding packed so far over all workers of this process, the pad share,
-        the documents dropped or cut (``overlong``), the batches delivered, and the tokens of
-        the short batches ``drop_last`` dropped."""
-        counts = self.decoder.counts.sum(dim=0).tolist()
-        tokens, pad, dropped, batches, short = (int(x) for x in counts)
+        """Of the batches delivered so far (to the training loop, under
+        ``fastdata.DataLoader``: not those its workers made ahead), over all workers and
+        iterations: their tokens and padding, the pad share, the documents dropped or cut
+        before them (``overlong``), the batches, and the tokens of the short batches
+        ``drop_last`` dropped (counted once the epoch's end is seen)."""
+        tokens, pad, dropped, batches, short = self.decoder.tally.totals()[:5]
         total = tokens + pad
         return {
             "tokens": tokens,
@@ -214,6 +217,18 @@ class PackedStream(PlannedStream):
         return f"PackedStream({self.reader!r}, rows={d.batch_rows}, seq_len={d.seq_len})"
 
 
+class _PackedMix(PackedStream):
+    """A packed stream of a mix: its batches carry each token's ``source``."""
+
+    sources: list[str]
+    """The mix's sources' names; a token's ``source`` is an index into it."""
+
+    def source_counts(self) -> dict[str, int]:
+        """Tokens of each source delivered so far (as :meth:`packing` counts them), over all
+        workers: ``fastdata.DataLoader(stats=True).stats()["sources"]``."""
+        return dict(zip(self.sources, self.decoder.tally.totals()[5:], strict=True))
+
+
 @keywords_checked(StreamOptions)
 def pack(
     source: PlannedStream,
@@ -235,7 +250,10 @@ def pack(
     ``seed``, ``shuffle_buffer``, ``rank``, ... as for :class:`fastdata.PlannedStream`; the
     batch is ``rows`` rows, so ``batch_size`` is not an option). ``drop_last=True`` drops
     each reader's last batch when it has fewer than ``rows`` rows (its tokens counted in
-    :meth:`PackedStream.packing`), so every batch is ``(rows, seq_len)``. ``even_batches``
+    :meth:`PackedStream.packing`), so every batch is ``(rows, seq_len)``. ``source`` is a
+    mix (``fastdata.mix``): each batch has a ``source`` field (each token's source), and
+    ``stats()["sources"]`` counts each source's tokens. The packed stream and ``source``
+    share one epoch: ``set_epoch`` on either sets both. ``even_batches``
     is refused: the ranks' batch counts are known only once packed, and can differ by more
     than one. Use it with ``fastdata.DataLoader(packed, batch_size=None)``.
 
@@ -282,6 +300,13 @@ def pack(
         split_documents=check_bool("split_documents", split_documents),
         pad_id=check_int("pad_id", pad_id),
         drop_last=drop_last,
+        sources=len(source.sources) if isinstance(source, MixedStream) else 0,
     )
     options["batch_size"] = None  # a packed batch is rows x seq_len tokens, not rows
-    return PackedStream(source.reader, decoder=packer, **options)
+    kind = _PackedMix if isinstance(source, MixedStream) else PackedStream
+    packed = kind(source.reader, decoder=packer, **options)
+    if isinstance(packed, _PackedMix):
+        packed.sources = list(cast(MixedStream, source).sources)
+    # One epoch for both: source.set_epoch() must move the stream a loader iterates.
+    packed._epoch = source._epoch.join(packed)
+    return packed

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from fastdata._env import resolve_rank, worker_slot
@@ -26,6 +25,7 @@ from fastdata._validate import check_int, keywords_checked
 from fastdata.errors import ResumeError, warn_user
 from fastdata.sources._cache import start_fetching
 from fastdata.sources._cursors import Cursors
+from fastdata.sources._epoch import SharedEpoch
 from fastdata.sources._reading import decoded, read_segments
 from fastdata.sources._views import EpochView, EpochViews
 from fastdata.sources.base import (
@@ -81,8 +81,7 @@ class PlannedStream(IterableDataset):
         self._resolved_rank: tuple[int, int] | None = None
         self._views = EpochViews(reader)
         self._times: StageTimes | None = None
-        # Shared memory, so set_epoch() reaches persistent DataLoader workers too.
-        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._epoch = SharedEpoch(self)  # shared memory: set_epoch() reaches workers too
         self._pending: Pending | None = None
         # Layout changes and their epoch: persistent workers' copies keep them, so they hold
         # for that epoch only (set_epoch() changes the shared epoch, not the copies).
@@ -124,15 +123,18 @@ class PlannedStream(IterableDataset):
     @property
     def epoch(self) -> int:
         """The epoch whose order is produced next; see :meth:`set_epoch`."""
-        return int(self._epoch[0])
+        return int(self._epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch: with ``shuffle=True`` each epoch has its own order.
-
-        Call it before iterating each epoch (also with persistent DataLoader workers: the
-        value lives in shared memory).
-        """
+        """Select the epoch: each has its own order (``shuffle=True``); each source of a mix goes
+        on through its rows (else every epoch reads the same ones). Call it before each epoch
+        (persistent workers see it: shared memory); a packed stream shares its source's epoch."""
         epoch = check_int("epoch", epoch, minimum=0, maximum=MAX_EPOCH)
+        for stream in list(self._epoch.streams):  # this one and those sharing its epoch
+            stream._moving(epoch)
+        self._epoch.set(epoch)
+
+    def _moving(self, epoch: int) -> None:
         if self._continues_from is not None and epoch <= self._continues_from:
             warn_user(
                 f"set_epoch({epoch}) after loading a state saved at the end of epoch "
@@ -143,7 +145,6 @@ class PlannedStream(IterableDataset):
         if epoch != self.epoch:
             self._consumed = 0
             self._pending = None  # a resumed position belongs to its own epoch only
-        self._epoch[0] = epoch
 
     @property
     def policy(self) -> Policy:
@@ -314,11 +315,11 @@ class PlannedStream(IterableDataset):
         checked = check_state(self, state)
         epoch, handovers, resume = resume_point(self, checked, num_workers, end_continues)
         if resume is None:  # saved at the end of the epoch: the next begins
-            self._epoch[0] = epoch + 1
+            self._epoch.set(epoch + 1)
             self._consumed, self._pending, self._handovers = 0, None, (0, ())
             self._continues_from = epoch
             return
-        self._epoch[0] = epoch
+        self._epoch.set(epoch)
         self._handovers = (epoch, handovers)
         b = self._policy.batch_size
         self._consumed = -(-resume.consumed[0] // b) if num_workers == 1 else 0
@@ -368,6 +369,10 @@ class PlannedStream(IterableDataset):
         return self._track(self._items(segments))
 
     def _track(self, items: Iterator[Any]) -> Iterator[Any]:
+        tally = getattr(self.decoder, "tally", None)  # what the items hold, counted (Tally)
+        return self._counted(items if tally is None else tally.track(items))
+
+    def _counted(self, items: Iterator[Any]) -> Iterator[Any]:
         for item in items:
             self._consumed += 1
             yield item
