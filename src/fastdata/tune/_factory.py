@@ -5,7 +5,9 @@ takes the searched settings.
 ``prefetch_factor=``, ``pin_memory=`` and maybe ``worker_method=``) or a torch Dataset, which
 it wraps in ``fastdata.DataLoader`` (:func:`as_factory`). Whether thread workers are searched
 depends on what the factory can take (:func:`worker_methods`): a factory is never passed a
-keyword it cannot take.
+keyword it cannot take. Every loader a trial gets is checked to be a torch DataLoader with
+the trial's settings (:func:`checked`): a factory that drops them would be measured under
+settings it never ran.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from fastdata.tune.space import PARAMS
 
-__all__ = ["as_factory", "describe_data", "worker_methods"]
+__all__ = ["as_factory", "checked", "describe_data", "worker_methods"]
 
 
 def describe_data(obj: Any) -> str:
@@ -95,3 +97,49 @@ def worker_methods(
         return factory(**params)
 
     return given, without_method
+
+
+def checked(factory: Callable[..., Iterable[Any]], obj: Any, torch: Any) -> Callable[..., Any]:
+    """``factory``, each loader it builds checked to be a ``torch.utils.data.DataLoader``
+    (``fastdata.DataLoader`` is one) with the settings it was asked for: ``num_workers``,
+    ``prefetch_factor`` (with workers), ``pin_memory`` and ``worker_method`` (where the loader
+    has one). A factory that ignores them (builds ``num_workers=2`` whatever it is passed) or
+    returns something else (the dataset itself) would be measured, and reported, under
+    settings it never ran.
+
+    Raises:
+        TuneError: when the loader is called; it names the setting, asked and got, and the
+            factory.
+    """
+    from fastdata.tune._run import TuneError
+
+    who = _name(obj)
+
+    def build(**params: Any) -> Iterable[Any]:
+        loader = factory(**params)
+        if not isinstance(loader, torch.utils.data.DataLoader):
+            raise TuneError(
+                f"{who} returned a {type(loader).__name__}, not a torch DataLoader: the tuner "
+                "measures the settings it passes (num_workers=..., prefetch_factor=..., "
+                "pin_memory=...), so return a DataLoader built with them, e.g. "
+                "fastdata.DataLoader(dataset, ..., **settings)"
+            )
+        for name, asked in params.items():
+            got = getattr(loader, name, asked)
+            if name == "prefetch_factor" and not params["num_workers"]:
+                continue  # without workers torch keeps None and prefetches nothing
+            if got != asked:
+                raise TuneError(
+                    f"{who} built a loader with {name}={got!r} where the tuner asked for "
+                    f"{name}={asked!r}: pass the settings it is called with on to the DataLoader"
+                )
+        return loader
+
+    return build
+
+
+def _name(obj: Any) -> str:
+    """``the loader factory MODULE:NAME`` (the form ``--factory`` takes)."""
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    module = getattr(obj, "__module__", None)
+    return f"the loader factory {module}:{name}" if module else f"the loader factory {name}"

@@ -136,8 +136,8 @@ class Run:
             try:
                 trial = self.evaluate(dict(params), time_limit)
             except Exception as exc:
-                if getattr(exc, STEP_FAILED, False):
-                    raise  # the user's step failed: as in training, it ends the run
+                if getattr(exc, STEP_FAILED, False) or isinstance(exc, TuneError):
+                    raise  # the user's step failed (as in training), or the factory is wrong
                 if not any(t.ok for t in self.trials):
                     raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
                 trial = Trial(params=dict(params), seconds=self.clock() - begun,
