@@ -44,11 +44,11 @@ def test_tune_returns_the_best_so_far_on_ctrl_c() -> None:
     def factory(**params: Any) -> torch.utils.data.DataLoader:
         if params["num_workers"] == 2:
             raise KeyboardInterrupt
-        # 4 ms a batch beside a 4 ms step: one worker overlaps them, twice the rate
-        return torch.utils.data.DataLoader(SleepyBatches(10_000, 0.004), batch_size=None,
+        # 10 ms of waiting a batch beside a 10 ms step: one worker overlaps them, twice the rate
+        return torch.utils.data.DataLoader(SleepyBatches(10_000, 0.010), batch_size=None,
                                            **params)  # fmt: skip
 
-    result = tune(factory, step_ms=4, budget_s=10, search_space={"num_workers": [0, 1, 2, 3]})
+    result = tune(factory, step_ms=10, budget_s=10, search_space={"num_workers": [0, 1, 2, 3]})
     assert result.stopped == "interrupted"
     assert [t.params["num_workers"] for t in result.trials] == [0, 1]
     assert result.config.num_workers == 1
@@ -256,3 +256,20 @@ def test_a_factory_that_ignores_its_settings_or_returns_no_loader_is_refused() -
     with pytest.raises(TuneError, match=r"returns_dataset returned a TensorDataset, not a torch "
                        r"DataLoader"):  # fmt: skip
         tune(returns_dataset, budget_s=2)
+
+
+@pytest.mark.parametrize(
+    "option", [{"persistent_workers": True}, {"multiprocessing_context": "fork"}]
+)
+def test_worker_only_loader_kwargs_are_left_out_of_the_trials_without_workers(
+    option: dict[str, Any],
+) -> None:
+    """torch rejects persistent_workers=True or a multiprocessing_context without workers
+    (and fastdata a context with thread workers); the tuner chooses those settings, so it
+    leaves them out there, as LoaderConfig.merged() does, instead of failing the first trial."""
+    dataset = SleepyBatches(400, 0.001)
+    result = tune(dataset, loader_kwargs={"batch_size": None, **option}, budget_s=3,
+                  search_space={"num_workers": [0, 1], "prefetch_factor": [2]})  # fmt: skip
+    measured = {(t.params["num_workers"], t.params["worker_method"]) for t in result.trials}
+    assert (0, "multiprocessing") in measured and (1, "thread") in measured, result.report()
+    assert all(t.ok for t in result.trials), result.report()

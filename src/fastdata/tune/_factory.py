@@ -39,10 +39,14 @@ def as_factory(
                 f"loader_kwargs sets {', '.join(clash)}, which the tuner searches: leave them "
                 "out, or restrict them with search_space={...}"
             )
+        from fastdata.config import LoaderConfig
         from fastdata.loader import DataLoader
 
         def factory(**params: Any) -> Iterable[Any]:
-            return DataLoader(obj, **fixed, **params)
+            # loader_kwargs' worker-only options (persistent_workers, multiprocessing_context)
+            # are left out where the trial's workers cannot use them: torch rejects them
+            kwargs = LoaderConfig.without_idle_options({**fixed, **params}, keep=params)
+            return DataLoader(obj, **kwargs)
 
         return factory
     if not callable(obj):
