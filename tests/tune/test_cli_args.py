@@ -44,6 +44,27 @@ def test_bad_tune_arguments_are_one_error_line_and_status_2(
     assert err.startswith("usage: fastdata tune")
 
 
+def test_out_and_plot_that_cannot_be_written_are_refused_before_measuring(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out / --plot into a missing folder were found only after the whole measurement (a
+    traceback, status 1, nothing saved): now one error line and status 2 before it starts."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_folder").mkdir()
+    cases = {
+        "no_dir/x.json": "'no_dir/x.json': no such folder 'no_dir' to write into",
+        "a_file/x.json": "'a_file/x.json': 'a_file' is a file, not a folder",
+        "a_folder": "'a_folder': a folder; give the file to write",
+    }
+    for option in ("--out", "--plot"):
+        for path, message in cases.items():
+            status, err = exits(capsys, "tune", "--budget-s", "0.5", "--demo-images", "8",
+                                "--max-workers", "0", option, path)  # fmt: skip
+            assert status == 2 and f"error: {option} {message}" in err, err
+            assert "Traceback" not in err and "measuring" not in err
+
+
 def test_data_hints_never_suggest_writing_into_the_path_given(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
