@@ -30,6 +30,16 @@ from .fakes import exits
         (["--data", "no/such/dir"], "error: --data 'no/such/dir': no such folder; `fastdata tune"),
         (["--factory", "no_colon"], "error: --factory 'no_colon': expected MODULE:FUNCTION"),
         (["--factory", "no_such_module:f"], "cannot import no_such_module"),
+        (
+            ["--factory", ".train:make"],
+            "error: --factory '.train:make': .train is a relative "
+            "module name, which needs a package to be relative to: give the module "
+            "(train:make) or its file (./train.py:make)",
+        ),
+        (
+            ["--factory", "./no_such_file.py:f"],
+            "error: --factory './no_such_file.py:f': no such file './no_such_file.py'",
+        ),
     ],
 )
 def test_bad_tune_arguments_are_one_error_line_and_status_2(

@@ -60,7 +60,7 @@ def _add_tune(subparsers: Any) -> None:
         "(thread workers are searched too when it also takes worker_method=), or FUNCTION() "
         "returns a torch DataLoader that is rebuilt as a fastdata.DataLoader with each "
         "setting, thread workers included (MODULE is imported from the current directory "
-        "too)",
+        "too; a file works as well: ./train.py:make_loader)",
     )
     parser.add_argument(
         "--demo",
@@ -124,7 +124,8 @@ def _add_bench(subparsers: Any) -> None:
         metavar="MODULE:FUNCTION",
         required=True,
         help="FUNCTION() returns your torch DataLoader as you build it today "
-        "(MODULE is imported from the current directory too)",
+        "(MODULE is imported from the current directory too; a file works as well: "
+        "./train.py:make_loader)",
     )
     parser.add_argument(
         "--config",
