@@ -110,3 +110,17 @@ def test_bad_bench_arguments_are_one_error_line_and_status_2(
     assert status == 2 and "--config 'broken.json'" in err and "Traceback" not in err
     status, err = exits(capsys, "bench", "--factory", f"{loaders}:good", "--budget-s", "0")
     assert status == 2 and "--budget-s=0.0: expected a number > 0" in err
+
+
+def test_threads_from_a_factory_without_worker_method_are_refused_in_the_options_words(
+    loaders: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal named search_space['worker_method'], a tune() argument the command-line
+    user never wrote; it names --worker-method now."""
+    status, err = exits(capsys, "tune", "--factory", f"{loaders}:good", "--worker-method",
+                        "thread", "--quiet")  # fmt: skip
+    assert status == 2 and "search_space" not in err, err
+    assert (
+        "error: --worker-method thread, but the --factory function has no worker_method "
+        "parameter: add one and pass it to fastdata.DataLoader, or leave out --worker-method" in err
+    )

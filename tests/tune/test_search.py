@@ -16,6 +16,7 @@ from fastdata.tune import Trial, TuneError
 from fastdata.tune.decide import MAX_PAIRS
 from fastdata.tune.measure import STEP_FAILED
 from fastdata.tune.search import SearchSpace, search
+from fastdata.tune.words import command_line_words
 
 from .fakes import FakeClock, GiB, settings
 
@@ -276,7 +277,11 @@ def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evi
     assert "more workers than the 2 usable core(s): every setting cheaper" in outcome.reason
     # the answer sits at the edge of the range: the reason says how to search past it
     assert "16 workers is the largest count searched" in outcome.reason
-    assert "--max-workers (search_space={'num_workers': range(33)})" in outcome.reason
+    assert "search further with search_space={'num_workers': range(33)}." in outcome.reason
+    assert "--max-workers" not in outcome.reason  # tune()'s words: no option of the CLI
+    with command_line_words():  # fastdata tune's words: the option its user gave
+        outcome = io_bound.search(space(16), cores=2)
+    assert "search further with --max-workers 32." in outcome.reason
     cpu_bound = Surface(lambda p: min(8.0 + 6.0 * p["num_workers"], 20.0) * (1 + 0.001 *
                         p["num_workers"]), step_s=0.001, ci=0.03)  # fmt: skip
     outcome = cpu_bound.search(space(16), cores=2)

@@ -195,8 +195,11 @@ def test_a_factory_without_worker_method_is_never_passed_it() -> None:
     result = tune(record.settings_only, budget_s=2, search_space=SMALL)
     assert record.calls and all("worker_method" not in c for c in record.calls)
     assert result.config.worker_method == "multiprocessing"
-    with pytest.raises(ValueError, match=r"no worker_method parameter: add one"):
+    with pytest.raises(ValueError, match=r"no worker_method parameter: add one") as raised:
         tune(record.settings_only, budget_s=2, search_space={**SMALL, "worker_method": ["thread"]})
+    assert str(raised.value).startswith("search_space['worker_method']=['thread'], but")
+    with pytest.raises(TypeError, match=r"^search_space\['worker_method'\]='thread': expected"):
+        tune(record.settings_only, budget_s=2, search_space={"worker_method": "thread"})
     # a **kwargs factory may hand its keywords to torch's DataLoader: only when asked
     record = Recording()
     tune(record.open_ended, budget_s=2, search_space=SMALL)

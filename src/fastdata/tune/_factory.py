@@ -16,7 +16,8 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from fastdata.tune.space import PARAMS
+from fastdata.tune.space import PARAMS, given_lists
+from fastdata.tune.words import argument
 
 __all__ = ["as_factory", "checked", "describe_data", "worker_methods"]
 
@@ -78,7 +79,7 @@ def worker_methods(
         ValueError: ``search_space`` asks for thread workers from a factory that cannot take
             ``worker_method``.
     """
-    given = dict(search_space or {})
+    given: dict[str, Iterable[Any]] = dict(given_lists(search_space))
     if isinstance(obj, torch.utils.data.Dataset):
         return given, factory
     try:
@@ -90,9 +91,15 @@ def worker_methods(
     if named or (open_ended and "worker_method" in given):
         return given, factory
     if "worker_method" in given and set(given["worker_method"]) != {"multiprocessing"}:
+        asked = list(given["worker_method"])
         raise ValueError(
-            f"search_space['worker_method']={list(given['worker_method'])!r}, but the loader "
-            "factory has no worker_method parameter: add one and pass it to fastdata.DataLoader"
+            argument(
+                f"search_space['worker_method']={asked!r}, but the loader factory has no "
+                "worker_method parameter: add one and pass it to fastdata.DataLoader",
+                f"--worker-method {' '.join(asked)}, but the --factory function has no "
+                "worker_method parameter: add one and pass it to fastdata.DataLoader, or leave "
+                "out --worker-method",
+            )
         )
     given["worker_method"] = ("multiprocessing",)
 

@@ -169,6 +169,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from fastdata.errors import FastDataError
     from fastdata.tune import TuneError, tune
     from fastdata.tune.progress import Progress
+    from fastdata.tune.words import command_line_words
 
     space: dict[str, Any] = {}
     if args.max_workers is not None:
@@ -176,7 +177,10 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.worker_method is not None:
         space["worker_method"] = (args.worker_method,)
     try:
-        with tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch:
+        with (
+            command_line_words(),  # messages name the options given, not tune()'s arguments
+            tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch,
+        ):
             factory, source = loader_factory(args, Path(scratch))
             if not args.quiet:
                 say(f"fastdata tune: {source}")

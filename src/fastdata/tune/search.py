@@ -56,7 +56,7 @@ from fastdata.tune._statistics import attempts, pairs_of
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import MAX_PAIRS, Decision
 from fastdata.tune.space import SETTINGS, SearchSpace
-from fastdata.tune.words import describe
+from fastdata.tune.words import argument, describe
 
 __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 
@@ -245,7 +245,7 @@ def _nothing_fits(run: Run) -> str:
         first = refused[0]
         return (
             f"{describe(first.params)} was refused for memory ({first.refused}): no setting "
-            "fits; raise max_memory (--max-memory) or free memory"
+            f"fits; raise {argument('max_memory', '--max-memory')} or free memory"
         )
     return "no setting completed (see the failed trials)"
 
@@ -332,7 +332,10 @@ def _left_out(run: Run, decision: Decision, space: SearchSpace) -> list[str]:
         lines.append(
             f"{top} workers is the largest count searched: more may be faster still (a "
             "pipeline that waits on storage or the network can use more workers than cores); "
-            "search further with --max-workers "
-            f"(search_space={{'num_workers': range({2 * top + 1})}})."
+            "search further with "
+            + argument(
+                f"search_space={{'num_workers': range({2 * top + 1})}}", f"--max-workers {2 * top}"
+            )
+            + "."
         )
     return lines
