@@ -102,6 +102,18 @@ def test_import_function_finds_a_function_in_the_current_directory(user_module: 
     assert function() == 42
 
 
+def test_import_function_takes_a_file_path_relative_or_absolute(
+    user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """./train.py:make_loader was a raw TypeError from importlib (a 'relative import')."""
+    assert import_function(parser(), "--loader", f"./{user_module}.py:make")() == 42
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path / "sub")
+    assert import_function(parser(), "--loader", f"../{user_module}.py:make")() == 42
+    assert import_function(parser(), "--loader", f"{tmp_path / user_module}.py:make")() == 42
+    assert sys.modules[user_module].__file__ == str(tmp_path / f"{user_module}.py")
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -114,6 +126,17 @@ def test_import_function_finds_a_function_in_the_current_directory(user_module: 
         ),
         ("{module}:missing", "--loader '{module}:missing': {module} has no function 'missing'"),
         ("{module}:CONSTANT", "--loader '{module}:CONSTANT': {module} has no function 'CONSTANT'"),
+        (
+            ".{module}:make",
+            "--loader '.{module}:make': .{module} is a relative module name, which needs a "
+            "package to be relative to: give the module ({module}:make) or its file "
+            "(./{module}.py:make)",
+        ),
+        ("./nowhere.py:make", "--loader './nowhere.py:make': no such file './nowhere.py'"),
+        (
+            "./{module}.py:missing",
+            "--loader './{module}.py:missing': ./{module}.py has no function 'missing'",
+        ),
     ],
 )
 def test_import_function_names_the_option_and_the_problem(
@@ -123,7 +146,10 @@ def test_import_function_names_the_option_and_the_problem(
         import_function(parser(), "--loader", spec.format(module=user_module))
     assert exited.value.code == 2
     last = capsys.readouterr().err.splitlines()[-1]
-    usage = "expected MODULE:FUNCTION, e.g. train:make_loader"
+    usage = (
+        "expected MODULE:FUNCTION or PATH.py:FUNCTION, e.g. train:make_loader or "
+        "./train.py:make_loader"
+    )
     assert last == "fastdata test: error: " + message.format(module=user_module, usage=usage)
 
 

@@ -91,6 +91,26 @@ def test_config_merged_lets_explicit_arguments_win() -> None:
     assert config.merged({"num_workers": 0, "prefetch_factor": 3})["prefetch_factor"] == 3
 
 
+def test_worker_only_options_are_left_out_where_the_workers_cannot_use_them() -> None:
+    """The rule of merged(), for the tuner and bench rebuilding a user's loader: a
+    multiprocessing_context (CUDA's "spawn") or persistent_workers=True of the user's loader
+    is turned off for a setting without workers (torch rejects both there), and the context
+    for thread workers (it starts processes); what the caller keeps stays."""
+    user = {"batch_size": 4, "persistent_workers": True, "multiprocessing_context": "spawn"}
+    settled = LoaderConfig.without_idle_options({**user, "num_workers": 0})
+    assert settled == {"batch_size": 4, "persistent_workers": False,
+                       "multiprocessing_context": None, "num_workers": 0}  # fmt: skip
+    assert torch.utils.data.DataLoader(range(8), **settled).num_workers == 0
+    threads = {**user, "num_workers": 2, "worker_method": "thread"}
+    no_context = {**threads, "multiprocessing_context": None}
+    assert LoaderConfig.without_idle_options(threads) == no_context
+    processes = {**user, "num_workers": 2, "worker_method": "multiprocessing"}
+    assert LoaderConfig.without_idle_options(processes) == processes
+    kept = LoaderConfig.without_idle_options({**user, "num_workers": 0},
+                                             keep=("multiprocessing_context",))  # fmt: skip
+    assert kept["multiprocessing_context"] == "spawn"  # passed explicitly: torch should see it
+
+
 def test_thread_configs_give_torch_only_its_keywords_and_say_threads_need_fastdata() -> None:
     """The third review: ``DataLoader(**config.to_dict())`` of torch raised TypeError on
     'worker_method' for a tuned thread config, and ``merged({"num_workers": 0})`` still

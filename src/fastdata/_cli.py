@@ -69,20 +69,66 @@ def check(
 
 def import_function(parser: argparse.ArgumentParser, option: str, spec: str) -> Any:
     """The callable ``MODULE:FUNCTION`` names (``MODULE`` is imported from the current
-    directory too); anything wrong is a ``parser.error`` naming ``option``."""
-    module_name, sep, name = spec.partition(":")
+    directory too), or ``PATH.py:FUNCTION`` (a file, relative to the current directory or
+    absolute: ``./train.py:make_loader``); anything wrong is a ``parser.error`` naming
+    ``option``."""
+    module_name, sep, name = spec.rpartition(":")
     if not sep or not module_name or not name:
-        parser.error(f"{option} {spec!r}: expected MODULE:FUNCTION, e.g. train:make_loader")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        parser.error(f"{option} {spec!r}: cannot import {module_name}: {exc}")
+        parser.error(
+            f"{option} {spec!r}: expected MODULE:FUNCTION or PATH.py:FUNCTION, e.g. "
+            "train:make_loader or ./train.py:make_loader"
+        )
+    if module_name.endswith(".py") or os.sep in module_name or "/" in module_name:
+        module = _import_file(parser, option, spec, module_name)
+    elif module_name.startswith("."):
+        parser.error(
+            f"{option} {spec!r}: {module_name} is a relative module name, which needs a "
+            f"package to be relative to: give the module ({module_name.lstrip('.')}:{name}) "
+            f"or its file (./{module_name.lstrip('.').replace('.', '/')}.py:{name})"
+        )
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            parser.error(f"{option} {spec!r}: cannot import {module_name}: {exc}")
     function = getattr(module, name, None)
     if not callable(function):
         parser.error(f"{option} {spec!r}: {module_name} has no function {name!r}")
     return function
+
+
+def _import_file(parser: argparse.ArgumentParser, option: str, spec: str, file: str) -> Any:
+    """The module in ``file``, imported under its file's name with its folder on
+    ``sys.path`` (as ``python file`` would have it), so that worker processes started by
+    spawn import it, and its classes pickle, by that name."""
+    import importlib.util
+
+    path = os.path.abspath(file)
+    if not os.path.isfile(path):
+        parser.error(f"{option} {spec!r}: no such file {file!r}")
+    if not path.endswith(".py"):
+        parser.error(f"{option} {spec!r}: {file!r} is not a Python file (.py)")
+    folder, stem = os.path.split(path[: -len(".py")])
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    loaded = sys.modules.get(stem)
+    if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
+        return loaded
+    if loaded is not None:
+        parser.error(
+            f"{option} {spec!r}: a module named {stem} is imported already from "
+            f"{getattr(loaded, '__file__', None) or 'elsewhere'}: rename the file"
+        )
+    try:
+        module = importlib.import_module(stem)
+    except ImportError as exc:
+        parser.error(f"{option} {spec!r}: cannot import {file}: {exc}")
+    found = os.path.abspath(getattr(module, "__file__", "") or "")
+    if found != path:
+        parser.error(f"{option} {spec!r}: the module {stem} imports from {found}: rename the file")
+    return module
 
 
 def say(message: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -93,14 +93,36 @@ class LoaderConfig:
         ``DataLoader(ds, config="tuned.json", num_workers=0)`` then just works, and so does
         ``torch.utils.data.DataLoader(ds, **config.merged({"num_workers": 0}))``.
         """
-        merged = {**self.to_dict(), **explicit}
-        if merged["num_workers"] == 0:
-            for name, off in (("prefetch_factor", None), ("persistent_workers", False)):
-                if name not in explicit:
-                    merged[name] = off
-            if "worker_method" not in explicit:
-                merged.pop("worker_method", None)
-        return merged
+        return self.without_idle_options({**self.to_dict(), **explicit}, keep=explicit)
+
+    @staticmethod
+    def without_idle_options(
+        kwargs: Mapping[str, Any], /, *, keep: Collection[str] = ()
+    ) -> dict[str, Any]:
+        """The DataLoader keyword arguments ``kwargs`` without the worker-only options their
+        workers cannot use, the rule of :meth:`merged`: without workers (``num_workers`` 0 or
+        unset) ``prefetch_factor`` None, ``persistent_workers`` False,
+        ``multiprocessing_context`` None (torch rejects each otherwise) and no
+        ``worker_method``; with thread workers (``worker_method="thread"``) no
+        ``multiprocessing_context`` (it starts processes). Names in ``keep`` stay as given
+        (what a caller passed explicitly, which torch should see). The tuner and
+        ``fastdata bench`` rebuild a user's loader with each setting through it.
+        """
+        settled = dict(kwargs)
+        workers = settled.get("num_workers") or 0
+        threads = settled.get("worker_method") == "thread"
+        idle: tuple[tuple[str, Any], ...] = ()
+        if workers == 0:
+            idle = (("prefetch_factor", None), ("persistent_workers", False))
+            idle += (("multiprocessing_context", None),)
+        elif threads:
+            idle = (("multiprocessing_context", None),)
+        for name, off in idle:
+            if name in settled and name not in keep:
+                settled[name] = off
+        if workers == 0 and "worker_method" not in keep:
+            settled.pop("worker_method", None)
+        return settled
 
     def torch_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``torch.utils.data.DataLoader`` this config sets:

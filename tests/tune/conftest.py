@@ -14,7 +14,8 @@ import time
 import torch
 
 def good(num_workers, prefetch_factor, pin_memory):
-    return list(range(500))
+    return torch.utils.data.DataLoader(list(range(500)), batch_size=None, num_workers=num_workers,
+                                       prefetch_factor=prefetch_factor, pin_memory=pin_memory)
 
 def broken(**params):
     raise OSError("cannot open shard-0003.tar")

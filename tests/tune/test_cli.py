@@ -111,3 +111,25 @@ def test_worker_method_keeps_the_search_to_one_method(
     with_workers = [t for t in result.trials if t.params["num_workers"] > 0]
     assert with_workers, result.report()
     assert {t.params.get("worker_method", "multiprocessing") for t in with_workers} == {method}
+
+
+def test_a_factory_given_as_a_file_path_is_imported_from_it(
+    loaders: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """--factory ./train.py:make_loader (and ../, and absolute) crashed with a raw TypeError
+    from importlib: a path is imported as the file it names, in tune and in bench."""
+    (tmp_path / "sub").mkdir()
+    LoaderConfig().save(tmp_path / "tuned.json")
+    quick = ["--budget-s", "1", "--step-ms", "1", "--quiet"]
+    for where, spec in [
+        (tmp_path, f"./{loaders}.py:good"),
+        (tmp_path / "sub", f"../{loaders}.py:good"),
+        (tmp_path / "sub", f"{tmp_path / loaders}.py:good"),
+    ]:
+        monkeypatch.chdir(where)
+        assert main(["tune", "--factory", spec, "--max-workers", "0", *quick]) == 0, spec
+        assert "chosen: num_workers=0" in capsys.readouterr().out
+    status = main(["bench", "--factory", f"../{loaders}.py:torch_loader", "--config",
+                   "../tuned.json", "--rounds", "2", *quick])  # fmt: skip
+    assert status == 0 and "fastdata / yours: " in capsys.readouterr().out

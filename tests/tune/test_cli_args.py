@@ -30,6 +30,16 @@ from .fakes import exits
         (["--data", "no/such/dir"], "error: --data 'no/such/dir': no such folder; `fastdata tune"),
         (["--factory", "no_colon"], "error: --factory 'no_colon': expected MODULE:FUNCTION"),
         (["--factory", "no_such_module:f"], "cannot import no_such_module"),
+        (
+            ["--factory", ".train:make"],
+            "error: --factory '.train:make': .train is a relative "
+            "module name, which needs a package to be relative to: give the module "
+            "(train:make) or its file (./train.py:make)",
+        ),
+        (
+            ["--factory", "./no_such_file.py:f"],
+            "error: --factory './no_such_file.py:f': no such file './no_such_file.py'",
+        ),
     ],
 )
 def test_bad_tune_arguments_are_one_error_line_and_status_2(
@@ -42,6 +52,27 @@ def test_bad_tune_arguments_are_one_error_line_and_status_2(
     assert message in err
     assert "Traceback" not in err
     assert err.startswith("usage: fastdata tune")
+
+
+def test_out_and_plot_that_cannot_be_written_are_refused_before_measuring(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--out / --plot into a missing folder were found only after the whole measurement (a
+    traceback, status 1, nothing saved): now one error line and status 2 before it starts."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "a_folder").mkdir()
+    cases = {
+        "no_dir/x.json": "'no_dir/x.json': no such folder 'no_dir' to write into",
+        "a_file/x.json": "'a_file/x.json': 'a_file' is a file, not a folder",
+        "a_folder": "'a_folder': a folder; give the file to write",
+    }
+    for option in ("--out", "--plot"):
+        for path, message in cases.items():
+            status, err = exits(capsys, "tune", "--budget-s", "0.5", "--demo-images", "8",
+                                "--max-workers", "0", option, path)  # fmt: skip
+            assert status == 2 and f"error: {option} {message}" in err, err
+            assert "Traceback" not in err and "measuring" not in err
 
 
 def test_data_hints_never_suggest_writing_into_the_path_given(
@@ -79,3 +110,17 @@ def test_bad_bench_arguments_are_one_error_line_and_status_2(
     assert status == 2 and "--config 'broken.json'" in err and "Traceback" not in err
     status, err = exits(capsys, "bench", "--factory", f"{loaders}:good", "--budget-s", "0")
     assert status == 2 and "--budget-s=0.0: expected a number > 0" in err
+
+
+def test_threads_from_a_factory_without_worker_method_are_refused_in_the_options_words(
+    loaders: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The refusal named search_space['worker_method'], a tune() argument the command-line
+    user never wrote; it names --worker-method now."""
+    status, err = exits(capsys, "tune", "--factory", f"{loaders}:good", "--worker-method",
+                        "thread", "--quiet")  # fmt: skip
+    assert status == 2 and "search_space" not in err, err
+    assert (
+        "error: --worker-method thread, but the --factory function has no worker_method "
+        "parameter: add one and pass it to fastdata.DataLoader, or leave out --worker-method" in err
+    )

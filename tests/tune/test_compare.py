@@ -56,6 +56,22 @@ def test_rebuild_keeps_the_data_and_takes_the_new_settings(make: object) -> None
     assert batches(rebuilt) == batches(mine)
 
 
+def test_rebuild_leaves_out_worker_only_options_its_settings_cannot_use() -> None:
+    """A loader built for CUDA training (spawn context, persistent workers), rebuilt without
+    workers or with thread workers: torch and fastdata reject a multiprocessing context there,
+    so it is left out; with process workers it is kept."""
+    mine = torch.utils.data.DataLoader(DATA, batch_size=6, num_workers=2, persistent_workers=True,
+                                       multiprocessing_context="spawn")  # fmt: skip
+    none = rebuild(mine, num_workers=0, prefetch_factor=None, pin_memory=False)
+    assert none.num_workers == 0 and none.multiprocessing_context is None
+    assert batches(none) == batches(torch.utils.data.DataLoader(DATA, batch_size=6))
+    config = LoaderConfig(num_workers=1, prefetch_factor=2, worker_method="thread")
+    threads = rebuild(mine, **config.to_dict())
+    assert threads.worker_method == "thread" and threads.multiprocessing_context is None
+    processes = rebuild(mine, num_workers=1, prefetch_factor=2, pin_memory=False)
+    assert processes.multiprocessing_context is not None  # kept: its workers are processes
+
+
 def test_rebuild_refuses_what_is_not_a_dataloader() -> None:
     with pytest.raises(
         TypeError, match=r"expected a torch.utils.data.DataLoader to rebuild, got list"

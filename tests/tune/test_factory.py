@@ -49,13 +49,13 @@ def test_threads_are_searched_where_the_factory_can_take_the_method() -> None:
         given, factory = worker_methods(loaders, named, None, torch)
         assert given == {} and factory is named  # the space's default: both methods
     given, factory = worker_methods(open_ended, open_ended, {"worker_method": ["thread"]}, torch)
-    assert given == {"worker_method": ["thread"]} and factory is open_ended
+    assert given == {"worker_method": ("thread",)} and factory is open_ended
 
 
 def test_a_factory_without_the_method_is_measured_with_processes_and_never_passed_it() -> None:
     for loaders in (settings_only, open_ended):
         given, factory = worker_methods(loaders, loaders, {"num_workers": [1]}, torch)
-        assert given == {"num_workers": [1], "worker_method": ("multiprocessing",)}
+        assert given == {"num_workers": (1,), "worker_method": ("multiprocessing",)}
         loader = factory(num_workers=1, prefetch_factor=2, pin_memory=False,
                          worker_method="multiprocessing")  # fmt: skip
         assert loader == ([1] if loaders is settings_only else SETTINGS)  # no worker_method

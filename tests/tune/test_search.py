@@ -16,6 +16,7 @@ from fastdata.tune import Trial, TuneError
 from fastdata.tune.decide import MAX_PAIRS
 from fastdata.tune.measure import STEP_FAILED
 from fastdata.tune.search import SearchSpace, search
+from fastdata.tune.words import command_line_words
 
 from .fakes import FakeClock, GiB, settings
 
@@ -276,7 +277,11 @@ def test_workers_beyond_the_cores_are_chosen_for_io_and_the_reason_names_the_evi
     assert "more workers than the 2 usable core(s): every setting cheaper" in outcome.reason
     # the answer sits at the edge of the range: the reason says how to search past it
     assert "16 workers is the largest count searched" in outcome.reason
-    assert "--max-workers (search_space={'num_workers': range(33)})" in outcome.reason
+    assert "search further with search_space={'num_workers': range(33)}." in outcome.reason
+    assert "--max-workers" not in outcome.reason  # tune()'s words: no option of the CLI
+    with command_line_words():  # fastdata tune's words: the option its user gave
+        outcome = io_bound.search(space(16), cores=2)
+    assert "search further with --max-workers 32." in outcome.reason
     cpu_bound = Surface(lambda p: min(8.0 + 6.0 * p["num_workers"], 20.0) * (1 + 0.001 *
                         p["num_workers"]), step_s=0.001, ci=0.03)  # fmt: skip
     outcome = cpu_bound.search(space(16), cores=2)
@@ -425,3 +430,47 @@ def test_an_error_of_the_step_ends_the_search_unchanged() -> None:
 
     with pytest.raises(MemoryError, match="the step ran out"):
         search(step_fails, space(), budget_s=1000, target=0.95, clock=surface.clock)
+
+
+def io_bound(params: dict[str, Any]) -> float:
+    """10 batches/s per worker (waiting on storage), up to the consumer's pace."""
+    return 10.0 * max(params["num_workers"], 1)
+
+
+def test_thread_workers_are_searched_on_their_own_range_where_process_workers_fail() -> None:
+    """A handle opened in the dataset's __init__ that does not survive a fork: every process
+    worker fails, threads work. The first failure ends the processes' line at one worker;
+    the threads' line is not bounded by it, and the reason says why processes were left out."""
+    surface = Surface(io_bound)
+
+    def processes_fail(params: dict[str, Any], time_limit: float) -> Trial:
+        if params["num_workers"] and params["worker_method"] == "multiprocessing":
+            surface.calls.append(params)
+            raise RuntimeError("connection opened in another process")
+        return surface(params, time_limit)
+
+    outcome = search(processes_fail, space(8, 2, methods=("thread", "multiprocessing")),
+                     budget_s=1000, target=0.95, clock=surface.clock)  # fmt: skip
+    chosen = outcome.trials[outcome.chosen].params
+    assert chosen["worker_method"] == "thread" and chosen["num_workers"] == 5, outcome.reason
+    assert "Process workers were left out: num_workers=1, prefetch_factor=2" in outcome.reason
+    assert "failed (RuntimeError: connection opened in another process)" in outcome.reason
+    assert "thread workers, which run in this process" in outcome.reason
+
+
+def test_thread_workers_are_searched_where_one_process_worker_is_over_the_memory_ceiling() -> None:
+    """A second interpreter per process worker (1 GiB here) passes the ceiling; thread workers
+    add a few MiB each and fit. The processes' memory predicts nothing of the threads'."""
+
+    def memory(p: dict[str, Any]) -> float:
+        return GiB + p["num_workers"] * (GiB if p["worker_method"] != "thread" else 2**20)
+
+    surface = Surface(io_bound, memory=memory)
+    outcome = surface.search(space(8, 2, methods=("thread", "multiprocessing")),
+                             max_memory=int(1.5 * GiB))  # fmt: skip
+    chosen = outcome.trials[outcome.chosen].params
+    assert chosen["worker_method"] == "thread" and chosen["num_workers"] == 5, outcome.reason
+    assert "Process workers were left out: num_workers=1, prefetch_factor=2" in outcome.reason
+    assert "refused for memory: num_workers=1, prefetch_factor=2" in outcome.reason
+    assert "prefetch_factor=2, pin_memory=False was over the memory ceiling" in outcome.reason
+    assert "were measured on their own range instead" in outcome.reason

@@ -3,6 +3,8 @@ defaults, validated; torch's defaults; the grid and the cost order."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from fastdata.tune.space import SETTINGS, SearchSpace, cost
@@ -28,6 +30,28 @@ def test_search_space_validation_and_defaults() -> None:
         SearchSpace.build({"prefetch_factor": []}, cores=2, device_used=False)
     with pytest.raises(ValueError, match=r"'thread' / 'multiprocessing'"):
         SearchSpace.build({"worker_method": ["process"]}, cores=2, device_used=False)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"num_workers": 4},
+            "search_space['num_workers']=4: expected a non-empty list of integers >= 0, e.g. [4]",
+        ),
+        (
+            {"worker_method": "thread"},
+            "search_space['worker_method']='thread': expected a "
+            "non-empty list of 'thread' / 'multiprocessing', e.g. ['thread']",
+        ),
+    ],
+)
+def test_a_single_value_for_a_list_gets_the_usual_message(given: Any, message: str) -> None:
+    """A bare int was a TypeError from iterating it; a string was taken letter by letter
+    (['t', 'h', 'r', 'e', 'a', 'd'] in the message)."""
+    with pytest.raises(TypeError) as raised:
+        SearchSpace.build(given, cores=2, device_used=False)
+    assert str(raised.value) == message
 
 
 def test_the_grid_is_every_setting_of_the_space_cheapest_first() -> None:

@@ -16,9 +16,7 @@ import torch
 
 import fastdata
 from fastdata.config import LoaderConfig, load_config
-from fastdata.tune import TuneResult, tune
-
-from .fakes import Paced
+from fastdata.tune import TuneError, TuneResult, tune
 
 
 def list_factory(**params: Any) -> list[int]:
@@ -43,12 +41,14 @@ def test_tune_validates_its_arguments() -> None:
 
 
 def test_tune_returns_the_best_so_far_on_ctrl_c() -> None:
-    def factory(**params: Any) -> Paced:
+    def factory(**params: Any) -> torch.utils.data.DataLoader:
         if params["num_workers"] == 2:
             raise KeyboardInterrupt
-        return Paced(300, 0.004 / (params["num_workers"] + 1))  # faster with more "workers"
+        # 10 ms of waiting a batch beside a 10 ms step: one worker overlaps them, twice the rate
+        return torch.utils.data.DataLoader(SleepyBatches(10_000, 0.010), batch_size=None,
+                                           **params)  # fmt: skip
 
-    result = tune(factory, budget_s=10, search_space={"num_workers": [0, 1, 2, 3]})
+    result = tune(factory, step_ms=10, budget_s=10, search_space={"num_workers": [0, 1, 2, 3]})
     assert result.stopped == "interrupted"
     assert [t.params["num_workers"] for t in result.trials] == [0, 1]
     assert result.config.num_workers == 1
@@ -150,32 +150,38 @@ def test_on_cuda_the_target_is_checked_against_the_gpus_utilization() -> None:
 
 
 class Recording:
-    """Loader factories that record the keyword arguments each call got (lists as loaders)."""
+    """Loader factories that record the keyword arguments each call got (loaders of 200
+    instant items)."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
 
     def named(self, *, num_workers: int, prefetch_factor: Any, pin_memory: bool,
-              worker_method: str = "multiprocessing") -> list[int]:  # fmt: skip
+              worker_method: str = "multiprocessing") -> fastdata.DataLoader:  # fmt: skip
         self.calls.append({"num_workers": num_workers, "worker_method": worker_method})
-        return list(range(200))
+        return fastdata.DataLoader(list(range(200)), batch_size=None, num_workers=num_workers,
+                                   prefetch_factor=prefetch_factor, pin_memory=pin_memory,
+                                   worker_method=worker_method)  # fmt: skip
 
     def settings_only(self, *, num_workers: int, prefetch_factor: Any,
-                      pin_memory: bool) -> list[int]:  # fmt: skip
+                      pin_memory: bool) -> torch.utils.data.DataLoader:  # fmt: skip
         self.calls.append({"num_workers": num_workers})
-        return list(range(200))
+        return torch.utils.data.DataLoader(list(range(200)), batch_size=None,
+                                           num_workers=num_workers,
+                                           prefetch_factor=prefetch_factor,
+                                           pin_memory=pin_memory)  # fmt: skip
 
-    def open_ended(self, **params: Any) -> list[int]:
+    def open_ended(self, **params: Any) -> fastdata.DataLoader:
         self.calls.append(params)
-        return list(range(200))
+        return fastdata.DataLoader(list(range(200)), batch_size=None, **params)
 
 
-SMALL = {"num_workers": [1, 2], "prefetch_factor": [2]}  # always workers: the method matters
+SMALL = {"num_workers": [1], "prefetch_factor": [2]}  # workers: the method matters
 
 
 def test_a_factory_naming_worker_method_is_searched_with_threads_and_processes() -> None:
     record = Recording()
-    result = tune(record.named, budget_s=3, search_space=SMALL)
+    result = tune(record.named, step_ms=5, budget_s=4, search_space=SMALL)
     methods = {c["worker_method"] for c in record.calls if c["num_workers"]}
     assert methods == {"thread", "multiprocessing"}, result.report()
     header = next(line for line in result.report().splitlines() if "batches/s" in line)
@@ -189,8 +195,11 @@ def test_a_factory_without_worker_method_is_never_passed_it() -> None:
     result = tune(record.settings_only, budget_s=2, search_space=SMALL)
     assert record.calls and all("worker_method" not in c for c in record.calls)
     assert result.config.worker_method == "multiprocessing"
-    with pytest.raises(ValueError, match=r"no worker_method parameter: add one"):
+    with pytest.raises(ValueError, match=r"no worker_method parameter: add one") as raised:
         tune(record.settings_only, budget_s=2, search_space={**SMALL, "worker_method": ["thread"]})
+    assert str(raised.value).startswith("search_space['worker_method']=['thread'], but")
+    with pytest.raises(TypeError, match=r"^search_space\['worker_method'\]='thread': expected"):
+        tune(record.settings_only, budget_s=2, search_space={"worker_method": "thread"})
     # a **kwargs factory may hand its keywords to torch's DataLoader: only when asked
     record = Recording()
     tune(record.open_ended, budget_s=2, search_space=SMALL)
@@ -211,3 +220,59 @@ def test_a_dataset_is_tuned_over_both_methods_and_the_answer_applies(tmp_path: P
     if result.config.worker_method == "thread":
         assert "worker_method='thread'" in result.how_to_apply()
         assert "torch's DataLoader has no worker_method" in result.how_to_apply()
+
+
+def test_a_factory_that_ignores_its_settings_or_returns_no_loader_is_refused() -> None:
+    """The tuner checks each loader it gets: a factory that does not pass the settings on
+    (always 2 workers) or returns the dataset itself would be measured, and advised, under
+    settings that never ran."""
+    data = list(range(200))
+
+    def ignores(num_workers: int, prefetch_factor: Any, pin_memory: bool) -> Any:
+        return torch.utils.data.DataLoader(data, batch_size=None, num_workers=2)
+
+    with pytest.raises(TuneError, match=r"ignores built a loader with num_workers=2 where the "
+                       r"tuner asked for num_workers=0: pass the settings"):  # fmt: skip
+        tune(ignores, budget_s=2, search_space={"num_workers": [0, 2]})
+
+    def fixed_prefetch(num_workers: int, prefetch_factor: Any, pin_memory: bool) -> Any:
+        return fastdata.DataLoader(data, batch_size=None, num_workers=num_workers,
+                                   prefetch_factor=4 if num_workers else None)  # fmt: skip
+
+    with pytest.raises(TuneError, match=r"prefetch_factor=4 where the tuner asked for "
+                       r"prefetch_factor=2"):  # fmt: skip
+        tune(fixed_prefetch, budget_s=2, search_space={"num_workers": [0, 1]})
+
+    def threads_always(num_workers: int, prefetch_factor: Any, pin_memory: bool,
+                       worker_method: str) -> Any:  # fmt: skip
+        return fastdata.DataLoader(data, batch_size=None, num_workers=num_workers,
+                                   prefetch_factor=prefetch_factor,
+                                   worker_method="thread")  # fmt: skip
+
+    with pytest.raises(TuneError, match=r"worker_method='thread' where the tuner asked for "
+                       r"worker_method='multiprocessing'"):  # fmt: skip
+        tune(threads_always, budget_s=2, search_space={"num_workers": [1]})
+
+    def returns_dataset(num_workers: int, prefetch_factor: Any, pin_memory: bool) -> Any:
+        return torch.utils.data.TensorDataset(torch.zeros(64, 4))
+
+    with pytest.raises(TuneError, match=r"returns_dataset returned a TensorDataset, not a torch "
+                       r"DataLoader"):  # fmt: skip
+        tune(returns_dataset, budget_s=2)
+
+
+@pytest.mark.parametrize(
+    "option", [{"persistent_workers": True}, {"multiprocessing_context": "fork"}]
+)
+def test_worker_only_loader_kwargs_are_left_out_of_the_trials_without_workers(
+    option: dict[str, Any],
+) -> None:
+    """torch rejects persistent_workers=True or a multiprocessing_context without workers
+    (and fastdata a context with thread workers); the tuner chooses those settings, so it
+    leaves them out there, as LoaderConfig.merged() does, instead of failing the first trial."""
+    dataset = SleepyBatches(400, 0.001)
+    result = tune(dataset, loader_kwargs={"batch_size": None, **option}, budget_s=3,
+                  search_space={"num_workers": [0, 1], "prefetch_factor": [2]})  # fmt: skip
+    measured = {(t.params["num_workers"], t.params["worker_method"]) for t in result.trials}
+    assert (0, "multiprocessing") in measured and (1, "thread") in measured, result.report()
+    assert all(t.ok for t in result.trials), result.report()

@@ -46,6 +46,10 @@ def check_tune(args: argparse.Namespace) -> None:
             parser.error(f"--data {args.data!r}: {problem}")
     if args.plot is not None and not _has_matplotlib():
         parser.error("--plot needs matplotlib: pip install 'fastdata[plot]'")
+    for option, path in (("--out", args.out), ("--plot", args.plot)):
+        problem = None if path is None else _output_problem(Path(path))
+        if problem is not None:  # found now, not after the whole measurement
+            parser.error(f"{option} {path!r}: {problem}")
     if args.factory is not None:
         args.factory_function = import_function(parser, "--factory", args.factory)
 
@@ -114,6 +118,23 @@ def _folder_problem(root: Path) -> str | None:
             "tree DIR/<class>/<image>: move them into a subfolder (one per class)"
         )
     return f"holds no images in DIR/<class>/<image>; {_DEMO_HINT}"
+
+
+def _output_problem(path: Path) -> str | None:
+    """What keeps a file from being written at ``path`` (its folder missing, a file, not
+    writable; the path a folder), or None."""
+    import os
+
+    folder = path.parent
+    if path.is_dir():
+        return "a folder; give the file to write, e.g. tuned.json inside it"
+    if not folder.exists():
+        return f"no such folder {str(folder)!r} to write into; create it first"
+    if not folder.is_dir():
+        return f"{str(folder)!r} is a file, not a folder"
+    if not os.access(folder, os.W_OK):
+        return f"cannot write into {str(folder)!r} (permission denied)"
+    return None
 
 
 def _near_names(path: Path) -> list[str]:

@@ -5,7 +5,9 @@ takes the searched settings.
 ``prefetch_factor=``, ``pin_memory=`` and maybe ``worker_method=``) or a torch Dataset, which
 it wraps in ``fastdata.DataLoader`` (:func:`as_factory`). Whether thread workers are searched
 depends on what the factory can take (:func:`worker_methods`): a factory is never passed a
-keyword it cannot take.
+keyword it cannot take. Every loader a trial gets is checked to be a torch DataLoader with
+the trial's settings (:func:`checked`): a factory that drops them would be measured under
+settings it never ran.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from fastdata.tune.space import PARAMS
+from fastdata.tune.space import PARAMS, given_lists
+from fastdata.tune.words import argument
 
-__all__ = ["as_factory", "describe_data", "worker_methods"]
+__all__ = ["as_factory", "checked", "describe_data", "worker_methods"]
 
 
 def describe_data(obj: Any) -> str:
@@ -37,10 +40,14 @@ def as_factory(
                 f"loader_kwargs sets {', '.join(clash)}, which the tuner searches: leave them "
                 "out, or restrict them with search_space={...}"
             )
+        from fastdata.config import LoaderConfig
         from fastdata.loader import DataLoader
 
         def factory(**params: Any) -> Iterable[Any]:
-            return DataLoader(obj, **fixed, **params)
+            # loader_kwargs' worker-only options (persistent_workers, multiprocessing_context)
+            # are left out where the trial's workers cannot use them: torch rejects them
+            kwargs = LoaderConfig.without_idle_options({**fixed, **params}, keep=params)
+            return DataLoader(obj, **kwargs)
 
         return factory
     if not callable(obj):
@@ -72,7 +79,7 @@ def worker_methods(
         ValueError: ``search_space`` asks for thread workers from a factory that cannot take
             ``worker_method``.
     """
-    given = dict(search_space or {})
+    given: dict[str, Iterable[Any]] = dict(given_lists(search_space))
     if isinstance(obj, torch.utils.data.Dataset):
         return given, factory
     try:
@@ -84,9 +91,15 @@ def worker_methods(
     if named or (open_ended and "worker_method" in given):
         return given, factory
     if "worker_method" in given and set(given["worker_method"]) != {"multiprocessing"}:
+        asked = list(given["worker_method"])
         raise ValueError(
-            f"search_space['worker_method']={list(given['worker_method'])!r}, but the loader "
-            "factory has no worker_method parameter: add one and pass it to fastdata.DataLoader"
+            argument(
+                f"search_space['worker_method']={asked!r}, but the loader factory has no "
+                "worker_method parameter: add one and pass it to fastdata.DataLoader",
+                f"--worker-method {' '.join(asked)}, but the --factory function has no "
+                "worker_method parameter: add one and pass it to fastdata.DataLoader, or leave "
+                "out --worker-method",
+            )
         )
     given["worker_method"] = ("multiprocessing",)
 
@@ -95,3 +108,49 @@ def worker_methods(
         return factory(**params)
 
     return given, without_method
+
+
+def checked(factory: Callable[..., Iterable[Any]], obj: Any, torch: Any) -> Callable[..., Any]:
+    """``factory``, each loader it builds checked to be a ``torch.utils.data.DataLoader``
+    (``fastdata.DataLoader`` is one) with the settings it was asked for: ``num_workers``,
+    ``prefetch_factor`` (with workers), ``pin_memory`` and ``worker_method`` (where the loader
+    has one). A factory that ignores them (builds ``num_workers=2`` whatever it is passed) or
+    returns something else (the dataset itself) would be measured, and reported, under
+    settings it never ran.
+
+    Raises:
+        TuneError: when the loader is called; it names the setting, asked and got, and the
+            factory.
+    """
+    from fastdata.tune._run import TuneError
+
+    who = _name(obj)
+
+    def build(**params: Any) -> Iterable[Any]:
+        loader = factory(**params)
+        if not isinstance(loader, torch.utils.data.DataLoader):
+            raise TuneError(
+                f"{who} returned a {type(loader).__name__}, not a torch DataLoader: the tuner "
+                "measures the settings it passes (num_workers=..., prefetch_factor=..., "
+                "pin_memory=...), so return a DataLoader built with them, e.g. "
+                "fastdata.DataLoader(dataset, ..., **settings)"
+            )
+        for name, asked in params.items():
+            got = getattr(loader, name, asked)
+            if name == "prefetch_factor" and not params["num_workers"]:
+                continue  # without workers torch keeps None and prefetches nothing
+            if got != asked:
+                raise TuneError(
+                    f"{who} built a loader with {name}={got!r} where the tuner asked for "
+                    f"{name}={asked!r}: pass the settings it is called with on to the DataLoader"
+                )
+        return loader
+
+    return build
+
+
+def _name(obj: Any) -> str:
+    """``the loader factory MODULE:NAME`` (the form ``--factory`` takes)."""
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    module = getattr(obj, "__module__", None)
+    return f"the loader factory {module}:{name}" if module else f"the loader factory {name}"

@@ -21,7 +21,7 @@ from fastdata.tune._statistics import equivalent
 from fastdata.tune._trial import Trial
 from fastdata.tune.space import SearchSpace
 
-__all__ = ["coarse", "line", "thread_workers", "varying"]
+__all__ = ["coarse", "line", "processes_left_out", "thread_workers", "varying"]
 
 
 def thread_workers(
@@ -33,13 +33,27 @@ def thread_workers(
     that costs more than the work), or not at the same count (work that holds the GIL): the
     line finds the cheapest count that keeps up, as the first stage did for processes. Up to
     the answer's count once it reached the target (more cannot feed the consumer more), else
-    up to the largest count the processes' line measured."""
+    up to the largest count the processes' line measured. Where a process worker failed or
+    was over the memory ceiling (:func:`processes_left_out`), the processes' line says
+    nothing of threads (a handle that does not survive a fork, a second interpreter's
+    memory), so threads run on their own range: every count the space has."""
     top = start["num_workers"]
-    if not reached:
+    if processes_left_out(run):
+        top = max(space.num_workers)
+    elif not reached:
         screened = [t.params["num_workers"] for t in run.trials if t.pair is None and run.fits(t)]
         top = max([top, *screened])
     counts = [w for w in space.num_workers if 0 < w <= top]
     return counts, lambda w: {**space.base(w), "worker_method": "thread"}
+
+
+def processes_left_out(run: Run) -> list[Trial]:
+    """The screening trials of process workers that failed or did not fit in memory."""
+    return [
+        t for t in run.trials
+        if t.pair is None and t.params["num_workers"] > 0
+        and t.params.get("worker_method") != "thread" and not run.fits(t)
+    ]  # fmt: skip
 
 
 def varying(start: dict[str, Any], name: str) -> Callable[[Any], dict[str, Any]]:

@@ -136,8 +136,8 @@ class Run:
             try:
                 trial = self.evaluate(dict(params), time_limit)
             except Exception as exc:
-                if getattr(exc, STEP_FAILED, False):
-                    raise  # the user's step failed: as in training, it ends the run
+                if getattr(exc, STEP_FAILED, False) or isinstance(exc, TuneError):
+                    raise  # the user's step failed (as in training), or the factory is wrong
                 if not any(t.ok for t in self.trials):
                     raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
                 trial = Trial(params=dict(params), seconds=self.clock() - begun,
@@ -172,11 +172,14 @@ class Run:
 
     def predicted_rss(self, params: dict[str, Any]) -> float | None:
         """The peak RSS ``params`` would reach, extrapolated from the trials with fewer
-        workers at the largest growth per worker seen between two measured worker counts
-        (None with fewer than two worker counts measured, or none fewer than asked)."""
+        workers of its worker method (or none) at the largest growth per worker seen between
+        two measured worker counts (None with fewer than two worker counts measured, or none
+        fewer than asked)."""
         peaks: dict[int, int] = {}
-        for t in self.trials:
-            if t.peak_rss > 0:
+        method = params.get("worker_method")
+        for t in self.trials:  # thread workers grow by far less than processes: not mixed
+            same = t.params["num_workers"] == 0 or t.params.get("worker_method") == method
+            if t.peak_rss > 0 and same:
                 w = t.params["num_workers"]
                 peaks[w] = max(peaks.get(w, 0), t.peak_rss)
         counts = sorted(peaks)

@@ -18,7 +18,7 @@ from typing import Any
 from fastdata.config import LoaderConfig
 from fastdata.tune import machine
 from fastdata.tune._consumer import Transfer, consumer_step, cuda_sync, describe_step
-from fastdata.tune._factory import as_factory, describe_data, worker_methods
+from fastdata.tune._factory import as_factory, checked, describe_data, worker_methods
 from fastdata.tune._memory import MemoryGuard
 from fastdata.tune._nvml import nvml_for_device
 from fastdata.tune._trial import Trial
@@ -50,8 +50,9 @@ def tune(
 
     Args:
         loader_factory: ``loader_factory(num_workers=..., prefetch_factor=...,
-            pin_memory=...)`` returns an iterable of batches (typically a
-            ``fastdata.DataLoader``); ``prefetch_factor`` is None when ``num_workers`` is 0.
+            pin_memory=...)`` returns a ``torch.utils.data.DataLoader`` (typically a
+            ``fastdata.DataLoader``) built with them; ``prefetch_factor`` is None when
+            ``num_workers`` is 0.
             A factory with a ``worker_method`` parameter is also passed
             ``worker_method="thread"`` or ``"multiprocessing"`` and both are searched;
             one without it is searched with process workers only (a ``**kwargs`` factory
@@ -100,8 +101,9 @@ def tune(
     Raises:
         ValueError, TypeError: invalid arguments (the message lists valid values).
         RuntimeError: ``device`` names an accelerator this machine does not have.
-        TuneError: the loader failed on the first configuration measured, or no setting
-            fits in the memory ceiling.
+        TuneError: the loader failed on the first configuration measured, no setting
+            fits in the memory ceiling, or the factory returned something other than a
+            torch DataLoader, or one without the settings it was passed.
     """
     import torch
 
@@ -117,6 +119,7 @@ def tune(
     dev = check_device("device", device)
     cores = machine.usable_cores()
     given, factory = worker_methods(loader_factory, factory, search_space, torch)
+    factory = checked(factory, loader_factory, torch)
     space = SearchSpace.build(given, cores=cores, device_used=dev is not None and dev.type != "cpu")
     sync = cuda_sync(dev) if dev is not None and dev.type == "cuda" else None
     transfer = None if dev is None else Transfer(dev, sync)

@@ -60,7 +60,7 @@ def _add_tune(subparsers: Any) -> None:
         "(thread workers are searched too when it also takes worker_method=), or FUNCTION() "
         "returns a torch DataLoader that is rebuilt as a fastdata.DataLoader with each "
         "setting, thread workers included (MODULE is imported from the current directory "
-        "too)",
+        "too; a file works as well: ./train.py:make_loader)",
     )
     parser.add_argument(
         "--demo",
@@ -124,7 +124,8 @@ def _add_bench(subparsers: Any) -> None:
         metavar="MODULE:FUNCTION",
         required=True,
         help="FUNCTION() returns your torch DataLoader as you build it today "
-        "(MODULE is imported from the current directory too)",
+        "(MODULE is imported from the current directory too; a file works as well: "
+        "./train.py:make_loader)",
     )
     parser.add_argument(
         "--config",
@@ -168,6 +169,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from fastdata.errors import FastDataError
     from fastdata.tune import TuneError, tune
     from fastdata.tune.progress import Progress
+    from fastdata.tune.words import command_line_words
 
     space: dict[str, Any] = {}
     if args.max_workers is not None:
@@ -175,7 +177,10 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.worker_method is not None:
         space["worker_method"] = (args.worker_method,)
     try:
-        with tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch:
+        with (
+            command_line_words(),  # messages name the options given, not tune()'s arguments
+            tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch,
+        ):
             factory, source = loader_factory(args, Path(scratch))
             if not args.quiet:
                 say(f"fastdata tune: {source}")

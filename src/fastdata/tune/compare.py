@@ -88,7 +88,9 @@ def rebuild(loader: Any, /, **settings: Any) -> Any:
     """``loader`` (a ``torch.utils.data.DataLoader``) as a ``fastdata.DataLoader`` with the
     same dataset, batching, sampler, collate function, timeout, worker init, multiprocessing
     context and generator; ``settings`` (num_workers, prefetch_factor, pin_memory,
-    persistent_workers, and fastdata's worker_method) replace its own.
+    persistent_workers, and fastdata's worker_method) replace its own. Its multiprocessing
+    context is left out where ``settings`` have no worker processes (none, or threads), as
+    :meth:`~fastdata.config.LoaderConfig.without_idle_options` says: torch rejects it there.
 
     Raises:
         TypeError: ``loader`` is not a torch DataLoader.
@@ -118,7 +120,9 @@ def rebuild(loader: Any, /, **settings: Any) -> Any:
         kwargs.update(batch_sampler=loader.batch_sampler)
     else:  # batch_size=None: items as they are
         kwargs.update(sampler=loader.sampler, batch_size=None)
-    return DataLoader(loader.dataset, **kwargs, **settings)
+    return DataLoader(
+        loader.dataset, **LoaderConfig.without_idle_options({**kwargs, **settings}, keep=settings)
+    )
 
 
 def compare(

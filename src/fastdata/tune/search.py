@@ -19,8 +19,10 @@ then ``worker_method``, then ``prefetch_factor``, then ``pin_memory``), each in 
    over the worker counts with thread workers (the first line measured process workers,
    torch's default), up to the answer's count if it reached the target, else up to the
    largest count measured: threads may keep up with fewer workers, or help where processes
-   do not. ``prefetch_factor`` is skipped without workers, ``pin_memory`` unless batches go
-   to a device.
+   do not. Where a process worker failed or was over the memory ceiling, threads run on
+   their own range (every count), and the reason says why processes were left out.
+   ``prefetch_factor`` is skipped without workers, ``pin_memory`` unless batches go to a
+   device.
 2. **Comparisons**: :func:`~fastdata.tune.decide.decide` names the cheaper setting to compare
    with the fastest measured, and the two are measured in pairs of back-to-back rounds in
    alternating order until the rule's verdict is in (see :mod:`.decide`), then the next,
@@ -48,13 +50,13 @@ from typing import Any, NamedTuple
 
 from fastdata.tune._explain import describe_refused, explain
 from fastdata.tune._interrupt import Interrupts
-from fastdata.tune._line import coarse, line, thread_workers, varying
+from fastdata.tune._line import coarse, line, processes_left_out, thread_workers, varying
 from fastdata.tune._run import Evaluate, Run, StopSearch, TuneError
 from fastdata.tune._statistics import attempts, pairs_of
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import MAX_PAIRS, Decision
 from fastdata.tune.space import SETTINGS, SearchSpace
-from fastdata.tune.words import describe
+from fastdata.tune.words import argument, describe
 
 __all__ = ["Outcome", "SearchSpace", "TuneError", "search"]
 
@@ -243,7 +245,7 @@ def _nothing_fits(run: Run) -> str:
         first = refused[0]
         return (
             f"{describe(first.params)} was refused for memory ({first.refused}): no setting "
-            "fits; raise max_memory (--max-memory) or free memory"
+            f"fits; raise {argument('max_memory', '--max-memory')} or free memory"
         )
     return "no setting completed (see the failed trials)"
 
@@ -266,6 +268,7 @@ def _reason(
     failed = sum(1 for t in trials if t.error is not None)
     if failed:
         lines.append(f"{failed} trial(s) failed (see the table).")
+    lines += _processes_left_out(run, space)
     lines += _left_out(run, decision, space)
     n = f"{len(trials)} trial{'' if len(trials) == 1 else 's'}"
     if run.pairs:
@@ -284,6 +287,31 @@ def _reason(
     return " ".join(lines)
 
 
+def _processes_left_out(run: Run, space: SearchSpace) -> list[str]:
+    """Why process workers are not in the answer where one failed or was over the memory
+    ceiling, and whether threads, which the processes' failure says nothing of, were measured
+    in their place (:func:`~fastdata.tune._line.thread_workers`)."""
+    left = processes_left_out(run)
+    if not left or "thread" not in space.worker_method:
+        return []
+    first = left[0]
+    why = (
+        f"failed ({first.error.strip().splitlines()[-1].strip()})"
+        if first.error is not None
+        else "was over the memory ceiling (see the refused settings)"
+    )
+    threads = sorted({t.params["num_workers"] for t in run.trials
+                      if t.params.get("worker_method") == "thread"})  # fmt: skip
+    measured = (
+        f"thread workers, which run in this process (nothing forked, no second interpreter), "
+        f"were measured on their own range instead (num_workers={', '.join(map(str, threads))})"
+        if threads
+        else "thread workers were not measured before the search ended: a larger budget "
+        "measures them"
+    )
+    return [f"Process workers were left out: {describe(first.params)} {why}; {measured}."]
+
+
 def _left_out(run: Run, decision: Decision, space: SearchSpace) -> list[str]:
     """What the answer may owe to the search's limits: thread workers never measured (the
     budget ended first), or a worker count at the top of the range searched."""
@@ -293,7 +321,7 @@ def _left_out(run: Run, decision: Decision, space: SearchSpace) -> list[str]:
         return []
     lines = []
     threads = any(t.params.get("worker_method") == "thread" for t in run.trials)
-    if "thread" in space.worker_method and not threads:
+    if "thread" in space.worker_method and not threads and not processes_left_out(run):
         lines.append(
             f"Thread workers were not measured before the search ended: "
             f"worker_method={chosen['worker_method']!r} is the default, not a comparison; a "
@@ -304,7 +332,10 @@ def _left_out(run: Run, decision: Decision, space: SearchSpace) -> list[str]:
         lines.append(
             f"{top} workers is the largest count searched: more may be faster still (a "
             "pipeline that waits on storage or the network can use more workers than cores); "
-            "search further with --max-workers "
-            f"(search_space={{'num_workers': range({2 * top + 1})}})."
+            "search further with "
+            + argument(
+                f"search_space={{'num_workers': range({2 * top + 1})}}", f"--max-workers {2 * top}"
+            )
+            + "."
         )
     return lines

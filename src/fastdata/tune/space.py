@@ -26,6 +26,7 @@ __all__ = [
     "SearchSpace",
     "Setting",
     "cost",
+    "given_lists",
 ]
 
 
@@ -115,6 +116,37 @@ def cost(params: Mapping[str, Any]) -> tuple[Any, ...]:
     return tuple(s.rank(params.get(s.name, s.off)) for s in SETTINGS)
 
 
+def given_lists(given: Mapping[str, Iterable[Any]] | None, /) -> dict[str, tuple[Any, ...]]:
+    """A user's ``search_space`` checked for its shape: known settings, each with a list (or
+    another iterable, not a string) of values; their values are checked by
+    :meth:`SearchSpace.build`.
+
+    Raises:
+        ValueError: an unknown setting.
+        TypeError: a single value (``{"num_workers": 4}``, ``{"worker_method": "thread"}``)
+            rather than a list of them.
+    """
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(PARAMS))
+    if unknown:
+        raise ValueError(
+            f"search_space has unknown setting(s) {', '.join(map(repr, unknown))}: "
+            f"valid settings are {', '.join(PARAMS)}"
+        )
+    lists = {}
+    for s in SETTINGS:
+        if s.name not in given:
+            continue
+        values = given[s.name]
+        if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+            raise TypeError(
+                f"search_space[{s.name!r}]={values!r}: expected a non-empty list of "
+                f"{s.expected}, e.g. [{values!r}]"
+            )
+        lists[s.name] = tuple(values)
+    return lists
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """The values each searched setting may take, sorted and without duplicates."""
@@ -135,14 +167,9 @@ class SearchSpace:
 
         Raises:
             ValueError: an unknown setting or a value it cannot take.
+            TypeError: a setting's values not a list (see :func:`given_lists`).
         """
-        given = dict(given or {})
-        unknown = sorted(set(given) - set(PARAMS))
-        if unknown:
-            raise ValueError(
-                f"search_space has unknown setting(s) {', '.join(map(repr, unknown))}: "
-                f"valid settings are {', '.join(PARAMS)}"
-            )
+        given = given_lists(given)
         values = {}
         for s in SETTINGS:
             chosen = tuple(given[s.name]) if s.name in given else s.defaults(cores, device_used)

@@ -6,12 +6,41 @@ nothing of them (the memory guard words its refusals with :func:`format_size`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from typing import Any
 
-__all__ = ["describe", "error_line", "format_size", "parse_size", "percent"]
+__all__ = [
+    "argument",
+    "command_line_words",
+    "describe",
+    "error_line",
+    "format_size",
+    "parse_size",
+    "percent",
+]
+
+_COMMAND_LINE: ContextVar[bool] = ContextVar("fastdata_tune_command_line", default=False)
+
+
+@contextlib.contextmanager
+def command_line_words() -> Iterator[None]:
+    """Inside, the tuner's messages name ``fastdata tune``'s options (:func:`argument`), as
+    its command-line user wrote them, rather than :func:`~fastdata.tune.tune`'s arguments."""
+    token = _COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE.reset(token)
+
+
+def argument(python: str, command_line: str, /) -> str:
+    """A setting as the user gave it: ``python`` (a ``tune()`` argument) or, inside
+    :func:`command_line_words`, ``command_line`` (the option)."""
+    return command_line if _COMMAND_LINE.get() else python
 
 
 def percent(share: float, /) -> str:
