@@ -58,7 +58,7 @@ def write_encrypted(
 def overstate_rows(path: Path, extra: int = 1) -> Path:
     """Rewrite a one-row-group Parquet file's footer so that it claims ``extra`` more rows
     than its pages hold (the file's and the row group's counts, each one varint byte)."""
-    from fastdata.sources.readers._thrift import collection, field_header, skip
+    from fastdata.sources.readers._compact import collection, field_header, skip
 
     raw = bytearray(path.read_bytes())
     length = int.from_bytes(raw[-8:-4], "little")
@@ -88,9 +88,9 @@ def overstate_rows(path: Path, extra: int = 1) -> Path:
     return path
 
 
-# One byte of a footer changed (cases a fuzz of 3,200 mutations found, each aborting the process
-# in ParquetStream): where in the footer, the byte pyarrow writes there, the byte written instead,
-# and what pyarrow's reads (which catch it) say.
+# One byte of a footer changed (cases a fuzz found, each aborting the process in ParquetStream):
+# where in the footer, the byte pyarrow writes there, the byte written instead, and what
+# pyarrow's reads (which catch it) say.
 FLIPPED_FOOTERS = {
     # ColumnMetaData.type of row group 0's "id" chunk: INT64 becomes an unknown type 47
     "chunk type": (206, 4, 94, "ColumnMetaData type does not match ColumnDescriptor physical"),
@@ -98,6 +98,9 @@ FLIPPED_FOOTERS = {
     "repetition histogram": (1592, 38, 157, "Repetition level histogram size mismatch"),
     # the schema's repetition of column "d": OPTIONAL becomes an unknown value (required)
     "definition histogram": (44, 2, 72, "Definition level histogram size mismatch"),
+    # a field header in row group 2 becomes a UUID: found only reading each list as
+    # parquet.thrift declares its elements, whatever element type its header says
+    "lists as declared": (2109, 70, 45, "Definition level histogram size mismatch"),
 }
 
 

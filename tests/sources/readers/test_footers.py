@@ -85,6 +85,7 @@ def test_a_plaintext_footer_names_its_encrypted_columns(tmp_path: Path) -> None:
         ("chunk type", 0, "id", "column chunk 'id': the column chunk's type is unknown type 47"),
         ("repetition histogram", 1, "st", "'st.b.list.element': its repetition level histogram"),
         ("definition histogram", 0, "d", "'d': its definition level histogram has 2 counts"),
+        ("lists as declared", 2, "f", "'f.list.element': its definition level histogram"),
     ],
 )
 def test_a_corrupt_column_chunk_is_refused_before_pyarrow_describes_it(

@@ -14,12 +14,11 @@ the process aborts. Two kinds of footer make it throw there:
   columns. pyarrow's reads raise a catchable ``OSError`` on such a file; its metadata
   accessors abort.
 
-So the footer is read here too, in Thrift's compact protocol (the format's
-``parquet.thrift``), as pyarrow's Thrift code reads it: a known field of an unexpected type is
-skipped, a list's element type is not checked. Only the fields these checks need are decoded;
-everything else is skipped by its type. Each function takes the bytes and a position and
-returns the position after what it read: the footers of wide files hold hundreds of
-thousands of column chunks, and every one is read.
+So the footer is read here too (:mod:`._compact`), as pyarrow's Thrift code reads it: the
+fields these checks need are decoded, and every list or struct the format's
+``parquet.thrift`` declares is read as declared (its elements as the schema says, whatever
+their header says), so that the bytes are read in step with pyarrow's reading of them;
+everything else is skipped by its type.
 """
 
 from __future__ import annotations
@@ -27,12 +26,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from fastdata.sources.readers._compact import (
+    BINARY,
+    I32,
+    I64,
+    LIST,
+    STRUCT,
+    Fields,
+    Out,
+    Read,
+    collection,
+    integer,
+    items,
+    struct,
+    varint,
+)
+
 __all__ = ["FooterFacts", "Problem", "footer_facts"]
 
-# Compact protocol type codes (a UUID, 16 bytes, since Thrift 0.19).
-_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
-_UUID = 13
-_FIXED = {_TRUE: 1, _FALSE: 1, _BYTE: 1, _DOUBLE: 8, _UUID: 16}  # bytes of a collection element
 # Parquet's FieldRepetitionType and physical types.
 _OPTIONAL, _REPEATED = 1, 2
 _BYTE_ARRAY, _FIXED_LEN_BYTE_ARRAY = 6, 7
@@ -71,11 +82,6 @@ class _Chunk(NamedTuple):
     unencoded: bool  # unencoded_byte_array_data_bytes set
 
 
-_Out = dict[str, Any]  # the fields read from a struct, by name
-_Read = Callable[[bytes, int, _Out], int]  # reads a value into ``out``: the position after it
-_Fields = dict[int, tuple[int, _Read]]  # the fields of a struct read: {field id: (type, read)}
-
-
 def footer_facts(footer: bytes) -> FooterFacts:
     """The encrypted leaf columns and the first corrupt column chunk of the serialized
     ``FileMetaData`` ``footer``.
@@ -83,9 +89,9 @@ def footer_facts(footer: bytes) -> FooterFacts:
     Raises:
         ValueError: the bytes are not a Thrift compact ``FileMetaData``.
     """
-    out: _Out = {"elements": [], "groups": []}
+    out: Out = {"elements": [], "groups": []}
     try:
-        _struct(footer, 0, _FILE, out)
+        struct(footer, 0, _FILE, out)
     except (IndexError, RecursionError):
         raise ValueError("the footer ends inside a value") from None
     groups: list[list[_Chunk]] = out["groups"]
@@ -94,122 +100,16 @@ def footer_facts(footer: bytes) -> FooterFacts:
     return FooterFacts(frozenset(encrypted), _first_problem(leaves, groups))
 
 
-def _struct(data: bytes, pos: int, wanted: _Fields, out: _Out) -> int:
-    """Read the struct at ``pos``: each field in ``wanted`` (``{field id: (type, read)}``)
-    of that type by its ``read(data, position, out)``, which returns the position after it;
-    every other field skipped. Returns the position after the struct."""
-    field = 0
-    while True:
-        header = data[pos]
-        pos += 1
-        kind = header & 0x0F
-        if not kind:  # the stop byte: a type 0, whatever the other bits (as Thrift reads it)
-            return pos
-        if header & 0xF0:
-            field += header >> 4
-        else:  # a long jump: the id follows, zigzag-encoded
-            raw, pos = varint(data, pos)
-            field = (raw >> 1) ^ -(raw & 1)
-        read = wanted.get(field)
-        if read is not None and read[0] == kind:
-            pos = read[1](data, pos, out)
-        elif _I16 <= kind <= _I64:  # most fields: skipped here, without a call
-            while data[pos] & 0x80:
-                pos += 1
-            pos += 1
-        elif kind > _FALSE:  # a boolean field's value is in its header
-            pos = skip(data, pos, kind, element=False)
-
-
-def field_header(data: bytes, pos: int, last: int) -> tuple[int, int, int]:
-    """``(position after it, field id, type)`` of the field header at ``pos`` of a struct
-    whose previous field was ``last``; type 0: the struct's stop byte."""
-    header = data[pos]
-    if not header & 0x0F:
-        return pos + 1, last, 0
-    if header >> 4:
-        return pos + 1, last + (header >> 4), header & 0x0F
-    raw, pos = varint(data, pos + 1)
-    return pos, (raw >> 1) ^ -(raw & 1), header & 0x0F
-
-
-def varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The unsigned varint at ``pos`` and the position after it."""
-    b = data[pos]
-    if b < 0x80:
-        return b, pos + 1
-    value, shift = b & 0x7F, 7
-    while True:
-        pos += 1
-        b = data[pos]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos + 1
-        shift += 7
-
-
-def _integer(data: bytes, pos: int) -> tuple[int, int]:
-    raw, pos = varint(data, pos)
-    return (raw >> 1) ^ -(raw & 1), pos
-
-
-def collection(data: bytes, pos: int) -> tuple[int, int]:
-    """The size of the list or set whose header is at ``pos``, and where its elements start."""
-    size = data[pos] >> 4
-    return varint(data, pos + 1) if size == 15 else (size, pos + 1)
-
-
-def skip(data: bytes, pos: int, kind: int, *, element: bool) -> int:
-    """The position after the value of type ``kind`` at ``pos`` (a boolean field's value is
-    in its header; a boolean element of a collection is one byte)."""
-    if _I16 <= kind <= _I64:
-        while data[pos] & 0x80:
-            pos += 1
-        return pos + 1
-    if kind == _BINARY:
-        length, pos = varint(data, pos)
-        return pos + length
-    if kind == _STRUCT:
-        return _struct(data, pos, {}, {})
-    if kind in (_LIST, _SET):
-        inner = data[pos] & 0x0F
-        size, pos = collection(data, pos)
-        if inner in _FIXED:  # no loop over a size nothing bounds
-            return pos + size * _FIXED[inner]
-        if _I16 <= inner <= _I64:  # encodings, level histograms: no call per element
-            for _ in range(size):
-                while data[pos] & 0x80:
-                    pos += 1
-                pos += 1
-            return pos
-        for _ in range(size):
-            pos = skip(data, pos, inner, element=True)
-        return pos
-    if kind == _MAP:
-        size, pos = varint(data, pos)
-        if size:
-            kinds, pos = data[pos], pos + 1
-            for _ in range(size):
-                pos = skip(data, pos, kinds >> 4, element=True)
-                pos = skip(data, pos, kinds & 0x0F, element=True)
-        return pos
-    if kind in (_TRUE, _FALSE):
-        return pos + 1 if element else pos
-    if kind in _FIXED:
-        return pos + _FIXED[kind]
-    raise ValueError(f"unknown Thrift compact type {kind} at byte {pos}")
-
-
-def _list(wanted: _Fields, key: str, make: Callable[[_Out], Any]) -> _Read:
+def _list(wanted: Fields, key: str, make: Callable[[Out], Any]) -> Read:
     """A reader of a list of structs (its element type unchecked, as in pyarrow's Thrift
     code): ``out[key]`` becomes ``[make(fields of each)]``."""
 
-    def read(data: bytes, pos: int, out: _Out) -> int:
+    def read(data: bytes, pos: int, out: Out) -> int:
         size, pos = collection(data, pos)
         items = []
         for _ in range(size):
-            fields: _Out = {}
-            pos = _struct(data, pos, wanted, fields)
+            fields: Out = {}
+            pos = struct(data, pos, wanted, fields)
             items.append(make(fields))
         out[key] = items
         return pos
@@ -217,17 +117,17 @@ def _list(wanted: _Fields, key: str, make: Callable[[_Out], Any]) -> _Read:
     return read
 
 
-def _value(key: str) -> _Read:
+def _value(key: str) -> Read:
     """A reader of an integer field into ``out[key]``."""
 
-    def read(data: bytes, pos: int, out: _Out) -> int:
-        out[key], pos = _integer(data, pos)
+    def read(data: bytes, pos: int, out: Out) -> int:
+        out[key], pos = integer(data, pos)
         return pos
 
     return read
 
 
-def _name(data: bytes, pos: int, out: _Out) -> int:
+def _name(data: bytes, pos: int, out: Out) -> int:
     length, start = varint(data, pos)
     out["name"] = data[start : start + length].decode("utf-8", "replace")
     return start + length
@@ -236,10 +136,10 @@ def _name(data: bytes, pos: int, out: _Out) -> int:
 _STAT_VALUES = {1: "max", 2: "min", 5: "max_value", 6: "min_value"}  # Statistics fields
 
 
-def _stat(name: str) -> _Read:
+def _stat(name: str) -> Read:
     """A reader of a min or max statistic: its length only."""
 
-    def read(data: bytes, pos: int, out: _Out) -> int:
+    def read(data: bytes, pos: int, out: Out) -> int:
         length, pos = varint(data, pos)
         out.setdefault("values", []).append((name, length))
         return pos + length
@@ -247,30 +147,33 @@ def _stat(name: str) -> _Read:
     return read
 
 
-def _histogram(key: str) -> _Read:
-    def read(data: bytes, pos: int, out: _Out) -> int:
+def _histogram(key: str) -> Read:
+    """A reader of a level histogram (a list<i64>): its size only."""
+    skip_items = items(I64)
+
+    def read(data: bytes, pos: int, out: Out) -> int:
         out[key] = collection(data, pos)[0]
-        return skip(data, pos, _LIST, element=False)
+        return skip_items(data, pos, out)
 
     return read
 
 
-def _unencoded(data: bytes, pos: int, out: _Out) -> int:
+def _unencoded(data: bytes, pos: int, out: Out) -> int:
     out["unencoded"] = True
-    return skip(data, pos, _I64, element=False)
+    return varint(data, pos)[1]
 
 
-def _crypto(data: bytes, pos: int, out: _Out) -> int:
+def _crypto(data: bytes, pos: int, out: Out) -> int:
     out["encrypted"] = True
-    return skip(data, pos, _STRUCT, element=False)
+    return struct(data, pos, _CRYPTO, {})
 
 
-def _nested(wanted: _Fields) -> _Read:
+def _nested(wanted: Fields) -> Read:
     """A reader of a struct whose fields go into ``out`` itself."""
-    return lambda data, pos, out: _struct(data, pos, wanted, out)
+    return lambda data, pos, out: struct(data, pos, wanted, out)
 
 
-def _chunk(fields: _Out) -> _Chunk:
+def _chunk(fields: Out) -> _Chunk:
     return _Chunk(
         fields.get("encrypted", False),
         fields.get("physical", 0) if fields.get("meta") else None,  # thrift's default: 0
@@ -281,7 +184,7 @@ def _chunk(fields: _Out) -> _Chunk:
     )
 
 
-def _element(fields: _Out) -> tuple[int | None, int, int, str, int]:
+def _element(fields: Out) -> tuple[int | None, int, int, str, int]:
     return (
         fields.get("physical"),
         fields.get("length", 0),
@@ -291,38 +194,47 @@ def _element(fields: _Out) -> tuple[int | None, int, int, str, int]:
     )
 
 
-def _meta(data: bytes, pos: int, out: _Out) -> int:
+def _meta(data: bytes, pos: int, out: Out) -> int:
     out["meta"] = True
-    return _struct(data, pos, _COLUMN_META, out)
+    return struct(data, pos, _COLUMN_META, out)
 
 
-# The fields read, by struct, as parquet.thrift numbers them.
-_COLUMN_META = {  # ColumnMetaData
-    1: (_I32, _value("physical")),  # type
-    12: (_STRUCT, _nested({i: (_BINARY, _stat(name)) for i, name in _STAT_VALUES.items()})),
-    16: (  # size_statistics: SizeStatistics
-        _STRUCT,
-        _nested(
-            {
-                1: (_I64, _unencoded),  # unencoded_byte_array_data_bytes
-                2: (_LIST, _histogram("repetitions")),  # repetition_level_histogram
-                3: (_LIST, _histogram("definitions")),  # definition_level_histogram
-            }
-        ),
-    ),
+# The fields read, by struct, as parquet.thrift numbers them: those the checks need, and
+# every list (and struct holding one) whose elements must be read as declared.
+_SIZES: Fields = {  # SizeStatistics
+    1: (I64, _unencoded),  # unencoded_byte_array_data_bytes
+    2: (LIST, _histogram("repetitions")),  # repetition_level_histogram: list<i64>
+    3: (LIST, _histogram("definitions")),  # definition_level_histogram: list<i64>
 }
-_CHUNK: _Fields = {3: (_STRUCT, _meta), 8: (_STRUCT, _crypto)}  # meta_data, crypto_metadata
-_ROW_GROUP = {1: (_LIST, _list(_CHUNK, "chunks", _chunk))}  # RowGroup: columns
-_ELEMENT = {  # SchemaElement
-    1: (_I32, _value("physical")),  # type
-    2: (_I32, _value("length")),  # type_length
-    3: (_I32, _value("repetition")),  # repetition_type
-    4: (_BINARY, _name),  # name
-    5: (_I32, _value("children")),  # num_children
+_COLUMN_META: Fields = {  # ColumnMetaData
+    1: (I32, _value("physical")),  # type
+    2: (LIST, items(I32)),  # encodings
+    3: (LIST, items(BINARY)),  # path_in_schema
+    8: (LIST, items({})),  # key_value_metadata: list<KeyValue>
+    12: (STRUCT, _nested({i: (BINARY, _stat(name)) for i, name in _STAT_VALUES.items()})),
+    13: (LIST, items({})),  # encoding_stats: list<PageEncodingStats>
+    16: (STRUCT, _nested(_SIZES)),  # size_statistics
+    17: (STRUCT, _nested({2: (LIST, items(I32))})),  # geospatial_statistics: its types
 }
-_FILE = {  # FileMetaData: schema, row_groups
-    2: (_LIST, _list(_ELEMENT, "elements", _element)),
-    4: (_LIST, _list(_ROW_GROUP, "groups", lambda fields: fields.get("chunks", []))),
+# ColumnCryptoMetaData: ENCRYPTION_WITH_COLUMN_KEY's path_in_schema
+_CRYPTO: Fields = {2: (STRUCT, _nested({1: (LIST, items(BINARY))}))}
+_CHUNK: Fields = {3: (STRUCT, _meta), 8: (STRUCT, _crypto)}  # meta_data, crypto_metadata
+_ROW_GROUP: Fields = {  # RowGroup: columns, sorting_columns
+    1: (LIST, _list(_CHUNK, "chunks", _chunk)),
+    4: (LIST, items({})),
+}
+_ELEMENT: Fields = {  # SchemaElement
+    1: (I32, _value("physical")),  # type
+    2: (I32, _value("length")),  # type_length
+    3: (I32, _value("repetition")),  # repetition_type
+    4: (BINARY, _name),  # name
+    5: (I32, _value("children")),  # num_children
+}
+_FILE: Fields = {  # FileMetaData: schema, row_groups, key_value_metadata, column_orders
+    2: (LIST, _list(_ELEMENT, "elements", _element)),
+    4: (LIST, _list(_ROW_GROUP, "groups", lambda fields: fields.get("chunks", []))),
+    5: (LIST, items({})),
+    7: (LIST, items({})),
 }
 
 
