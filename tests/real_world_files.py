@@ -128,6 +128,22 @@ def write_flipped(path: Path, case: str) -> Path:
     return path
 
 
+def write_short_statistic(path: Path) -> Path:
+    """A file of one int64 column whose min_value statistic holds 3 bytes instead of 8: pyarrow
+    parses the footer, its reads raise "Unexpected end of stream", and asking it for the
+    column chunk's statistics aborts the process."""
+    pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64())}), path)
+    raw = path.read_bytes()
+    start = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+    footer = raw[start:-8]
+    min_value = b"\x18\x08" + (1).to_bytes(8, "little")  # field 6 (after 5): binary, 8 bytes
+    assert footer.count(min_value) == 2, "pyarrow writes this footer otherwise now"
+    at = footer.rfind(min_value)  # min_value; the first is the legacy min
+    footer = footer[:at] + b"\x18\x03\x01\x00\x00" + footer[at + len(min_value) :]
+    path.write_bytes(raw[:start] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    return path
+
+
 # TIFF: photometric interpretations and sample formats.
 GRAY, RGB, CMYK = 1, 2, 5
 UINT, INT, FLOAT = 1, 2, 3

@@ -59,6 +59,7 @@ from real_world_files import (
     with_junk,
     write_encrypted,
     write_flipped,
+    write_short_statistic,
 )
 
 TESTS = Path(__file__).parent
@@ -119,11 +120,11 @@ def test_encrypted_parquet_is_a_named_error_never_an_abort(tmp_path: Path) -> No
 
 def test_a_corrupt_footer_is_a_named_error_never_an_abort(tmp_path: Path) -> None:
     """One byte flipped in a footer (found by a fuzz: a column chunk's type, a level histogram
-    that no longer fits the schema) made ParquetStream abort the interpreter: pyarrow parses
-    the footer, but its column metadata and statistics accessors throw a C++ exception no
-    Python code can catch (its own reads raise an OSError). The footer's Thrift is checked
-    before any of them is asked, with or without a filter (which pyarrow tests against the
-    statistics)."""
+    that no longer fits the schema), or a statistic too short for its type, made
+    ParquetStream abort the interpreter: pyarrow parses the footer, but its column metadata
+    and statistics accessors throw a C++ exception no Python code can catch (its own reads
+    raise an OSError). The footer's Thrift is checked before any of them is asked, with or
+    without a filter (which pyarrow tests against the statistics)."""
     cases, expected = [], []
     for case, row_group, column in [("chunk type", 0, "id"), ("repetition histogram", 1, "st"),
                                     ("definition histogram", 0, "d"),
@@ -131,6 +132,9 @@ def test_a_corrupt_footer_is_a_named_error_never_an_abort(tmp_path: Path) -> Non
         path = str(write_flipped(tmp_path / f"{column}.parquet", case))
         cases += [(path, {}), (path, {"columns": ["id"], "filter": "id"})]
         expected += [(path, row_group, column)] * 2
+    short = str(write_short_statistic(tmp_path / "short.parquet"))  # a 3-byte int64 minimum
+    cases += [(short, {"columns": ["id"]})]
+    expected += [(short, 0, "id")]
     result = run_python(TRY_STREAMS, json.dumps(cases))
     assert result.returncode == 0, result.stderr[-2000:]  # not -6: SIGABRT
     for outcome, (path, row_group, column) in zip(json.loads(result.stdout), expected, strict=True):

@@ -22,7 +22,12 @@ from fastdata.sources.readers._footers import (
     read_footer,
     refuse_encrypted,
 )
-from real_world_files import FLIPPED_FOOTERS, write_encrypted, write_flipped
+from real_world_files import (
+    FLIPPED_FOOTERS,
+    write_encrypted,
+    write_flipped,
+    write_short_statistic,
+)
 
 FS = pafs.LocalFileSystem()
 TABLE = pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [[1.0], [], [2.0]]})
@@ -105,6 +110,15 @@ def test_a_corrupt_column_chunk_is_refused_before_pyarrow_describes_it(
         row_group,
         column,
     )
+
+
+def test_a_statistic_shorter_than_its_type_is_refused(tmp_path: Path) -> None:
+    path = write_short_statistic(tmp_path / "short.parquet")
+    with pytest.raises(OSError, match="Unexpected end of stream"):  # pyarrow's read
+        pq.read_table(path)
+    with pytest.raises(SourceError, match="statistic min_value has 3 bytes where a INT64") as info:
+        read_footer(FS, str(path))
+    assert (info.value.row_group, info.value.column) == (0, "id")
 
 
 NESTED = pa.schema(

@@ -91,8 +91,7 @@ def read_footer(fs: pafs.FileSystem, path: str) -> Footer:
             "" if problem.column is None else f", column chunk {problem.column!r}"
         )
         raise SourceError(
-            f"corrupt Parquet footer ({where}: {problem.reason}; pyarrow's reads refuse "
-            f"it too); {_UNREADABLE}",
+            f"corrupt Parquet footer ({where}: {problem.reason}); {_UNREADABLE}",
             path=path,
             row_group=problem.row_group,
             column=None if problem.column is None else problem.column.split(".")[0],
