@@ -1,6 +1,6 @@
 """Small files with the properties of real-world files that broke fastdata (issue 33), made
-here: encrypted Parquet, corrupt footers, TIFFs of every depth, JPEGs with stray bytes or an
-EXIF orientation. No downloads."""
+here: encrypted Parquet, corrupt footers (rows overstated, a byte flipped), TIFFs of every
+depth, JPEGs with stray bytes or an EXIF orientation. No downloads."""
 
 from __future__ import annotations
 
@@ -58,29 +58,89 @@ def write_encrypted(
 def overstate_rows(path: Path, extra: int = 1) -> Path:
     """Rewrite a one-row-group Parquet file's footer so that it claims ``extra`` more rows
     than its pages hold (the file's and the row group's counts, each one varint byte)."""
-    from fastdata.sources.readers._thrift import _Reader  # the footer's Thrift, read
+    from fastdata.sources.readers._compact import collection, field_header, skip
 
     raw = bytearray(path.read_bytes())
     length = int.from_bytes(raw[-8:-4], "little")
     start = len(raw) - 8 - length
-    reader, spots = _Reader(bytes(raw[start:-8])), []
-    for field, kind in reader.fields():  # FileMetaData: 3 num_rows, 4 row_groups
+    data, spots = bytes(raw[start:-8]), []
+    pos, field, kind = field_header(data, 0, 0)
+    while kind:  # FileMetaData: 3 num_rows, 4 row_groups
         if field == 3:
-            spots.append(reader.pos)
+            spots.append(pos)
         if field == 4:
-            groups, _ = reader.collection()
+            groups, pos = collection(data, pos)
             for _ in range(groups):
-                for group_field, group_kind in reader.fields():  # RowGroup: 3 num_rows
+                pos, group_field, group_kind = field_header(data, pos, 0)
+                while group_kind:  # RowGroup: 3 num_rows
                     if group_field == 3:
-                        spots.append(reader.pos)
-                    reader.skip(group_kind)
-            continue
-        reader.skip(kind)
+                        spots.append(pos)
+                    pos = skip(data, pos, group_kind, element=False)
+                    pos, group_field, group_kind = field_header(data, pos, group_field)
+        else:
+            pos = skip(data, pos, kind, element=False)
+        pos, field, kind = field_header(data, pos, field)
     for spot in spots:
         rows = raw[start + spot] >> 1  # zigzag, one byte (< 64 rows)
         assert raw[start + spot] < 0x80 and rows + extra < 64
         raw[start + spot] = (rows + extra) << 1
     path.write_bytes(bytes(raw))
+    return path
+
+
+# One byte of a footer changed (cases a fuzz found, each aborting the process in ParquetStream):
+# where in the footer, the byte pyarrow writes there, the byte written instead, and what
+# pyarrow's reads (which catch it) say.
+FLIPPED_FOOTERS = {
+    # ColumnMetaData.type of row group 0's "id" chunk: INT64 becomes an unknown type 47
+    "chunk type": (206, 4, 94, "ColumnMetaData type does not match ColumnDescriptor physical"),
+    # a field header in row group 1 becomes a UUID; what follows is read out of step
+    "repetition histogram": (1592, 38, 157, "Repetition level histogram size mismatch"),
+    # the schema's repetition of column "d": OPTIONAL becomes an unknown value (required)
+    "definition histogram": (44, 2, 72, "Definition level histogram size mismatch"),
+    # a field header in row group 2 becomes a UUID: found only reading each list as
+    # parquet.thrift declares its elements, whatever element type its header says
+    "lists as declared": (2109, 70, 45, "Definition level histogram size mismatch"),
+}
+
+
+def write_flipped(path: Path, case: str) -> Path:
+    """The table of the review's fuzz (``/tmp/rpq_scripts/p06_fuzz.py``) written as it was, with
+    the footer byte of ``case`` (:data:`FLIPPED_FOOTERS`) changed."""
+    n = 500
+    table = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "s": pa.array([f"str{i}" * (i % 4) for i in range(n)]),
+            "d": pa.array([f"c{i % 5}" for i in range(n)]).dictionary_encode(),
+            "l": pa.array([list(range(i % 6)) for i in range(n)], pa.list_(pa.int32())),
+            "f": pa.array([[i, i] for i in range(n)], pa.list_(pa.float32(), 2)),
+            "st": pa.array([{"a": i, "b": [str(i)]} for i in range(n)]),
+        }
+    )
+    pq.write_table(table, path, compression="none", row_group_size=200)
+    raw = bytearray(path.read_bytes())
+    offset, was, now, _ = FLIPPED_FOOTERS[case]
+    at = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little") + offset
+    assert raw[at] == was, "pyarrow writes this footer otherwise now: find the byte anew"
+    raw[at] = now
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def write_short_statistic(path: Path) -> Path:
+    """A file of one int64 column whose min_value statistic holds 3 bytes instead of 8: pyarrow
+    parses the footer, its reads raise "Unexpected end of stream", and asking it for the
+    column chunk's statistics aborts the process."""
+    pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int64())}), path)
+    raw = path.read_bytes()
+    start = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+    footer = raw[start:-8]
+    min_value = b"\x18\x08" + (1).to_bytes(8, "little")  # field 6 (after 5): binary, 8 bytes
+    assert footer.count(min_value) == 2, "pyarrow writes this footer otherwise now"
+    at = footer.rfind(min_value)  # min_value; the first is the legacy min
+    footer = footer[:at] + b"\x18\x03\x01\x00\x00" + footer[at + len(min_value) :]
+    path.write_bytes(raw[:start] + footer + len(footer).to_bytes(4, "little") + b"PAR1")
     return path
 
 

@@ -45,6 +45,7 @@ from fastdata.synthetic import make_image_parquet, make_images, make_tar_shards
 from fastdata.writer import Sample, write_shards
 from real_world_files import (
     CMYK,
+    FLIPPED_FOOTERS,
     FLOAT,
     GRAY,
     INT,
@@ -57,6 +58,8 @@ from real_world_files import (
     waves,
     with_junk,
     write_encrypted,
+    write_flipped,
+    write_short_statistic,
 )
 
 TESTS = Path(__file__).parent
@@ -87,7 +90,7 @@ for path, options in json.loads(sys.argv[1]):
         out.append({"rows": [v for b in stream for v in b[options["columns"][0]].tolist()]})
     except fastdata.SourceError as err:
         out.append({"error": type(err).__name__, "column": err.column, "path": err.path,
-                    "reason": err.reason})
+                    "row_group": err.row_group, "reason": err.reason})
 print(json.dumps(out))
 """
 
@@ -113,6 +116,33 @@ def test_encrypted_parquet_is_a_named_error_never_an_abort(tmp_path: Path) -> No
         assert outcome["path"] == str(plain) and "encrypted" in outcome["reason"]
     assert footer["path"] == str(hidden) and "footer is encrypted" in footer["reason"]
     assert readable["rows"] == pq.read_table(plain, columns=["c"])["c"].to_pylist()
+
+
+def test_a_corrupt_footer_is_a_named_error_never_an_abort(tmp_path: Path) -> None:
+    """One byte flipped in a footer (found by a fuzz: a column chunk's type, a level histogram
+    that no longer fits the schema), or a statistic too short for its type, made
+    ParquetStream abort the interpreter: pyarrow parses the footer, but its column metadata
+    and statistics accessors throw a C++ exception no Python code can catch (its own reads
+    raise an OSError). The footer's Thrift is checked before any of them is asked, with or
+    without a filter (which pyarrow tests against the statistics)."""
+    cases, expected = [], []
+    for case, row_group, column in [("chunk type", 0, "id"), ("repetition histogram", 1, "st"),
+                                    ("definition histogram", 0, "d"),
+                                    ("lists as declared", 2, "f")]:  # fmt: skip
+        path = str(write_flipped(tmp_path / f"{column}.parquet", case))
+        cases += [(path, {}), (path, {"columns": ["id"], "filter": "id"})]
+        expected += [(path, row_group, column)] * 2
+    short = str(write_short_statistic(tmp_path / "short.parquet"))  # a 3-byte int64 minimum
+    cases += [(short, {"columns": ["id"]})]
+    expected += [(short, 0, "id")]
+    result = run_python(TRY_STREAMS, json.dumps(cases))
+    assert result.returncode == 0, result.stderr[-2000:]  # not -6: SIGABRT
+    for outcome, (path, row_group, column) in zip(json.loads(result.stdout), expected, strict=True):
+        assert outcome["error"] == "SourceError", outcome
+        where = (outcome["path"], outcome["row_group"], outcome["column"])
+        assert where == (path, row_group, column)
+        assert "corrupt Parquet footer" in outcome["reason"]
+    assert len(FLIPPED_FOOTERS) == 4
 
 
 NANOS = pa.table(

@@ -60,8 +60,9 @@ class ParquetStream(PlannedStream):
             ``drop_last``, ``even_batches``, ``rank``, ``world_size``, ``read_ahead``).
 
     Raises:
-        SourceError: a missing file, an empty glob, a file that is not Parquet, a file
-            reached twice, storage that cannot be reached (naming the URI); when reading:
+        SourceError: a missing file, an empty glob, a file that is not Parquet, a corrupt
+            footer (naming the row group and column), a file reached twice, storage that
+            cannot be reached (naming the URI); when reading:
             a corrupt row group, a page whose checksum fails (``verify_checksums``), nulls
             where a tensor is needed (naming the file, row group, row and column).
         SchemaError: unknown columns, files whose types differ (beyond nullability), files

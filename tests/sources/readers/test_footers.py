@@ -1,5 +1,6 @@
 """Parquet footers as planning reads them (fastdata.sources.readers._footers): the footer from
-the file's last bytes, named errors instead of aborts, the encrypted columns, the schema
+the file's last bytes, named errors instead of aborts (encrypted columns, corrupt column
+chunks), the schema
 every file agrees with, and a digest of the data read."""
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from fastdata.sources.readers._footers import (
     read_footer,
     refuse_encrypted,
 )
-from real_world_files import write_encrypted
+from real_world_files import (
+    FLIPPED_FOOTERS,
+    write_encrypted,
+    write_flipped,
+    write_short_statistic,
+)
 
 FS = pafs.LocalFileSystem()
 TABLE = pa.table({"a": [1, 2, 3], "b": ["x", "y", "z"], "c": [[1.0], [], [2.0]]})
@@ -76,6 +82,43 @@ def test_a_plaintext_footer_names_its_encrypted_columns(tmp_path: Path) -> None:
     hidden = write_encrypted(tmp_path / "h.parquet", TABLE, ["a"], plaintext_footer=False)
     with pytest.raises(SourceError, match="footer is encrypted"):
         read_footer(FS, str(hidden))
+
+
+@pytest.mark.parametrize(
+    ("case", "row_group", "column", "reason"),
+    [
+        ("chunk type", 0, "id", "column chunk 'id': the column chunk's type is unknown type 47"),
+        ("repetition histogram", 1, "st", "'st.b.list.element': its repetition level histogram"),
+        ("definition histogram", 0, "d", "'d': its definition level histogram has 2 counts"),
+        ("lists as declared", 2, "f", "'f.list.element': its definition level histogram"),
+    ],
+)
+def test_a_corrupt_column_chunk_is_refused_before_pyarrow_describes_it(
+    tmp_path: Path, case: str, row_group: int, column: str, reason: str
+) -> None:
+    """A byte flipped in a footer that pyarrow parses, but whose column chunk metadata or
+    statistics pyarrow cannot build (its accessors then abort the process; its reads raise an
+    OSError): refused when the footer is read, naming file, row group and column."""
+    path = write_flipped(tmp_path / "flipped.parquet", case)
+    with pytest.raises(OSError, match=FLIPPED_FOOTERS[case][3]):  # pyarrow's read says so too
+        pq.read_table(path)
+    with pytest.raises(SourceError, match="corrupt Parquet footer") as info:
+        read_footer(FS, str(path))
+    assert reason in str(info.value) and f"row group {row_group}" in str(info.value)
+    assert (info.value.path, info.value.row_group, info.value.column) == (
+        str(path),
+        row_group,
+        column,
+    )
+
+
+def test_a_statistic_shorter_than_its_type_is_refused(tmp_path: Path) -> None:
+    path = write_short_statistic(tmp_path / "short.parquet")
+    with pytest.raises(OSError, match="Unexpected end of stream"):  # pyarrow's read
+        pq.read_table(path)
+    with pytest.raises(SourceError, match="statistic min_value has 3 bytes where a INT64") as info:
+        read_footer(FS, str(path))
+    assert (info.value.row_group, info.value.column) == (0, "id")
 
 
 NESTED = pa.schema(

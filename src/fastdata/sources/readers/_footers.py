@@ -15,7 +15,7 @@ import pyarrow.types as pat
 
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow_types import delivered_type, relaxed
-from fastdata.sources.readers._thrift import encrypted_leaves
+from fastdata.sources.readers._thrift import footer_facts
 
 __all__ = [
     "ContentDigest",
@@ -48,14 +48,16 @@ def read_footer(fs: pafs.FileSystem, path: str) -> Footer:
     """The footer of one Parquet file, read from the file's last bytes (in one read when it
     is under 64 KiB) and parsed by pyarrow from those bytes.
 
-    Holding the footer's bytes shows what pyarrow cannot say without aborting: a footer
-    longer than its ``FileMetaData`` carries the signature of an encrypted file with a
-    plaintext footer, whose encrypted columns are then read from the Thrift bytes
-    (:mod:`._thrift`). (The schema is not ``footer.schema``, whose reference cycle would
-    keep each footer, megabytes for wide files, until the garbage collector runs.)
+    Holding the footer's bytes shows what pyarrow cannot say without aborting, read from
+    their Thrift (:mod:`._thrift`): the columns encrypted behind a plaintext footer, and a
+    corrupt column chunk (pyarrow parses such a footer, but asking it for that chunk's
+    metadata or statistics, as the content digest and a ``filter`` do, aborts the process).
+    (The schema is not ``footer.schema``, whose reference cycle would keep each footer,
+    megabytes for wide files, until the garbage collector runs.)
 
     Raises:
-        SourceError: not Parquet, truncated, unreadable, or an encrypted footer.
+        SourceError: not Parquet, truncated, unreadable, an encrypted footer, or a corrupt
+            column chunk (naming its row group and column).
     """
     try:
         with fs.open_input_file(path) as file:
@@ -85,13 +87,21 @@ def read_footer(fs: pafs.FileSystem, path: str) -> Footer:
         footer = tail[len(tail) - length - 8 :]
         with pq.ParquetFile(pa.BufferReader(footer)) as parsed:
             metadata, schema = parsed.metadata, parsed.schema_arrow.remove_metadata()
-        encrypted: frozenset[int] = frozenset()
-        if metadata.serialized_size != length:  # trailing bytes: a plaintext footer's signature
-            encrypted = encrypted_leaves(footer[:length])
+        encrypted, problem = footer_facts(footer[:length])
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise SourceError(
             f"cannot read the Parquet footer ({exc}); {_UNREADABLE}", path=path
         ) from exc
+    if problem is not None:
+        where = f"row group {problem.row_group}" + (
+            "" if problem.column is None else f", column chunk {problem.column!r}"
+        )
+        raise SourceError(
+            f"corrupt Parquet footer ({where}: {problem.reason}); {_UNREADABLE}",
+            path=path,
+            row_group=problem.row_group,
+            column=None if problem.column is None else problem.column.split(".")[0],
+        )
     leaves = _leaf_columns(schema)
     names = frozenset(name for name, span in leaves.items() if encrypted.intersection(span))
     return Footer(metadata, schema, names)

@@ -62,8 +62,8 @@ class ParquetRowGroups:
             (files written without page checksums read as without it).
 
     Raises:
-        SourceError: a missing file, an empty glob, a file that is not Parquet, storage that
-            cannot be reached.
+        SourceError: a missing file, an empty glob, a file that is not Parquet or has a
+            corrupt footer, storage that cannot be reached.
         SchemaError: unknown columns, files whose types differ, files whose columns differ
             when ``columns`` is None, a filter on a column a file does not have, or a type no
             conversion fits.
@@ -133,11 +133,11 @@ class ParquetRowGroups:
         digest, from the footers, read ``_FOOTER_BATCH`` at a time: a footer holds every
         column's metadata (megabytes for wide files), so holding all at once would make
         construction memory grow with files x all columns."""
-        ref_path, ref_schema = self._reference()
-        names = ref_schema.names if columns is None else columns
+        ref_path, ref = self._reference()  # its footer read once (a wide one takes a while)
+        names = ref.schema.names if columns is None else columns
         try:
             agreement = given.Agreement(
-                ref_path, ref_schema, names, every=columns is None, target=target
+                ref_path, ref.schema, names, every=columns is None, target=target
             )
         except SchemaError as exc:  # a column only later files have: name one
             given.refuse_later_column(exc, ref_path, self.files, lambda p: self._footer(p).schema)
@@ -152,7 +152,8 @@ class ParquetRowGroups:
         with ThreadPoolExecutor(1 if local else min(_METADATA_THREADS, len(self.files))) as pool:
             for first in range(0, len(self.files), _FOOTER_BATCH):
                 paths = self.files[first : first + _FOOTER_BATCH]
-                footers = map(self._footer, paths) if local else pool.map(self._footer, paths)
+                read = lambda path: ref if path == ref_path else self._footer(path)  # noqa: E731
+                footers = map(read, paths) if local else pool.map(read, paths)
                 for f, (footer, schema, encrypted) in enumerate(footers, first):
                     if footer.num_rows:
                         refuse_encrypted(self.files[f], encrypted, names)
@@ -167,15 +168,15 @@ class ParquetRowGroups:
                     ]
         return agreement.schema(), groups, content.hexdigest()
 
-    def _reference(self) -> tuple[str, pa.Schema]:
-        """The first file with rows (the first file if none has) and its schema: it names
-        the columns when ``columns`` is None, and the types other files must agree with. An
-        empty file contributes no rows, whatever its schema says."""
+    def _reference(self) -> tuple[str, Footer]:
+        """The first file with rows (the first file if none has) and its footer: its schema
+        names the columns when ``columns`` is None, and the types other files must agree
+        with. An empty file contributes no rows, whatever its schema says."""
         for path in self.files:
-            footer, schema, _ = self._footer(path)
-            if footer.num_rows:
-                return path, schema
-        return self.files[0], self._footer(self.files[0]).schema
+            footer = self._footer(path)
+            if footer.metadata.num_rows:
+                return path, footer
+        return self.files[0], self._footer(self.files[0])
 
     def _check_filter(self, path: str, schema: pa.Schema, encrypted: frozenset[str]) -> None:
         """Bind the filter to a file's columns (on no rows): a column it names that the file
