@@ -78,7 +78,7 @@ def test_rows_per_file_gives_exact_counts_including_empty_files(tmp_path: Path) 
         ({"max_tokens": 0}, "max_tokens=0"),
         ({"null_fraction": 1.5}, r"expected a number in \[0, 1\]"),
         ({"null_fraction": -0.1}, r"expected a number in \[0, 1\]"),
-        ({"null_fraction": float("nan")}, r"expected a number in \[0, 1\]"),
+        ({"null_fraction": float("nan")}, r"expected a finite number in \[0, 1\]"),
         ({"seed": -3}, "seed=-3"),
     ],
 )
