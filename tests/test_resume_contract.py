@@ -379,3 +379,12 @@ def test_an_edited_generator_state_is_refused(root: Path, where: str) -> None:
     states[0] = "AAAA"
     with pytest.raises(fd.ResumeError, match="generator"):
         build("map", root).load_state_dict(state)
+
+
+def test_persistent_workers_without_workers_is_refused(root: Path, saved_states) -> None:
+    """Found by the corrupt-state property once another persistent_workers was accepted:
+    torch refuses persistent workers without workers, so such a state is corrupt."""
+    state = {**saved_states["map"], "persistent_workers": True}
+    assert state["num_workers"] == 0
+    with pytest.raises(fd.ResumeError, match="persistent_workers=True with num_workers=0"):
+        build("map", root).load_state_dict(state)

@@ -246,6 +246,11 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     ("num_workers", _set("num_workers", 5000), r"num_workers=5000"),
     ("num_workers", _set("num_workers", 3), r"3 workers' entries|2 workers' entries"),
     ("persistent_workers", _set("persistent_workers", 1), r"persistent_workers=1"),
+    (
+        "persistent_workers",
+        lambda s: s.update(persistent_workers=True, num_workers=0, workers=s["workers"][:1]),
+        r"persistent_workers=True with num_workers=0",
+    ),
     ("base_seed", _set("base_seed", 2**63), r"base_seed=9223372036854775808"),
     ("base_seed", _set("base_seed", -(2**63) - 1), r"base_seed=-9223372036854775809"),
     ("base_seed", _set("base_seed", "7"), r"base_seed='7'"),

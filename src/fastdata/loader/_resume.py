@@ -198,6 +198,11 @@ def plan(state: Any, layout: Layout) -> Plan:
     _rng.check(state.get("rng"))
     saved_workers = require_int(state, "num_workers", maximum=MAX_WORKERS)
     persistent = layout.kind != "stream" and flag(state, "persistent_workers")
+    if persistent and not saved_workers:  # torch refuses them without workers
+        raise ResumeError(
+            "cannot resume: the state's persistent_workers=True with num_workers=0; the state "
+            "is corrupt"
+        )
     if persistent and epoch_done and not layout.persistent:
         # Saved between epochs, the workers that lived on held their seed and state for the
         # next epoch; this loader's next epoch starts fresh workers, as if saved without them.
