@@ -130,7 +130,7 @@ class PlannedStream(IterableDataset):
         on through its rows (else every epoch reads the same ones). Call it before each epoch
         (persistent workers see it: shared memory); a packed stream shares its source's epoch."""
         epoch = check_int("epoch", epoch, minimum=0, maximum=MAX_EPOCH)
-        for stream in list(self._epoch.streams):  # this one and those sharing its epoch
+        for stream in list(self._epoch.join(self).streams):  # this one, those sharing its epoch
             stream._moving(epoch)
         self._epoch.set(epoch)
 
