@@ -5,8 +5,9 @@ last item once the epoch's end is seen)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from fastdata.sources.tally import Delivery, Tally
+from fastdata.sources.tally import Delivery, Tally, reader_row
 
 
 def counted_items(tally: Tally, sizes: list[int], after: int = 0):
@@ -59,3 +60,12 @@ def test_each_worker_reports_its_own_counts() -> None:
     delivery.handed(0, np.array([6]))
     assert tally.totals() == [8]
     assert delivery.rows == [1, 2]  # the shared rows of workers 0 and 1 (0: the main process)
+
+
+def test_every_worker_a_loader_can_have_counts_in_a_row_of_its_own() -> None:
+    """Rows were shared modulo 257: with 300 workers, two shared one and their left-over
+    rows were added twice (drop_last_tokens 7,720 of 6,000; found by review)."""
+    rows = [reader_row(worker) for worker in range(4096)]
+    assert len(set(rows)) == 4096 and reader_row(-1) not in rows
+    with pytest.raises(ValueError, match="at most 4096 workers"):
+        reader_row(4096)

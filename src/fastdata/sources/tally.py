@@ -33,7 +33,9 @@ from fastdata._env import worker_slot
 
 __all__ = ["Delivery", "Tally"]
 
-_MAX_READERS = 257  # rows of the shared table: the main process and 256 workers
+# rows of the shared table: the main process and as many workers as a loader resumes (each
+# worker its own row: two sharing one would count their left-over rows twice)
+_MAX_READERS = 4097
 _LEFT, _DIRECT = 0, 1  # a reader's row: counts after its last item (reported); delivered
 
 
@@ -42,7 +44,9 @@ def reader_row(worker: int | None = None) -> int:
     0 for the main process, 1 + the worker id for a worker."""
     if worker is None:
         worker = worker_slot()[0] if get_worker_info() is not None else -1
-    return (worker + 1) % _MAX_READERS
+    if worker + 1 >= _MAX_READERS:
+        raise ValueError(f"worker {worker}: a stream counts for at most {_MAX_READERS - 1} workers")
+    return worker + 1
 
 
 class Tally:
