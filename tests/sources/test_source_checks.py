@@ -39,6 +39,26 @@ def test_a_column_of_another_type_is_refused_when_the_mix_is_built(tmp_path: Pat
     assert caught.value.column == "tokens"
 
 
+def test_a_source_column_of_the_data_is_refused_when_the_mix_is_built(tmp_path: Path) -> None:
+    """Corpora often carry a 'source' field: the mix adds its own, and the first batch
+    failed with pyarrow's "Field "source" exists 2 times in schema" (found by review)."""
+    source = pa.array(["crawl"] * 30)
+    web = fd.ParquetStream(write(tmp_path / "web", tokens(30, source=source)))
+    code = fd.ParquetStream(write(tmp_path / "code", tokens(20, source=source[:20])))
+    with pytest.raises(fd.SchemaError, match=r"source 'web' reads a column 'source'") as caught:
+        fd.mix({"web": web, "code": code}, batch_size=8)
+    assert caught.value.column == "source"
+    columns = ["tokens"]  # left out, the mix reads
+    mixed = fd.mix(
+        {
+            "web": fd.ParquetStream(tmp_path / "web", columns=columns),
+            "code": fd.ParquetStream(tmp_path / "code", columns=columns),
+        },
+        batch_size=8,
+    )
+    assert sum(len(batch["source"]) for batch in mixed) == 50
+
+
 def test_a_column_one_source_lacks_is_refused_naming_both(tmp_path: Path) -> None:
     web = fd.ParquetStream(write(tmp_path / "web", tokens(30, doc=list(range(30)))))
     code = fd.ParquetStream(write(tmp_path / "code", tokens(20)))

@@ -86,12 +86,21 @@ def one_schema(streams: Mapping[str, PlannedStream]) -> dict[str, Reader]:
     checked.
 
     Raises:
-        SchemaError: two sources read different columns, or a column of different types.
+        SchemaError: two sources read different columns, or a column of different types, or
+            a source reads a column named like the one the mix adds (``source``).
     """
     readers = {name: stream.reader for name, stream in streams.items()}
     known = {
         n: cast(SchemaReader, r).schema for n, r in readers.items() if declares(r, SchemaReader)
     }
+    for name, schema in known.items():
+        if "source" in schema.names:  # the column the mix adds (mix.SOURCE)
+            raise SchemaError(
+                f"source {name!r} reads a column 'source', the column the mix adds to every "
+                "row (the index of its source); leave it out (ParquetStream(..., columns=[...]))"
+                " or rename it",
+                column="source",
+            )
     if len(known) < 2:
         return readers
     (first, reference), *others = known.items()
