@@ -106,10 +106,12 @@ class MixedReader:
         return _EpochMix(self, granules, pieces)
 
     def read_piece(self, piece: tuple[int, int, int, int]) -> pa.Table:
-        """Rows ``[start, stop)`` of a source's unit: ``piece`` is ``(source, unit, start,
-        stop)``."""
+        """Rows ``[start, stop)`` of a source's unit, with the :data:`SOURCE` column (made
+        once per piece, not per granule): ``piece`` is ``(source, unit, start, stop)``."""
         source, unit, start, stop = piece
-        return self.readers[source].read(unit, start, stop)
+        table = self.readers[source].read(unit, start, stop)
+        column = pa.array(np.full(table.num_rows, source, dtype=np.int16))
+        return table.append_column(SOURCE, column)
 
     # A Reader's methods: those of epoch 0 (a stream asks for_epoch).
     def unit_rows(self) -> list[int]:
@@ -170,11 +172,9 @@ class _EpochMix:
         return [stop - start for _, _, start, stop, _ in self.units]
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
-        source, _, first, _, index = self.units[unit]
+        _, _, first, _, index = self.units[unit]
         piece = self.pieces[index]
-        table = self._tables.table(index, piece).slice(first - piece[2] + start, stop - start)
-        column = pa.array(np.full(table.num_rows, source, dtype=np.int16))
-        return table.append_column(SOURCE, column)
+        return self._tables.table(index, piece).slice(first - piece[2] + start, stop - start)
 
     def location(self, unit: int, row: int) -> dict[str, Any]:
         source, real, first, _, _ = self.units[unit]
