@@ -44,8 +44,10 @@ def test_tune_returns_the_best_so_far_on_ctrl_c() -> None:
     def factory(**params: Any) -> torch.utils.data.DataLoader:
         if params["num_workers"] == 2:
             raise KeyboardInterrupt
-        # 10 ms of waiting a batch beside a 10 ms step: one worker overlaps them, twice the rate
-        return torch.utils.data.DataLoader(SleepyBatches(10_000, 0.010), batch_size=None,
+        # 20 ms of waiting a batch beside a 10 ms step: one worker overlaps them (50 batches/s
+        # against 33) but cannot reach the target (the step waits half the time), so the
+        # search goes on to 2 workers, where it is interrupted
+        return torch.utils.data.DataLoader(SleepyBatches(10_000, 0.020), batch_size=None,
                                            **params)  # fmt: skip
 
     result = tune(factory, step_ms=10, budget_s=10, search_space={"num_workers": [0, 1, 2, 3]})
