@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fastdata.sources.tally import Delivery, Tally, reader_row
+from fastdata.sources.tally import Delivery, Tally, counts_of, reader_row
 
 
 def counted_items(tally: Tally, sizes: list[int], after: int = 0):
@@ -69,3 +71,11 @@ def test_every_worker_a_loader_can_have_counts_in_a_row_of_its_own() -> None:
     assert len(set(rows)) == 4096 and reader_row(-1) not in rows
     with pytest.raises(ValueError, match="at most 4096 workers"):
         reader_row(4096)
+
+
+@given(st.integers(1, 9).flatmap(lambda w: st.tuples(st.just(w), st.lists(st.integers(0, w - 1)))))
+def test_counts_of_counts_each_value_for_every_width(case: tuple[int, list[int]]) -> None:
+    width, values = case
+    got = counts_of(np.asarray(values, dtype=np.int16), width)
+    assert got.dtype == np.int64
+    assert got.tolist() == [values.count(k) for k in range(width)]

@@ -42,7 +42,7 @@ from fastdata.sources.base import (
 from fastdata.sources.options import StreamOptions, checked_options
 from fastdata.sources.plan import Policy
 from fastdata.sources.stream import PlannedStream
-from fastdata.sources.tally import Tally
+from fastdata.sources.tally import Tally, counts_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -199,7 +199,7 @@ class _Counting:
         self._count_sources(_sources(table))
 
     def _count_sources(self, sources: np.ndarray) -> None:
-        self.tally.add(slice(None), np.bincount(sources, minlength=self.tally.width))
+        self.tally.add(slice(None), counts_of(sources, self.tally.width))
 
     def batch(self, table: pa.Table, context: Context) -> Any:
         self._count(table)

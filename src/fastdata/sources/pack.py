@@ -56,7 +56,7 @@ from fastdata.sources.mix import SOURCE, MixedStream
 from fastdata.sources.options import StreamOptions
 from fastdata.sources.plan import Summary
 from fastdata.sources.stream import PlannedStream
-from fastdata.sources.tally import Tally
+from fastdata.sources.tally import Tally, counts_of
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -137,7 +137,7 @@ class Packer:
                 return
             if self.sources:
                 of = cast(np.ndarray, window.docs.sources)[bounds[0] : bounds[-1]]
-                self._count(slice(5, None), np.bincount(of, minlength=self.sources))
+                self._count(slice(5, None), counts_of(of, self.sources))
             batch = packed_batch(window, bounds, self.seq_len, self.pad_id)
             self._count(_TOKENS, real)
             self._count(_PAD, batch["tokens"].numel() - real)

@@ -31,12 +31,23 @@ from torch.utils.data import get_worker_info
 
 from fastdata._env import worker_slot
 
-__all__ = ["Delivery", "Tally"]
+__all__ = ["Delivery", "Tally", "counts_of"]
 
 # rows of the shared table: the main process and as many workers as a loader resumes (each
 # worker its own row: two sharing one would count their left-over rows twice)
 _MAX_READERS = 4097
 _LEFT, _DIRECT = 0, 1  # a reader's row: counts after its last item (reported); delivered
+
+
+def counts_of(values: np.ndarray, width: int) -> np.ndarray:
+    """How many of ``values`` (integers in ``[0, width)``) are 0, 1, ... ``width - 1``.
+
+    For a few values one comparison each: ``np.bincount`` costs about 12 us a call on a
+    4,096-row int16 batch whatever ``width`` is (it casts and scans first), a comparison
+    about 2 us; a mix counts its sources once per batch in the training process."""
+    if width > 4:
+        return np.bincount(values, minlength=width)
+    return np.array([np.count_nonzero(values == k) for k in range(width)], dtype=np.int64)
 
 
 def reader_row(worker: int | None = None) -> int:
