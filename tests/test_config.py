@@ -13,6 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import fastdata
 from fastdata.config import LoaderConfig, load_config
 from fastdata.tune import Trial, TuneResult
 
@@ -109,6 +110,26 @@ def test_worker_only_options_are_left_out_where_the_workers_cannot_use_them() ->
     kept = LoaderConfig.without_idle_options({**user, "num_workers": 0},
                                              keep=("multiprocessing_context",))  # fmt: skip
     assert kept["multiprocessing_context"] == "spawn"  # passed explicitly: torch should see it
+
+
+def test_a_timeout_is_left_out_where_the_config_or_the_tuner_turns_the_workers_off() -> None:
+    """A review of the drop-in (rdrop 3): `fastdata tune --factory` / `bench` failed on a
+    loader built with `timeout=60` (torch's single-process iterator asserts timeout == 0), and
+    so did `DataLoader(ds, timeout=60, config=...)` with a tuned num_workers=0. A timeout bounds
+    the wait for a worker's batch: it goes where there are no workers, unless the caller gave
+    both (torch then sees what it was given)."""
+    user = {"batch_size": 4, "timeout": 60.0, "num_workers": 0}
+    assert LoaderConfig.without_idle_options(user)["timeout"] == 0
+    assert LoaderConfig.without_idle_options(user, keep=("num_workers",))["timeout"] == 0
+    assert LoaderConfig.without_idle_options(user, keep=("timeout",))["timeout"] == 0
+    both = LoaderConfig.without_idle_options(user, keep=("timeout", "num_workers"))
+    assert both["timeout"] == 60.0
+    for workers in ({"num_workers": 2}, {"num_workers": 2, "worker_method": "thread"}):
+        assert LoaderConfig.without_idle_options({**user, **workers})["timeout"] == 60.0
+    assert LoaderConfig().merged({"timeout": 60})["timeout"] == 0
+    assert LoaderConfig(num_workers=1, prefetch_factor=2).merged({"timeout": 60})["timeout"] == 60
+    loader = fastdata.DataLoader(range(8), batch_size=4, timeout=60, config=LoaderConfig())
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
 def test_thread_configs_give_torch_only_its_keywords_and_say_threads_need_fastdata() -> None:

@@ -91,7 +91,10 @@ class LoaderConfig:
         on, since torch rejects ``prefetch_factor`` or ``persistent_workers=True`` without
         workers, and ``worker_method`` means nothing without them:
         ``DataLoader(ds, config="tuned.json", num_workers=0)`` then just works, and so does
-        ``torch.utils.data.DataLoader(ds, **config.merged({"num_workers": 0}))``.
+        ``torch.utils.data.DataLoader(ds, **config.merged({"num_workers": 0}))``. Where the
+        config turns them off, an explicit ``timeout=`` is dropped too (see
+        :meth:`without_idle_options`): ``DataLoader(ds, timeout=60, config="tuned.json")``
+        works with a tuned ``num_workers=0``.
         """
         return self.without_idle_options({**self.to_dict(), **explicit}, keep=explicit)
 
@@ -102,11 +105,15 @@ class LoaderConfig:
         """The DataLoader keyword arguments ``kwargs`` without the worker-only options their
         workers cannot use, the rule of :meth:`merged`: without workers (``num_workers`` 0 or
         unset) ``prefetch_factor`` None, ``persistent_workers`` False,
-        ``multiprocessing_context`` None (torch rejects each otherwise) and no
-        ``worker_method``; with thread workers (``worker_method="thread"``) no
-        ``multiprocessing_context`` (it starts processes). Names in ``keep`` stay as given
-        (what a caller passed explicitly, which torch should see). The tuner and
-        ``fastdata bench`` rebuild a user's loader with each setting through it.
+        ``multiprocessing_context`` None (torch rejects each otherwise), ``timeout`` 0 (torch's
+        single-process iterator asserts it) and no ``worker_method``; with thread workers
+        (``worker_method="thread"``) no ``multiprocessing_context`` (it starts processes).
+        Names in ``keep`` stay as given (what a caller passed explicitly, which torch should
+        see), except ``timeout``: it stays only when ``num_workers`` is in ``keep`` too. A
+        timeout bounds the wait for a worker's batch, so a caller who gave one and left the
+        worker count to a config (or the tuner) that turned the workers off gave a bound with
+        nothing to bound. The tuner and ``fastdata bench`` rebuild a user's loader with each
+        setting through it.
         """
         settled = dict(kwargs)
         workers = settled.get("num_workers") or 0
@@ -120,6 +127,8 @@ class LoaderConfig:
         for name, off in idle:
             if name in settled and name not in keep:
                 settled[name] = off
+        if workers == 0 and settled.get("timeout") and not {"timeout", "num_workers"} <= {*keep}:
+            settled["timeout"] = 0
         if workers == 0 and "worker_method" not in keep:
             settled.pop("worker_method", None)
         return settled

@@ -35,6 +35,10 @@ class Slow(torch.utils.data.Dataset):
 
 def slow_loader():
     return torch.utils.data.DataLoader(Slow(), batch_size=16)
+
+def timeout_loader():  # a user's loader with a worker timeout, as many training scripts have
+    data = torch.utils.data.TensorDataset(torch.arange(4096.0))
+    return torch.utils.data.DataLoader(data, batch_size=16, num_workers=1, timeout=60)
 """
 
 

@@ -80,6 +80,24 @@ def test_bench_prints_both_rates_and_the_ratio(
     assert "fastdata / yours: " in out and "x (95% CI " in out
 
 
+def test_a_loader_with_a_timeout_is_tuned_and_benched_without_workers_too(
+    loaders: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A review of the drop-in (rdrop 3): both commands failed on the first trial, rebuilt
+    with num_workers=0, with torch's "_SingleProcessDataLoaderIter requires timeout == 0"."""
+    status = main(["tune", "--factory", f"{loaders}:timeout_loader", "--budget-s", "1",
+                   "--step-ms", "0", "--max-workers", "0", "--out", "t.json",
+                   "--quiet"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "chosen: num_workers=0" in out
+    status = main(["bench", "--factory", f"{loaders}:timeout_loader", "--config", "t.json",
+                   "--rounds", "2", "--budget-s", "2", "--step-ms", "0", "--quiet"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "fastdata     num_workers=0" in out
+
+
 @pytest.mark.slow
 def test_the_demo_is_tuned_in_a_fresh_process_and_writes_config_and_plot(tmp_path: Path) -> None:
     done = subprocess.run(
