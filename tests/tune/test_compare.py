@@ -99,8 +99,61 @@ def test_the_ratio_is_the_geometric_mean_of_the_rounds_with_a_t_interval() -> No
     assert high == pytest.approx(math.exp(mean + 4.302652730 * sd / math.sqrt(3)))
     report = comparison.report()
     assert "your loader  num_workers=0, prefetch_factor=None, pin_memory=False" in report
-    assert f"fastdata / yours: {math.exp(mean):.2f}x (95% CI {low:.2f}-{high:.2f}x)" in report
+    assert f"fastdata / yours: {math.exp(mean):.2f}x (95% CI {low:.2f}x to {high:.2f}x)" in report
     assert "includes 1x" not in report
+
+
+def test_rate_intervals_cannot_go_below_zero_and_read_as_a_range() -> None:
+    """A review of the drop-in (rdrop 6): with 2 rounds (t = 12.7) a rate printed as
+    "148.3 batches/s (95% CI -35.7-332.3)": mean +- t s / sqrt(n), unclipped, and "-" both the
+    minus sign and the separator. Rates are now geometric means with their interval on the
+    log scale (positive, as a rate is), and the ratio is exactly the ratio of the two rates."""
+    comparison = rounds([134.0, 162.6], [300.0, 310.0])
+    logs = [math.log(134.0), math.log(162.6)]
+    mean, sd = sum(logs) / 2, abs(logs[1] - logs[0]) / math.sqrt(2)
+    half = 12.706204736 * sd / math.sqrt(2)  # t, 1 df
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    yours = next(line for line in comparison.report().splitlines() if "your loader" in line)
+    assert f"{math.exp(mean):8.1f} batches/s (95% CI {low:.1f} to {high:.1f})" in yours
+    assert 0 < low < 134.0 and high > 162.6
+    assert comparison.ratio == pytest.approx(math.sqrt(300.0 * 310.0) / math.exp(mean))
+
+
+def test_thread_workers_in_the_comparison_come_with_their_caveat() -> None:
+    """rdrop 4: bench reports thread workers; it says what they mean for random numbers, and
+    warns when your loader has a worker_init_fn (pytorch.org's seed_worker recipe reseeds
+    the training process from a thread worker)."""
+    threads = LoaderConfig(num_workers=2, prefetch_factor=2, worker_method="thread")
+    fast = tuple(Trial(params=settings(2, method="thread"), throughput=r) for r in (20.0, 22.0))
+    yours = tuple(Trial(params=settings(0), throughput=r) for r in (10.0, 11.0))
+    plain = Comparison(yours=yours, fastdata=fast, config=threads, step="no step")
+    report = " ".join(plain.report().split())
+    assert "note: thread workers share the training process's global random generators" in report
+    seeded = Comparison(yours=yours, fastdata=fast, config=threads, step="no step",
+                        worker_init_fn="seed_worker")  # fmt: skip
+    report = " ".join(seeded.report().split())
+    assert "warning: the loader's worker_init_fn (seed_worker) runs in each thread worker" in report
+    assert "generators" not in rounds([10.0, 11.0], [20.0, 22.0]).report()  # process workers
+
+
+def seed_worker(worker_id: int) -> None:  # pytorch.org's recipe, as users copy it
+    import random
+
+    import numpy as np
+
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def test_compare_names_your_loaders_worker_init_fn() -> None:
+    def make() -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(DATA, batch_size=8, worker_init_fn=seed_worker)
+
+    config = LoaderConfig(num_workers=1, prefetch_factor=2, worker_method="thread")
+    result = compare(make, config=config, rounds=2, budget_s=1.0)
+    assert result.worker_init_fn == "seed_worker"
+    assert "worker_init_fn (seed_worker)" in result.report()
 
 
 def test_a_difference_within_the_noise_is_said_to_be_one() -> None:

@@ -112,3 +112,30 @@ def test_a_result_file_of_version_1_still_loads(tmp_path: Path) -> None:
     (tmp_path / "v1.json").write_text(json.dumps(old))
     loaded = TuneResult.load(tmp_path / "v1.json")
     assert loaded.config == LoaderConfig(num_workers=1) and loaded.data == ""
+
+
+def test_thread_workers_come_with_their_caveat_about_random_numbers() -> None:
+    """A review of the drop-in (rdrop 4): tune chose thread workers for a loader with
+    pytorch.org's seed_worker recipe, which then reseeded the training process every epoch,
+    and said nothing. Thread workers share the process's global generators: the "apply it"
+    lines say so, and warn outright when the loaders have a worker_init_fn."""
+    trials = (Trial(params=settings(1, method="thread"), throughput=5.0),)
+    threads = LoaderConfig(num_workers=1, prefetch_factor=2, worker_method="thread")
+    plain = TuneResult(trials=trials, chosen=0, config=threads, reason="r")
+    text = " ".join(plain.how_to_apply().split())
+    assert "note: thread workers share the training process's global random generators" in text
+    assert "(pytorch.org's seed_worker recipe) reseeds the training process" in text
+    assert "draw from fastdata.worker_generator() instead" in text
+    assert "warning" not in text
+    seeded = TuneResult(trials=trials, chosen=0, config=threads, reason="r",
+                        loader={"worker_init_fn": "seed_worker"})  # fmt: skip
+    text = " ".join(seeded.how_to_apply().split())
+    assert text.count("warning: the loader's worker_init_fn (seed_worker) runs in each thread "
+                      "worker, inside the training process") == 1  # fmt: skip
+    assert "reseeds your training loop's generators" in text
+    assert "leave such a worker_init_fn out" in text and "fastdata.worker_generator()" in text
+    processes = TuneResult(trials=(Trial(params=settings(1), throughput=5.0),), chosen=0,
+                           config=LoaderConfig(num_workers=1, prefetch_factor=2), reason="r",
+                           loader={"worker_init_fn": "seed_worker"})  # fmt: skip
+    assert "generators" not in processes.how_to_apply()
+    assert all(len(line) <= 96 for line in seeded.how_to_apply().splitlines()[3:])

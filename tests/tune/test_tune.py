@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 import pytest
 import torch
@@ -222,6 +223,25 @@ def test_a_dataset_is_tuned_over_both_methods_and_the_answer_applies(tmp_path: P
     if result.config.worker_method == "thread":
         assert "worker_method='thread'" in result.how_to_apply()
         assert "torch's DataLoader has no worker_method" in result.how_to_apply()
+
+
+def seed_worker(worker_id: int) -> None:
+    np.random.seed(torch.initial_seed() % 2**32)  # pytorch.org's recipe
+
+
+def test_the_loaders_worker_init_fn_is_recorded_and_warned_about_with_threads(
+    tmp_path: Path,
+) -> None:
+    """rdrop 4: tune recommended thread workers for a loader with pytorch.org's seed_worker and
+    said nothing; the result records the worker_init_fn its loaders have, and the "apply it"
+    lines warn about it."""
+    dataset = SleepyBatches(200, 0.001)
+    result = tune(dataset, loader_kwargs={"batch_size": None, "worker_init_fn": seed_worker},
+                  budget_s=2, search_space={**SMALL, "worker_method": ["thread"]})  # fmt: skip
+    assert result.config.worker_method == "thread", result.report()
+    assert result.loader == {"worker_init_fn": "seed_worker"}
+    assert TuneResult.load(result.save(tmp_path / "t.json")).loader == result.loader
+    assert "warning: the loader's worker_init_fn (seed_worker)" in result.how_to_apply()
 
 
 def test_a_factory_that_ignores_its_settings_or_returns_no_loader_is_refused() -> None:

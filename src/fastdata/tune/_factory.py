@@ -19,7 +19,7 @@ from typing import Any
 from fastdata.tune.space import PARAMS, given_lists
 from fastdata.tune.words import argument
 
-__all__ = ["as_factory", "checked", "describe_data", "worker_methods"]
+__all__ = ["as_factory", "checked", "describe_data", "loader_facts", "worker_methods"]
 
 
 def describe_data(obj: Any) -> str:
@@ -110,13 +110,19 @@ def worker_methods(
     return given, without_method
 
 
-def checked(factory: Callable[..., Iterable[Any]], obj: Any, torch: Any) -> Callable[..., Any]:
+def checked(
+    factory: Callable[..., Iterable[Any]],
+    obj: Any,
+    torch: Any,
+    seen: dict[str, Any] | None = None,
+) -> Callable[..., Any]:
     """``factory``, each loader it builds checked to be a ``torch.utils.data.DataLoader``
     (``fastdata.DataLoader`` is one) with the settings it was asked for: ``num_workers``,
     ``prefetch_factor`` (with workers), ``pin_memory`` and ``worker_method`` (where the loader
     has one). A factory that ignores them (builds ``num_workers=2`` whatever it is passed) or
     returns something else (the dataset itself) would be measured, and reported, under
-    settings it never ran.
+    settings it never ran. What the advice depends on of the loaders is recorded in ``seen``
+    (see :func:`loader_facts`).
 
     Raises:
         TuneError: when the loader is called; it names the setting, asked and got, and the
@@ -144,9 +150,22 @@ def checked(factory: Callable[..., Iterable[Any]], obj: Any, torch: Any) -> Call
                     f"{who} built a loader with {name}={got!r} where the tuner asked for "
                     f"{name}={asked!r}: pass the settings it is called with on to the DataLoader"
                 )
+        if seen is not None:
+            seen.update(loader_facts(loader, seen))
         return loader
 
     return build
+
+
+def loader_facts(loader: Any, seen: Mapping[str, Any]) -> dict[str, Any]:
+    """What the tuner's advice depends on of the loaders measured, ``seen`` so far updated
+    with ``loader``: ``worker_init_fn``, the name of one the loaders have (with thread workers
+    it runs inside the training process, see :func:`~fastdata.tune.words.thread_caveat`)."""
+    init = getattr(loader, "worker_init_fn", None)
+    facts = dict(seen)
+    if init is not None:
+        facts["worker_init_fn"] = getattr(init, "__qualname__", None) or type(init).__name__
+    return facts
 
 
 def _name(obj: Any) -> str:

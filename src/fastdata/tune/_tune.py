@@ -119,7 +119,8 @@ def tune(
     dev = check_device("device", device)
     cores = machine.usable_cores()
     given, factory = worker_methods(loader_factory, factory, search_space, torch)
-    factory = checked(factory, loader_factory, torch)
+    seen: dict[str, Any] = {}  # of the loaders measured, for the advice (loader_facts)
+    factory = checked(factory, loader_factory, torch, seen)
     space = SearchSpace.build(given, cores=cores, device_used=dev is not None and dev.type != "cpu")
     sync = cuda_sync(dev) if dev is not None and dev.type == "cuda" else None
     transfer = None if dev is None else Transfer(dev, sync)
@@ -183,4 +184,5 @@ def tune(
         machine=facts,
         noise=noise,
         max_memory_from=memory_from,
+        loader=seen,
     )

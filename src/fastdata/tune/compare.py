@@ -7,7 +7,9 @@ the two in alternating rounds against the same (simulated or real) step, the way
 :func:`fastdata.tune.measure.measure` times a trial, and reports each rate and the ratio
 with 95% intervals. Rounds alternate (yours, fastdata's, fastdata's, yours, ...) so that a
 machine that slows down or speeds up during the run affects both sides alike; the ratio's
-interval comes from the per-round ratios.
+interval comes from the per-round ratios. Rates and ratio are geometric means with their
+intervals on the log scale, so an interval cannot reach below zero (a rate cannot), and the
+ratio is exactly the ratio of the two rates.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from typing import Any
 
 from fastdata.config import LoaderConfig, load_config
 from fastdata.tune._consumer import consumer_step, describe_step
+from fastdata.tune._factory import loader_facts
 from fastdata.tune._statistics import t95
 from fastdata.tune._trial import Trial
 from fastdata.tune.measure import measure
-from fastdata.tune.words import describe
+from fastdata.tune.words import describe, thread_caveat
 
 __all__ = ["Comparison", "compare", "rebuild"]
 
@@ -40,12 +43,15 @@ class Comparison:
             measured back to back).
         config: the settings fastdata's loader used.
         step: the consumer's step in words.
+        worker_init_fn: the name of your loader's ``worker_init_fn``, or None: with thread
+            workers it runs inside the training process, which the report warns about.
     """
 
     yours: tuple[Trial, ...]
     fastdata: tuple[Trial, ...]
     config: LoaderConfig
     step: str
+    worker_init_fn: str | None = None
 
     @property
     def ratio(self) -> float:
@@ -55,32 +61,34 @@ class Comparison:
     @property
     def ratio_interval(self) -> tuple[float, float]:
         """The 95% interval of :attr:`ratio` (from the spread of the per-round ratios)."""
-        logs = self._log_ratios()
-        half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
-        return (math.exp(fmean(logs) - half), math.exp(fmean(logs) + half))
+        return _geometric_interval(self._log_ratios())[1:]
 
     def _log_ratios(self) -> list[float]:
         pairs = zip(self.yours, self.fastdata, strict=True)
         return [math.log(f.throughput / y.throughput) for y, f in pairs]
 
     def report(self) -> str:
-        """Both rates with their intervals, then the ratio with its interval."""
+        """Both rates with their intervals, then the ratio with its interval; for thread
+        workers, what they mean for random numbers
+        (:func:`~fastdata.tune.words.thread_caveat`)."""
         rows = [("your loader", self.yours), ("fastdata", self.fastdata)]
         width = max(len(describe(trials[0].params)) for _, trials in rows)
         lines = [
             f"fastdata bench: {len(self.yours)} rounds of each loader, alternating; {self.step}"
         ]
         for name, trials in rows:
-            rate, low, high = _mean_interval([t.throughput for t in trials])
+            rate, low, high = _geometric_interval([math.log(t.throughput) for t in trials])
             busy = fmean(t.busy for t in trials)
             lines.append(
                 f"  {name:<11}  {describe(trials[0].params):<{width}}  {rate:8.1f} batches/s "
-                f"(95% CI {low:.1f}-{high:.1f}), consumer busy {busy:.0%}"
+                f"(95% CI {low:.1f} to {high:.1f}), consumer busy {busy:.0%}"
             )
         low, high = self.ratio_interval
-        lines.append(f"  fastdata / yours: {self.ratio:.2f}x (95% CI {low:.2f}-{high:.2f}x)")
+        lines.append(f"  fastdata / yours: {self.ratio:.2f}x (95% CI {low:.2f}x to {high:.2f}x)")
         if low <= 1 <= high:
             lines.append("  the interval includes 1x: no difference these rounds can show")
+        if self.config.num_workers and self.config.worker_method == "thread":
+            lines.append(thread_caveat(self.worker_init_fn))
         return "\n".join(lines)
 
 
@@ -160,10 +168,12 @@ def compare(
     consumer = consumer_step(step, step_ms)
     share = budget_s / (2 * rounds)
     sides: dict[str, list[Trial]] = {"yours": [], "fastdata": []}
+    seen: dict[str, Any] = {}
     for i in range(rounds):
         order = ("yours", "fastdata") if i % 2 == 0 else ("fastdata", "yours")
         for side in order:
             loader = make_loader()
+            seen = loader_facts(loader, seen)
             if side == "fastdata":
                 loader = rebuild(loader, **settings)
             trial = _time(loader, consumer, share)
@@ -175,6 +185,7 @@ def compare(
         fastdata=tuple(sides["fastdata"]),
         config=LoaderConfig.from_dict(settings),
         step=describe_step(step, step_ms),
+        worker_init_fn=seen.get("worker_init_fn"),
     )
 
 
@@ -193,7 +204,9 @@ def _time(loader: Any, step: Callable[[Any], Any] | None, time_limit: float) -> 
     )
 
 
-def _mean_interval(values: list[float]) -> tuple[float, float, float]:
-    mean = fmean(values)
-    half = t95(len(values) - 1) * stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
+def _geometric_interval(logs: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of the values whose logarithms are ``logs``, and its 95% interval
+    (Student's t on the log scale): positive, however few and spread the rounds."""
+    mean = fmean(logs)
+    half = t95(len(logs) - 1) * stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)

@@ -21,14 +21,14 @@ from typing import Any
 from fastdata._validate import constructor_keywords_checked
 from fastdata.config import LoaderConfig
 from fastdata.tune._trial import Trial
-from fastdata.tune.words import describe, error_line, format_size, percent
+from fastdata.tune.words import describe, error_line, format_size, percent, thread_caveat
 
 __all__ = ["RESULT_FORMAT", "TuneResult"]
 
 RESULT_FORMAT = "fastdata.TuneResult"
 """The ``format`` tag of a saved result file."""
-RESULT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)  # version 1 lacks data, machine, noise and max_memory_from
+RESULT_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)  # 1 lacks data, machine, noise, max_memory_from; 2 lacks loader
 
 
 @constructor_keywords_checked
@@ -58,6 +58,9 @@ class TuneResult:
             setting was measured twice) and ``load_average`` (the machine's 1-minute load at
             the start and the end).
         max_memory_from: where ``max_memory`` comes from, in words.
+        loader: what the advice depends on of the loaders measured
+            (:func:`fastdata.tune._factory.loader_facts`): ``worker_init_fn``, its name,
+            where they have one.
     """
 
     trials: tuple[Trial, ...]
@@ -78,6 +81,7 @@ class TuneResult:
     machine: dict[str, Any] = field(default_factory=dict)
     noise: dict[str, Any] = field(default_factory=dict)
     max_memory_from: str = ""
+    loader: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes a caller adds; saved as they are."""
 
@@ -157,7 +161,8 @@ class TuneResult:
 
     def how_to_apply(self, path: str | os.PathLike[str] | None = None) -> str:
         """How to use the answer: the keyword arguments for a ``DataLoader`` and, for the
-        ``path`` the result was saved to, the ``config=`` line."""
+        ``path`` the result was saved to, the ``config=`` line; for thread workers, what they
+        mean for random numbers (:func:`~fastdata.tune.words.thread_caveat`)."""
         kwargs = ", ".join(
             f"{k}={v!r}" for k, v in self.config.to_dict().items()
             if v is not None and k != "persistent_workers"
@@ -172,6 +177,8 @@ class TuneResult:
         ]
         if path is not None:
             lines.append(f"  fastdata.DataLoader(dataset, ..., config={os.fspath(path)!r})")
+        if self.config.num_workers and self.config.worker_method == "thread":
+            lines.append(thread_caveat(self.loader.get("worker_init_fn")))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,6 +203,7 @@ class TuneResult:
             "machine": self.machine,
             "noise": self.noise,
             "max_memory_from": self.max_memory_from,
+            "loader": self.loader,
             "extra": self.extra,
             "trials": [t.to_dict() for t in self.trials],
         }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import textwrap
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -21,6 +22,7 @@ __all__ = [
     "format_size",
     "parse_size",
     "percent",
+    "thread_caveat",
 ]
 
 _COMMAND_LINE: ContextVar[bool] = ContextVar("fastdata_tune_command_line", default=False)
@@ -66,6 +68,34 @@ def describe(params: Mapping[str, Any]) -> str:
     nothing."""
     threads = params.get("worker_method") == "thread" and params.get("num_workers")
     return ", ".join(f"{k}={v}" for k, v in params.items() if k != "worker_method" or threads)
+
+
+def thread_caveat(worker_init_fn: str | None, /) -> str:
+    """What a user of thread workers must know about random numbers, for ``fastdata tune`` and
+    ``fastdata bench`` wherever they choose or report thread workers: the workers share the
+    training process's global generators. ``worker_init_fn`` (the loader's, by name, or None)
+    makes it a warning: the recipe it most likely follows reseeds the training process.
+    """
+    if worker_init_fn is None:
+        text = (
+            "note: thread workers share the training process's global random generators "
+            "(random, numpy's, torch's). A worker_init_fn that seeds them (pytorch.org's "
+            "seed_worker recipe) reseeds the training process, and augmentations drawn from "
+            "them are not reproducible per worker: draw from fastdata.worker_generator() "
+            "instead, or keep process workers (worker_method='multiprocessing')."
+        )
+    else:
+        text = (
+            f"warning: the loader's worker_init_fn ({worker_init_fn}) runs in each thread "
+            "worker, inside the training process: if it seeds random, numpy or torch "
+            "(pytorch.org's seed_worker recipe), it reseeds your training loop's generators "
+            "each time the workers start (every epoch without persistent_workers). The threads "
+            "share those generators, so augmentations drawn from them are not reproducible per "
+            "worker either. With thread workers leave such a worker_init_fn out and draw from "
+            "fastdata.worker_generator(), or keep process workers "
+            "(worker_method='multiprocessing')."
+        )
+    return "\n".join(textwrap.wrap(text, 96))
 
 
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
