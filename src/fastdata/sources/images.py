@@ -49,8 +49,8 @@ class ImageStream(PlannedStream):
     :meth:`from_tar`. Items are ``(image, label)`` (``image`` alone for unlabelled data);
     with ``batch_size=N``, ``(images, labels)`` where ``images`` is a ``(N, C, H, W)`` tensor
     when every output has the same size (a crop or a fixed ``(h, w)``) and a list otherwise.
-    Image tensors are channels-last in memory (a ``permute`` of HWC), which is what
-    :class:`fastdata.DeviceNormalize` with ``channels_last=True`` wants. Each JPEG is decoded
+    Image tensors are channels-last in memory (a ``permute`` of HWC), which
+    :class:`fastdata.DeviceNormalize` keeps. Each JPEG is decoded
     by :func:`fastdata.decode.decode_for`: at the lowest resolution its crop allows (see
     ``reduced_decode``) and, with the ``fastdata.decode._jpeg`` extension, only the region around
     the crop, with the whole decode's pixels.
