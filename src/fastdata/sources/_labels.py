@@ -31,6 +31,7 @@ _NOT_AN_INDEX = (
 
 def as_label(value: Any) -> int | None:
     """``value`` as an int64 class index, or None when the rule refuses it."""
+    number: int | None
     try:
         if isinstance(value, numbers.Integral):
             number = operator.index(value)
