@@ -101,6 +101,27 @@ def test_input_layout_does_not_change_the_result() -> None:
     assert torch.equal(normalize(from_hwc), normalize(x))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_default_keeps_the_inputs_memory_format_as_torchvision(dtype: torch.dtype) -> None:
+    x = random_images(2)
+    from_hwc = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # an ImageStream batch
+    expected = Normalize(*IMAGENET)(from_hwc.float() / 255)
+    assert expected.is_contiguous(memory_format=torch.channels_last)  # torchvision keeps it
+    normalize = DeviceNormalize(*IMAGENET, dtype=dtype)
+    out = normalize(from_hwc)
+    assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
+    assert torch.equal(out, DeviceNormalize(*IMAGENET, dtype=dtype, channels_last=True)(x))
+    single = normalize(from_hwc[0])  # a (C, H, W) view of an HWC image stays HWC in memory
+    assert single.permute(1, 2, 0).is_contiguous() and torch.equal(single, out[0])
+    cropped = normalize(from_hwc[:, :, 1:, 1:])  # a view of a channels-last batch
+    assert cropped.is_contiguous(memory_format=torch.channels_last)
+    assert normalize(x).is_contiguous()  # NCHW in, NCHW out
+    forced = DeviceNormalize(*IMAGENET, dtype=dtype, channels_last=False)(from_hwc)
+    assert forced.is_contiguous() and torch.equal(forced, out)
+    bound = tolerance(dtype, IMAGENET.mean, IMAGENET.std)
+    assert (out.float() - expected).abs().max() <= bound
+
+
 @pytest.mark.parametrize("shape", [(0, 3, 4, 4), (2, 3, 0, 4), (2, 3, 4, 0)])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_empty_batches(shape: tuple[int, ...], channels_last: bool) -> None:

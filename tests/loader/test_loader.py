@@ -356,6 +356,7 @@ def test_device_and_normalize_on_cpu_match_the_cpu_recipe(tmp_path: Path) -> Non
     std = torch.tensor(fd.IMAGENET.std).view(1, 3, 1, 1)
     for (raw, labels), (out, moved_labels) in zip(plain, moved, strict=True):
         assert out.dtype == torch.float32
+        assert out.is_contiguous(memory_format=torch.channels_last)  # as the uint8 batch
         torch.testing.assert_close(out, (raw.float() / 255 - mean) / std, atol=1e-6, rtol=0)
         assert torch.equal(labels, moved_labels)
     with pytest.raises(ValueError, match="normalize= needs device="):

@@ -56,8 +56,12 @@ class DeviceNormalize(nn.Module):
             ``DeviceNormalize(*IMAGENET)``.
         std: per-channel standard deviation, same units; every value > 0.
         dtype: output dtype: ``torch.float32``, ``torch.float16`` or ``torch.bfloat16``.
-        channels_last: return a ``torch.channels_last`` tensor (a ``(C, H, W)`` input then
-            comes back with ``(H, W, C)`` memory order), as convolutional models prefer.
+        channels_last: the output's memory format. None (default) keeps the input's, as
+            torchvision's ``Normalize`` does: a channels-last batch (an
+            :class:`~fastdata.ImageStream`'s) comes back channels-last, any other contiguous.
+            True always returns a ``torch.channels_last`` tensor (a ``(C, H, W)`` input then
+            comes back with ``(H, W, C)`` memory order), as convolutional models prefer; False
+            always a contiguous (NCHW) one.
         scale: the pixel value that maps to 1.0: 255 for uint8 images; 1 when ``mean`` and
             ``std`` are given in pixel units, e.g. ``mean=(123.675, 116.28, 103.53)``.
 
@@ -74,7 +78,7 @@ class DeviceNormalize(nn.Module):
         std: Sequence[float],
         *,
         dtype: torch.dtype = torch.float32,
-        channels_last: bool = False,
+        channels_last: bool | None = None,
         scale: float = 255,
     ) -> None:
         super().__init__()
@@ -107,7 +111,8 @@ class DeviceNormalize(nn.Module):
         """Normalize ``x``: uint8, shaped ``(B, C, H, W)`` or ``(C, H, W)``, on any device."""
         self._check(x)
         batch = x if x.dim() == 4 else x.unsqueeze(0)
-        layout = torch.channels_last if self.channels_last else torch.contiguous_format
+        last = _is_channels_last(batch) if self.channels_last is None else self.channels_last
+        layout = torch.channels_last if last else torch.contiguous_format
         out = torch.empty(batch.shape, dtype=self.dtype, device=x.device, memory_format=layout)
         if x.device.type == "cuda":
             # One kernel: CUDA's TensorIterator casts the uint8 input while loading and
@@ -115,9 +120,7 @@ class DeviceNormalize(nn.Module):
             multiplier, offset = self._constants(x.device, torch.float32)
             torch.addcmul(offset, batch, multiplier, out=out)
         elif x.device.type == "cpu":
-            normalize_on_this_thread(
-                batch, out, self._multiplier, self._offset, channels_last=self.channels_last
-            )
+            normalize_on_this_thread(batch, out, self._multiplier, self._offset, channels_last=last)
         else:  # another accelerator: convert, then multiply and shift in place
             multiplier, offset = self._constants(x.device, self.dtype)
             out.copy_(batch).mul_(multiplier).add_(offset)
@@ -157,6 +160,17 @@ class DeviceNormalize(nn.Module):
                 torch.tensor(self._offset, dtype=dtype, device=device).view(shape),
             )
         return self._constants_by_device[key]
+
+
+def _is_channels_last(batch: torch.Tensor) -> bool:
+    """Whether a ``(B, C, H, W)`` batch is laid out channels-last (its channels vary fastest,
+    as in a view of a channels-last tensor); a contiguous one is not, even where it could be
+    read as both (one channel, or one pixel)."""
+    if batch.is_contiguous():
+        return False
+    return batch.is_contiguous(memory_format=torch.channels_last) or batch.stride(1) < min(
+        batch.stride(2), batch.stride(3)
+    )
 
 
 def _shape_fix(x: torch.Tensor, channels: int) -> str:

@@ -39,6 +39,7 @@ from fastdata.sources._arrow_types import take_rows
 from fastdata.sources._feed import RowFeed
 from fastdata.sources._image_errors import FAILURES, BadImages, OnError, naming
 from fastdata.sources._image_items import ItemColumns, chw, encoded_rows, image_item, stack
+from fastdata.sources._labels import int_labels
 from fastdata.sources.base import INDEX, ArrowDecoder, Context
 from fastdata.workers import ThreadPools, batch_buffer, item_pool, receiver_sharing
 
@@ -172,7 +173,7 @@ class ImageDecoder:
             others: Iterable[dict[str, Any]] = [{}] * len(kept)
             if self._with_others:
                 taken = take_rows(piece, kept) if len(kept) < piece.num_rows else piece
-                others = self._arrow.rows(taken.select([*self._other_columns, INDEX]), context)
+                others = self._arrow.rows(self._others(taken, context), context)
             for row, values in zip(kept, others, strict=True):
                 yield start + row, image_item(images[row], values, self._columns)
 
@@ -295,6 +296,13 @@ class ImageDecoder:
         """Whether an item holds more than the image: other columns, or its origin."""
         return bool(self._other_columns) or self._columns.origin
 
+    def _others(self, table: pa.Table, context: Context) -> pa.Table:
+        """The columns of ``table`` besides the image, its labels as int64 (:func:`int_labels`)."""
+        others = table.select([*self._other_columns, INDEX])
+        return (
+            others if self.label_column is None else int_labels(others, self.label_column, context)
+        )
+
     def _decoded(self, table: pa.Table, context: Context) -> list[torch.Tensor | None]:
         """The table's images as ``(C, H, W)`` uint8 tensors (channels-last views of the
         decoded HWC arrays on the CPU path), None where skipped."""
@@ -313,7 +321,7 @@ class ImageDecoder:
         if not self._with_others:
             return image_item(images, {}, self._columns)
         table = kept[0] if len(kept) == 1 else pa.concat_tables(kept)
-        others = self._arrow.batch(table.select([*self._other_columns, INDEX]), context)
+        others = self._arrow.batch(self._others(table, context), context)
         return image_item(images, others, self._columns)
 
     def _filled(self, feed: RowFeed, size: int, context: Context) -> tuple[Any, int]:

@@ -9,8 +9,6 @@ An ImageStream is a :class:`~fastdata.PlannedStream` whose reader lists the samp
 
 from __future__ import annotations
 
-import numbers
-import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -20,11 +18,12 @@ import pyarrow.fs as pafs
 
 from fastdata._validate import check_bool, check_choice, check_names, keywords_checked
 from fastdata.decode import ImageTransform
-from fastdata.errors import SourceError
+from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._cache import with_cache
 from fastdata.sources._files import Listing, class_folders, resolve_files, walk
 from fastdata.sources._image_decoder import ImageDecoder, OnError
 from fastdata.sources._image_options import DECODER_OPTIONS, ImageOptions, image_decoder
+from fastdata.sources._labels import file_label
 from fastdata.sources.base import Reader, SkipCounting, declares
 from fastdata.sources.filesystem import as_filesystem
 from fastdata.sources.readers.files import IMG_EXTENSIONS, ImageFiles
@@ -50,8 +49,8 @@ class ImageStream(PlannedStream):
     :meth:`from_tar`. Items are ``(image, label)`` (``image`` alone for unlabelled data);
     with ``batch_size=N``, ``(images, labels)`` where ``images`` is a ``(N, C, H, W)`` tensor
     when every output has the same size (a crop or a fixed ``(h, w)``) and a list otherwise.
-    Image tensors are channels-last in memory (a ``permute`` of HWC), which is what
-    :class:`fastdata.DeviceNormalize` with ``channels_last=True`` wants. Each JPEG is decoded
+    Image tensors are channels-last in memory (a ``permute`` of HWC), which
+    :class:`fastdata.DeviceNormalize` keeps. Each JPEG is decoded
     by :func:`fastdata.decode.decode_for`: at the lowest resolution its crop allows (see
     ``reduced_decode``) and, with the ``fastdata.decode._jpeg`` extension, only the region around
     the crop, with the whole decode's pixels.
@@ -186,7 +185,7 @@ class ImageStream(PlannedStream):
             raise ValueError("from_files takes files, not directories or globs")
         label_list = None
         if labels is not None:  # any left over are counted by ImageFiles
-            label_list = [*map(_label, labels, names), *labels[len(paths) :]]
+            label_list = [*map(file_label, labels, names), *labels[len(paths) :]]
         reader = ImageFiles(listing, label_list, files_per_unit, on_error=_on_error(options))
         label = None if labels is None else "label"
         return cls(reader, image_column="image", label_column=label, **options)
@@ -260,6 +259,7 @@ class ImageStream(PlannedStream):
         label_column: str | None = "label",
         columns: Sequence[str] = (),
         filter: Any = None,
+        fill_null: Mapping[str, Any] | None = None,
         filesystem: Any = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
@@ -268,8 +268,11 @@ class ImageStream(PlannedStream):
     ) -> ImageStream:
         """Encoded images in a column of Parquet files (a unit is a row group): binary, or a
         struct with a binary ``bytes`` field (Hugging Face ``datasets.Image``);
-        ``label_column=None`` for unlabelled data. ``verify_checksums`` as
-        :class:`fastdata.ParquetStream`'s: pages are checked against their writer's CRCs.
+        ``label_column=None`` for unlabelled data. Labels are integer class indices: an
+        integer column, floats without a fraction or strings of integers; anything else
+        (``0.7``, ``"cat"``) is refused naming its file, row group and row. ``filter``,
+        ``fill_null`` (``{"label": -1}`` for null labels) and ``verify_checksums`` as
+        :class:`fastdata.ParquetStream`'s.
 
         ``columns`` are other columns of a sample carried beside its image (a caption, a
         token list, metadata), converted as :class:`fastdata.ParquetStream` converts them
@@ -283,13 +286,20 @@ class ImageStream(PlannedStream):
                 )
         columns = [image_column] + ([label_column] if label_column else []) + extra
         source, filesystem = with_cache(source, filesystem, cache_dir, cache_limit)
-        reader = ParquetRowGroups(
-            source,
-            columns=columns,
-            filter=filter,
-            filesystem=filesystem,
-            verify_checksums=verify_checksums,
-        )
+        try:
+            reader = ParquetRowGroups(
+                source,
+                columns=columns,
+                filter=filter,
+                fill_null=fill_null,
+                filesystem=filesystem,
+                verify_checksums=verify_checksums,
+            )
+        except SchemaError as exc:
+            if label_column is None or exc.column != label_column:
+                raise
+            fix = "; pass label_column=None for unlabelled data, or the label column's name"
+            raise SchemaError(exc.reason + fix, path=exc.path, column=exc.column) from None
         kind = reader.schema.field(image_column).type
         if not _is_bytes(kind) and not (
             pa.types.is_struct(kind)
@@ -381,18 +391,3 @@ def _on_error(options: ImageOptions) -> OnError:
 
 def _is_bytes(kind: pa.DataType) -> bool:
     return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
-
-
-def _label(value: Any, path: str) -> int:
-    """A file's label as an int: an integer (Python's, numpy's), a float with no fraction (a
-    pandas column with gaps) or a string of digits (a CSV column); anything else is named
-    with its file, not truncated (``int(3.7)``) or left to fail without a location."""
-    try:
-        if isinstance(value, numbers.Integral):
-            return operator.index(value)
-        number = float(value)
-        if number.is_integer():
-            return int(number)
-    except (TypeError, ValueError, OverflowError):
-        pass
-    raise SourceError(f"label {value!r} is not an integer", path=path)
