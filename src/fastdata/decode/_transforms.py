@@ -97,11 +97,18 @@ class Geometry(NamedTuple):
             box, window = self.window.reduced(factor, hw, grid, self.size)
             return Geometry(box, self.size, self.flip, window)
         top, left, h, w = self.box
-        top, left = round((top + grid[0]) / factor), round((left + grid[1]) / factor)
-        h, w = round(h / factor), round(w / factor)
+        # each edge rounded on its own (halves up): rounding the start and the size would
+        # put the far edge up to a whole reduced pixel off
+        y0, x0 = _half_up((top + grid[0]) / factor), _half_up((left + grid[1]) / factor)
+        y1, x1 = _half_up((top + grid[0] + h) / factor), _half_up((left + grid[1] + w) / factor)
+        top, left, h, w = y0, x0, y1 - y0, x1 - x0
         h, w = min(max(h, 1), hw[0]), min(max(w, 1), hw[1])
         top, left = min(top, hw[0] - h), min(left, hw[1] - w)
         return Geometry((top, left, h, w), self.size, self.flip)
+
+
+def _half_up(x: float) -> int:
+    return math.floor(x + 0.5)
 
 
 def hflip(img: np.ndarray) -> np.ndarray:
