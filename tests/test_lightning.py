@@ -268,6 +268,45 @@ def test_uneven_ranks_are_refused_under_ddp(data: str, monkeypatch: pytest.Monke
     assert len(list(fdl.DataLoader(even, batch_size=None, trainer=trainer()))) == 1
 
 
+def test_ranks_batched_by_the_loader_are_counted_per_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader batching a row stream: each worker ends its share with a short batch, so
+    the ranks' counts are those of their workers' shares, not ceil(rank rows / batch_size)."""
+    monkeypatch.setattr(fdl, "in_process_group", lambda: True)
+    # 131 rows over 2 ranks x 2 workers: 33 + 33 and 33 + 32 rows, 4 and 3 batches of 32
+    # (ceil(66 / 32) == ceil(65 / 32) == 3: equal by the rank's rows alone).
+    pq.write_table(pa.table({"id": list(range(131))}), tmp_path / "rows.parquet")
+
+    def loader(**options: Any) -> fdl.DataLoader:
+        stream = fd.ParquetStream(tmp_path, columns=["id"], rank=0, world_size=2, **options)
+        return fdl.DataLoader(stream, batch_size=32, num_workers=2, trainer=trainer())
+
+    with pytest.raises(ValueError, match=r"3 to 4 batches.*even_batches"):
+        iter(loader())
+    even = loader(even_batches="drop")  # 65 rows each: 33 + 32, 3 batches on both ranks
+    assert len(even) == len(list(even)) == 3
+
+
+def test_a_row_stream_batched_by_workers_trains_every_row(tmp_path: Path) -> None:
+    """Lightning stops an epoch after len(loader) batches: it must count every worker's
+    short last batch, or the rows in the batches past it are never trained on."""
+    pq.write_table(pa.table({"id": list(range(300)), "x": [1.0] * 300}), tmp_path / "r.parquet")
+
+    class RowData(LightningDataModule):
+        def train_dataloader(self) -> fd.DataLoader:
+            stream = fd.ParquetStream(tmp_path, columns=["id", "x"], shuffle=True)
+            return fdl.DataLoader(stream, batch_size=64, num_workers=2, trainer=self.trainer)
+
+    model = Recorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's: few workers, __len__ of an iterable
+        trainer(max_epochs=2).fit(model, RowData())
+    seen = per_epoch(model.seen)
+    assert [sorted(seen[epoch]) for epoch in (0, 1)] == [list(range(300))] * 2
+    assert len(model.seen) == 12  # 150 rows per worker: 64, 64, 22
+
+
 def test_a_packed_stream_under_ddp_warns_without_a_batch_limit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

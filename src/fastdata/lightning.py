@@ -30,6 +30,7 @@ from fastdata.errors import ResumeError, warn_user
 from fastdata.loader import DataLoader as _FastDataLoader
 from fastdata.loader import gather_state
 from fastdata.sources import PlannedStream
+from fastdata.sources.elastic import batch_count
 
 __all__ = ["DataLoader"]
 
@@ -122,12 +123,17 @@ class DataLoader(_FastDataLoader):
                     "(unless max_steps ends the fit within the first epoch)"
                 )
             return
-        items = summary.items_per_rank
         size = self.batch_size
         if size is None:
-            counts = list(items)
-        else:
-            counts = [n // size if self.drop_last else -(-n // size) for n in items]
+            counts = list(summary.items_per_rank)
+        else:  # the loader batches rows: each worker its share, its last batch short
+            readers, changes = max(self.num_workers, 1), stream.handovers
+            counts = [
+                batch_count(
+                    stream.slot_rows(readers, rank=r), changes, size, drop_last=self.drop_last
+                )
+                for r in range(len(summary.items_per_rank))
+            ]
         if len(set(counts)) > 1:
             raise ValueError(
                 f"the ranks get {min(counts)} to {max(counts)} batches this epoch ({counts}): "

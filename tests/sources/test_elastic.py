@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 
 import fastdata as fd
 from contract_kinds import build, epoch_keys, keys, make_data, next_epoch
+from fastdata.sources.elastic import Handover, batch_count, items_before
 
 from conftest import WORKER_METHODS
 
@@ -243,3 +244,17 @@ def test_a_list_of_states_must_be_one_jobs(root: Path) -> None:
     with pytest.raises(fd.ResumeError, match=r"states\[1\] is rank 0's"):
         build("parquet", root, rank=0, world_size=2).load_state_dict(states)
     assert fd.gather_state(build("parquet", root))[0]["kind"] == "stream"
+
+
+def test_batch_count_of_readers_batching_their_own_rows() -> None:
+    """A loader's workers batching a stream's rows: each reader's last batch short (dropped
+    with drop_last), plus what the old layouts took (the most any old rank took)."""
+    assert batch_count([150, 150], (), 64) == 6  # 64, 64, 22 each; not ceil(300 / 64) = 5
+    assert batch_count([150, 150], (), 64, drop_last=True) == 4
+    assert batch_count([], (), 8) == 0
+    # 2 ranks x 2 workers had taken 32 + 40 and 20 + 0 rows in batches of 8: 4 + 5 and 3 + 0.
+    change = Handover(world_size=2, num_workers=2, consumed=(32, 40, 20, 0))
+    assert items_before([change], 8) == 9
+    assert items_before([change], 8, drop_last=True) == 9 and items_before([change], 16) == 5
+    assert items_before([change], 16, drop_last=True) == 4  # 2 + 2 and 1 + 0: a short one dropped
+    assert batch_count([17, 16], [change, change], 8) == 18 + 3 + 2

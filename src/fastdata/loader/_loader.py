@@ -37,7 +37,7 @@ from fastdata._stats import StageTimes, TimedCollate
 from fastdata._torch_compat import persistent_iterator, stop_persistent_workers
 from fastdata._validate import check_bool, check_choice, check_device, check_int
 from fastdata.errors import ResumeError
-from fastdata.loader import _resume, _rng, _streams
+from fastdata.loader import _length, _resume, _rng, _streams
 from fastdata.loader._arguments import (
     RowsCollate,
     TorchDataLoader,
@@ -192,6 +192,10 @@ class DataLoader(TorchDataLoader[_T_co]):
             )
         note_iterator(iterator, self)
         return iterator
+
+    def __len__(self) -> int:
+        """torch's count; batching a fastdata stream's rows, its workers' batches (_length)."""
+        return _length.loader_length(self, super().__len__())
 
     def _new_record(self, plan: _resume.Plan | None, readers: int, base: int) -> Record:
         if plan is None or plan.epoch_done or self._fd_kind == "stream":

@@ -39,6 +39,7 @@ __all__ = [
     "Handover",
     "Segment",
     "after",
+    "batch_count",
     "items_before",
     "remaining",
     "segment_rows",
@@ -78,16 +79,38 @@ class Handover:
             )
 
 
-def items_before(handovers: Sequence[Handover], rows_per_item: int) -> int:
+def items_before(
+    handovers: Sequence[Handover], rows_per_item: int, *, drop_last: bool = False
+) -> int:
     """Items a rank had taken in its epoch before the layout changes: under each old layout,
     the most any of its ranks took (DDP's ranks go in lockstep), over every change. With the
-    items left, a rank's share of a whole epoch, as ``len()`` counts one without a change."""
+    items left, a rank's share of a whole epoch, as ``len()`` counts one without a change.
+    ``drop_last``: a slot's last short item was dropped (counted in its rows)."""
     total = 0
     for h in handovers:
-        per_slot = [-(-rows // rows_per_item) for rows in h.consumed]
+        per_slot = [_items(rows, rows_per_item, drop_last) for rows in h.consumed]
         n = h.num_workers
         total += max(sum(per_slot[r * n : (r + 1) * n]) for r in range(h.world_size))
     return total
+
+
+def batch_count(
+    slot_rows: Sequence[int],
+    handovers: Sequence[Handover],
+    batch_size: int,
+    *,
+    drop_last: bool = False,
+) -> int:
+    """Batches of ``batch_size`` rows a rank's readers make in a whole epoch when each batches
+    its own ``slot_rows`` (a DataLoader's workers batching a stream's rows): each reader's
+    last batch short (dropped with ``drop_last``), plus the batches taken before the layout
+    changes (:func:`items_before`)."""
+    before = items_before(handovers, batch_size, drop_last=drop_last)
+    return before + sum(_items(rows, batch_size, drop_last) for rows in slot_rows)
+
+
+def _items(rows: int, rows_per_item: int, drop_last: bool) -> int:
+    return rows // rows_per_item if drop_last else -(-rows // rows_per_item)
 
 
 def _base_segments(
