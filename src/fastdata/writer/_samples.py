@@ -109,21 +109,76 @@ def list_samples(list_file: str | os.PathLike[str], /) -> list[Sample]:
     folder; blank lines are skipped).
 
     Raises:
-        ValueError: a line whose label is not an integer.
+        ValueError: a line whose label is not an integer, a line that is not UTF-8, or a
+            file that is no text at all (a Parquet or Arrow file: the message says how to
+            read it instead).
     """
     base = os.path.dirname(os.path.abspath(list_file))
+    with open(list_file, "rb") as f:
+        _check_text(list_file, f.read(_PEEK))
     samples = []
-    with open(list_file, encoding="utf-8-sig") as f:  # a BOM is no part of a path
-        for number, line in enumerate(f, start=1):
-            path, tab, label = line.rstrip("\r\n").partition("\t")
-            if not path.strip():
-                continue
-            try:
-                value = int(label) if tab else None
-            except ValueError:
-                raise ValueError(
-                    f"{list_file}, line {number}: label {label!r} is not an integer "
-                    "(expected 'path' or 'path<TAB>label')"
-                ) from None
-            samples.append(Sample(os.path.normpath(os.path.join(base, path)), value))
+    try:
+        with open(list_file, encoding="utf-8-sig") as f:  # a BOM is no part of a path
+            for number, line in enumerate(f, start=1):
+                path, tab, label = line.rstrip("\r\n").partition("\t")
+                if not path.strip():
+                    continue
+                try:
+                    value = int(label) if tab else None
+                except ValueError:
+                    raise ValueError(
+                        f"{list_file}, line {number}: label {label!r} is not an integer "
+                        "(expected 'path' or 'path<TAB>label')"
+                    ) from None
+                samples.append(Sample(os.path.normpath(os.path.join(base, path)), value))
+    except UnicodeDecodeError:
+        raise ValueError(_not_utf8(list_file)) from None
     return samples
+
+
+_PEEK = 4096  # the bytes of a list file looked at for a binary file's signature
+_LIST = (
+    "a list of images is a UTF-8 text file with one image per line ('path' or "
+    "'path<TAB>label'); fastdata convert also takes an image folder (root/<class>/<image>)"
+)
+_SIGNATURES = (  # (the file's first bytes, what it is, what to do with it)
+    (b"PAR1", "a Parquet file", "the data is Parquet already: read it with "
+     "fastdata.ImageStream.from_parquet(path) (an image column of bytes or of Hugging Face "
+     "Image dicts) or fastdata.ParquetStream(path)"),
+    (b"ARROW1", "an Arrow IPC file", "write it as Parquet (pyarrow.parquet.write_table) and "
+     "read that with fastdata.ImageStream.from_parquet"),
+    (b"\xff\xff\xff\xff", "an Arrow IPC stream file (datasets' save_to_disk writes these)",
+     "write the dataset as Parquet (datasets.load_from_disk(folder).to_parquet('train.parquet')) "
+     "and read that with fastdata.ImageStream.from_parquet"),
+)  # fmt: skip
+
+
+def _check_text(list_file: str | os.PathLike[str], head: bytes) -> None:
+    """Refuse a list file whose first bytes show it is no text: a Parquet or Arrow file
+    (with how to read it instead), or any file with a NUL byte."""
+    for signature, what, advice in _SIGNATURES:
+        if head.startswith(signature):
+            raise ValueError(f"{list_file}: {what}, not a list of images: {_LIST}; {advice}")
+    if b"\0" in head:
+        nul = head.index(b"\0")
+        raise ValueError(
+            f"{list_file}: a binary file (a NUL byte at byte {nul}), not a list of images: {_LIST}"
+        )
+
+
+def _not_utf8(list_file: str | os.PathLike[str]) -> str:
+    """The message of a list file that is not UTF-8: its first such line and byte."""
+    with open(list_file, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                column, byte = exc.start, raw[exc.start]
+                break
+        else:  # pragma: no cover - the text reader found a line that is not UTF-8
+            return f"{list_file}: not UTF-8 text: {_LIST}"
+    return (
+        f"{list_file}, line {number}: not UTF-8 (byte 0x{byte:02x} at position {column + 1} "
+        f"of the line): {_LIST}; re-save the list as UTF-8 (for a Latin-1 file: "
+        "iconv -f latin1 -t utf-8 list.txt > list-utf8.txt)"
+    )
