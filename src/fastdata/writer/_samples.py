@@ -9,7 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SKIP_HINT", "Sample", "folder_samples", "image_suffix", "list_samples", "suffix_of"]
+__all__ = [
+    "SKIP_HINT",
+    "Sample",
+    "check_labelled",
+    "folder_samples",
+    "image_suffix",
+    "list_samples",
+    "suffix_of",
+]
 
 SKIP_HINT = (
     "or pass on_error='skip' (fastdata convert --on-error skip) to leave such samples out, "
@@ -45,6 +53,31 @@ class Sample:
     key: str | None = None
     size: int | None = None
     extras: Mapping[str, Any] | None = None
+
+
+def check_labelled(samples: list[Sample]) -> None:
+    """Refuse samples of which some have a label and some do not, naming the first sample
+    whose label differs from the first sample's in that.
+
+    Raises:
+        ValueError: a sample has a label where the first has none, or the reverse.
+    """
+    first = samples[0].label is not None
+    differs = next((i for i, s in enumerate(samples) if (s.label is not None) != first), None)
+    if differs is None:
+        return
+    sample = samples[differs]
+    named = "".join(
+        f", {what} {value!r}"
+        for what, value in (("key", sample.key), ("image", sample.image))
+        if isinstance(value, str)
+    )
+    has = f"label={sample.label!r}" if sample.label is not None else "no label"
+    first_has = f"label={samples[0].label!r}" if first else "none"
+    raise ValueError(
+        f"sample {differs}{named} has {has}, but sample 0 has {first_has}: some samples have a "
+        "label and some do not; give every sample a label, or none"
+    )
 
 
 def folder_samples(

@@ -18,7 +18,7 @@ from fastdata.sources.filesystem import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 from fastdata.writer._destination import BadImage, Destination
 from fastdata.writer._pool import write_in_pool
-from fastdata.writer._samples import SKIP_HINT, Sample, image_suffix, suffix_of
+from fastdata.writer._samples import SKIP_HINT, Sample, check_labelled, image_suffix, suffix_of
 from fastdata.writer._shard_files import (
     Item,
     ShardTask,
@@ -267,9 +267,7 @@ def _items(
     if not samples:
         raise ValueError("samples is empty: nothing to write")
     parsed = [s if isinstance(s, Sample) else Sample(**s) for s in samples]
-    labelled = {s.label is not None for s in parsed}
-    if len(labelled) > 1:
-        raise ValueError("some samples have a label and some do not: give all or none one")
+    check_labelled(parsed)
     names = _extra_names(parsed[0].extras, format)
     local = isinstance(fs, pafs.LocalFileSystem)
     paths = {
