@@ -206,12 +206,9 @@ def _not_utf8(list_file: str | os.PathLike[str]) -> str:
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                column, byte = exc.start, raw[exc.start]
-                break
-        else:  # pragma: no cover - the text reader found a line that is not UTF-8
-            return f"{list_file}: not UTF-8 text: {_LIST}"
-    return (
-        f"{list_file}, line {number}: not UTF-8 (byte 0x{byte:02x} at position {column + 1} "
-        f"of the line): {_LIST}; re-save the list as UTF-8 (for a Latin-1 file: "
-        "iconv -f latin1 -t utf-8 list.txt > list-utf8.txt)"
-    )
+                return (
+                    f"{list_file}, line {number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                    f"position {exc.start + 1} of the line): {_LIST}; re-save the list as UTF-8 "
+                    "(for a Latin-1 file: iconv -f latin1 -t utf-8 list.txt > list-utf8.txt)"
+                )
+    return f"{list_file}: not UTF-8 text: {_LIST}"  # pragma: no cover - found by the reader
