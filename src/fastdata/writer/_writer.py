@@ -150,7 +150,8 @@ def write_shards(
             a path without an image's extension, bytes of no image format), or ``dest`` holds
             the shards of another conversion, or files named like the shards that its
             manifest does not list (a WebDataset ``ShardWriter``'s, say): pass
-            ``overwrite=True`` to delete them.
+            ``overwrite=True`` to delete them; or other files of the format, at any depth
+            (an export: streams would read them with the shards), which nothing deletes.
     """
     format = check_choice("format", format, ("parquet", "tar"))
     backend = check_choice("backend", backend, ("local", "ray"))
