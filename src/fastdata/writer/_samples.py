@@ -33,7 +33,7 @@ _ALIASES = {"jfif": "jpg", "jpe": "jpg"}  # other JPEG extensions: written as fr
 class Sample:
     """One sample to write: an encoded image and, optionally, its label, key and other
     fields (a caption, tokens, JSON metadata: the multimodal samples that
-    ``ImageStream.from_tar(members=...)`` and ``from_parquet(columns=...)`` read back).
+    ``ImageStream.from_tar(members=...)`` and ``from_parquet(columns=...)`` read).
 
     Args:
         image: the path of an image file (on ``source_filesystem`` of :func:`write_shards`,
@@ -45,7 +45,10 @@ class Sample:
         extras: other fields by name, the same names for every sample: in a tar shard the
             member ``{key}.{name}`` (``"txt"``, ``"json"``...: text as UTF-8, bytes as they
             are, anything else as JSON text), in Parquet the column ``name`` (text, bytes,
-            numbers and lists of numbers in Arrow's types, a dict as JSON text).
+            numbers and lists of numbers in Arrow's types, a dict as JSON text). What the
+            readers give back differs by format and name: in tar, text under ``txt``,
+            ``text``, ``caption``, a parsed ``json``, bytes under any other name; in
+            Parquet, the column's type (the "Preparing a dataset" guide has the table).
     """
 
     image: str | bytes
