@@ -170,8 +170,11 @@ def test_labels_on_some_samples_only_are_refused_naming_the_first_that_differs(
 ) -> None:
     image = fd.synthetic.make_image_bytes(1, fmt="png", **SMALL)[0][0]
     labelled = [Sample(image, 1, key="a"), Sample(image, 2, key="b"), Sample("x/c.png", key="c")]
-    with pytest.raises(ValueError, match=r"sample 2, key 'c', image 'x/c.png' has no label, "
-                       r"but sample 0 has label=1: .*give every sample a label, or none"):
+    with pytest.raises(
+        ValueError,
+        match=r"sample 2, key 'c', image 'x/c.png' has no label, "
+        r"but sample 0 has label=1: .*give every sample a label, or none",
+    ):
         write_shards(labelled, tmp_path / "o")  # fmt: skip
     rows = [{"image": image}, {"image": image}, {"image": image, "label": 0}]
     with pytest.raises(ValueError, match=r"sample 2 has label=0, but sample 0 has none"):

@@ -77,18 +77,27 @@ def test_a_list_file_that_is_not_utf8_text_is_refused_naming_the_file_and_line(
 
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("a.jpg\t1\ncaf\xe9.jpg\t0\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin1.txt, line 2: not UTF-8 \(byte 0xe9 at "
-                       r"position 4 of the line\): a list of images is a UTF-8 text file"):
+    with pytest.raises(
+        ValueError,
+        match=r"latin1.txt, line 2: not UTF-8 \(byte 0xe9 at "
+        r"position 4 of the line\): a list of images is a UTF-8 text file",
+    ):
         list_samples(latin1)  # fmt: skip
     table = pa.table({"image": [b"\x89PNG"], "label": [1]})
     pq.write_table(table, tmp_path / "train.parquet")
-    with pytest.raises(ValueError, match=r"train.parquet: a Parquet file, not a list of images"
-                       r".*read it with fastdata.ImageStream.from_parquet"):
+    with pytest.raises(
+        ValueError,
+        match=r"train.parquet: a Parquet file, not a list of images"
+        r".*read it with fastdata.ImageStream.from_parquet",
+    ):
         list_samples(tmp_path / "train.parquet")  # fmt: skip
     with pa.ipc.new_stream(tmp_path / "data.arrow", table.schema) as writer:  # save_to_disk's
         writer.write_table(table)
-    with pytest.raises(ValueError, match=r"data.arrow: an Arrow IPC stream file .*save_to_disk"
-                       r".*to_parquet.*ImageStream.from_parquet"):
+    with pytest.raises(
+        ValueError,
+        match=r"data.arrow: an Arrow IPC stream file .*save_to_disk"
+        r".*to_parquet.*ImageStream.from_parquet",
+    ):
         list_samples(tmp_path / "data.arrow")  # fmt: skip
     (tmp_path / "images.zip").write_bytes(b"PK\x03\x04\x00\x00")
     with pytest.raises(ValueError, match=r"images.zip: a binary file \(a NUL byte at byte 4\)"):
