@@ -23,7 +23,6 @@ from typing import Any, NamedTuple, NoReturn
 
 import pyarrow.fs as pafs
 
-from fastdata.sources._files import walk
 from fastdata.sources.filesystem import CHUNK, MANIFEST, as_filesystem, digest, unlink
 from fastdata.sources.readers.parquet import SUFFIXES as PARQUET_SUFFIXES
 from fastdata.sources.readers.tar import SHARD_SUFFIXES
@@ -242,12 +241,19 @@ class Destination:
         are no conversion's (not named ``{prefix}-...`` nor listed by its manifest ``found``):
         a Hugging Face export, say. ``overwrite`` never deletes those."""
         listed = {str(s.get("name")) for s in (found or {}).get("shards", [])}
+        below = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
+        names = [
+            info.path[len(self.root) :].lstrip("/")
+            for info in self.fs.get_file_info(below)
+            if info.type == pafs.FileType.File and info.path.lower().endswith(_READ[format])
+        ]
         others = sorted(
             name
-            for name in (path[len(self.root) :].lstrip("/") for path, _ in
-                         walk(self.fs, self.root, _READ[format]))
-            if name not in listed and ("/" in name or not name.startswith(f"{self.prefix}-"))
-        )  # fmt: skip
+            for name in names
+            if not any(part.startswith((".", "_")) for part in name.split("/"))
+            and name not in listed
+            and ("/" in name or not name.startswith(f"{self.prefix}-"))
+        )
         if others:
             kind = "Parquet" if format == "parquet" else "tar"
             raise ValueError(
