@@ -279,3 +279,46 @@ def test_extras_of_another_type_are_another_conversion(tmp_path: Path) -> None:
     fd.write_shards([Sample(_png(0), extras={"n": "1"})], tmp_path / "out", workers=0)
     with pytest.raises(ValueError, match="another conversion"):
         fd.write_shards([Sample(_png(0), extras={"n": 1})], tmp_path / "out", workers=0)
+
+
+def test_what_the_readers_give_back_of_each_extra_is_what_the_guide_says(tmp_path: Path) -> None:
+    """A str extra under a name such as 'question' came back from tar as bytes, tokens and
+    dicts as JSON bytes, where Parquet gave str, a tensor and JSON text, while the guide said
+    both readers "read them back". Its table now says what comes back per format and name:
+    every example there is checked here, and every value here is an example there."""
+    extras = {"caption": "a dog", "question": "wer bellt?", "raw": b"\x00\x01", "n": 3,
+              "flag": True, "tokens": [5, 6], "words": ["a", "b"], "json": {"lang": "en"},
+              "meta": {"lang": "de"}}  # fmt: skip
+    shown = {  # name: (tar's item, Parquet's item) as the guide's table shows them
+        "question": ('b"wer bellt?"', None),
+        "n": ('b"3"', "np.int64(3)"),
+        "flag": ('b"true"', "np.True_"),
+        "tokens": ('b"[5,6]"', "tensor([5, 6])"),
+    }
+    expected = {  # name: (tar's item, Parquet's item)
+        "caption": ("a dog", "a dog"),
+        "question": (b"wer bellt?", "wer bellt?"),
+        "raw": (b"\x00\x01", b"\x00\x01"),
+        "n": (b"3", 3),
+        "flag": (b"true", True),
+        "tokens": (b"[5,6]", [5, 6]),
+        "words": (b'["a","b"]', ["a", "b"]),
+        "json": ({"lang": "en"}, '{"lang":"en"}'),
+        "meta": (b'{"lang":"de"}', '{"lang":"de"}'),
+    }
+    samples = [Sample(_png(0), 0, extras=extras)]
+    fd.write_shards(samples, tmp_path / "tar", format="tar", workers=0)
+    fd.write_shards(samples, tmp_path / "pq", format="parquet", workers=0)
+    tar = next(iter(ImageStream.from_tar(tmp_path / "tar", members=list(extras))))
+    parquet = next(iter(ImageStream.from_parquet(tmp_path / "pq", columns=list(extras))))
+    for name, (from_tar, from_parquet) in expected.items():
+        assert type(tar[name]) is type(from_tar) and tar[name] == from_tar, name
+        value = parquet[name]
+        plain = value.tolist() if isinstance(value, torch.Tensor | np.generic) else value
+        assert plain == from_parquet and type(plain) is type(from_parquet), name
+    assert isinstance(parquet["tokens"], torch.Tensor) and isinstance(parquet["n"], np.int64)
+    guide = (Path(__file__).parents[1] / "docs/guides/preparing-a-dataset.md").read_text()
+    for name, (tar_shown, parquet_shown) in shown.items():
+        assert repr(tar[name]).replace("'", '"') == tar_shown and f"`{tar_shown}`" in guide
+        if parquet_shown is not None:
+            assert repr(parquet[name]) == parquet_shown and f"`{parquet_shown}`" in guide

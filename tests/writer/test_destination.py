@@ -246,3 +246,61 @@ def test_a_folder_of_an_unfinished_conversion_is_refused_by_the_streams(
         opened(tmp_path / "out", **options)
     left = sum(1 for _ in opened(str(tmp_path / "out" / f"*.{format}"), **options))
     assert 0 < left < 20
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_a_folder_holding_other_files_of_the_format_is_refused_and_left_alone(
+    format: str, tmp_path: Path
+) -> None:
+    """A Hugging Face export in the destination (at any depth) was read back with the new
+    shards as one dataset. The write is refused naming it, with overwrite too: overwrite
+    deletes what a conversion wrote, never someone else's data."""
+    fd.synthetic.make_images(tmp_path / "train", 4, classes=2, **SMALL)
+    samples, _ = folder_samples(tmp_path / "train")
+    out = tmp_path / "out"
+    (out / "val").mkdir(parents=True)
+    theirs = [out / f"train-00000-of-00001.{format}", out / "val" / f"data.{format}"]
+    for path in theirs:
+        path.write_bytes(b"an export")
+    (out / "README.md").write_text("kept")  # what streams do not read as data: no matter
+    kind = "Parquet" if format == "parquet" else "tar"
+    for overwrite in (False, True):
+        with pytest.raises(
+            ValueError,
+            match=rf"out holds 2 {kind} files that no conversion "
+            rf"wrote \(train-00000-of-00001.{format}, val/data.{format}\): a "
+            "stream reading the folder would read them .* a folder of their own",
+        ):
+            write_shards(samples, out, format=format, overwrite=overwrite)  # fmt: skip
+    assert sorted(p.name for p in out.rglob("*")) == sorted(
+        ["README.md", "val", *(p.name for p in theirs)]
+    )
+    theirs[1].unlink()
+    theirs[0].rename(out / "val" / theirs[0].name)  # moved out of the way: a subfolder's own
+    shutil.rmtree(out / "val")
+    assert write_shards(samples, out, format=format).written == 1
+
+
+@pytest.mark.parametrize("format", ["tar", "parquet"])
+def test_a_stream_over_a_conversions_folder_reads_its_shards_and_warns_of_others(
+    format: str, tmp_path: Path
+) -> None:
+    """Files put beside a conversion's shards after it (another export copied in) were read
+    as part of its dataset; a stream reading the folder whole reads the shards its manifest
+    lists and names the others in a warning. A glob reads every file it matches."""
+    fd.synthetic.make_images(tmp_path / "train", 6, classes=2, **SMALL)
+    samples, _ = folder_samples(tmp_path / "train")
+    out = tmp_path / "out"
+    write_shards(samples[:4], out, format=format, target_shard_bytes="8kB")
+    write_shards(samples[4:], tmp_path / "other", format=format, prefix="train")
+    for path in (tmp_path / "other").glob(f"train-*.{format}"):
+        shutil.copy(path, out / path.name)  # a copy of another dataset's files
+    opened = getattr(fd.ImageStream, f"from_{format}")
+    options: dict[str, Any] = {"size": 16, "crop": "center", "batch_size": None}
+    with pytest.warns(
+        UserWarning,
+        match=rf"1 file beside the \d+ shards that its "
+        rf"{MANIFEST} lists left out \(.*train-000000.{format}\)",
+    ):
+        assert sum(1 for _ in opened(out, **options)) == 4  # fmt: skip
+    assert sum(1 for _ in opened(str(out / f"*.{format}"), **options)) == 6

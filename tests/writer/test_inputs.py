@@ -165,6 +165,23 @@ def test_a_label_beyond_int64_is_refused_naming_the_sample(tmp_path: Path, forma
             write_shards([Sample(image, 0), Sample(image, label)], tmp_path / "o", format=format)
 
 
+def test_labels_on_some_samples_only_are_refused_naming_the_first_that_differs(
+    tmp_path: Path,
+) -> None:
+    image = fd.synthetic.make_image_bytes(1, fmt="png", **SMALL)[0][0]
+    labelled = [Sample(image, 1, key="a"), Sample(image, 2, key="b"), Sample("x/c.png", key="c")]
+    with pytest.raises(
+        ValueError,
+        match=r"sample 2, key 'c', image 'x/c.png' has no label, "
+        r"but sample 0 has label=1: .*give every sample a label, or none",
+    ):
+        write_shards(labelled, tmp_path / "o")  # fmt: skip
+    rows = [{"image": image}, {"image": image}, {"image": image, "label": 0}]
+    with pytest.raises(ValueError, match=r"sample 2 has label=0, but sample 0 has none"):
+        write_shards(rows, tmp_path / "o")
+    assert not (tmp_path / "o").exists()  # refused before anything was made
+
+
 @pytest.mark.parametrize("format", ["tar", "parquet"])
 def test_a_list_file_with_a_bom_and_the_other_jpeg_extensions_converts(
     tmp_path: Path, format: str

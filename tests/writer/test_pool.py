@@ -58,6 +58,39 @@ def test_a_worker_whose_parent_died_before_it_watched_exits() -> None:
     assert (run.returncode, run.stdout, run.stderr) == (143, "", "")
 
 
+def test_a_sigterm_inside_a_weakref_callback_stops_the_shard_without_a_traceback() -> None:
+    # A SIGKILLed parent's workers got SIGTERM while a weakref callback ran (the garbage
+    # collector's): the _Stop raised there was printed as "Exception ignored in ...", and
+    # the shard was written on to its end. Now it is delivered again, unwinds the shard (its
+    # finally runs) and the worker exits quietly.
+    code = textwrap.dedent("""
+        import os, signal, time, weakref
+        from fastdata.writer import _pool
+
+        def write_shard(task):
+            class Thing: pass
+            def callback(ref):  # SIGTERM's handler runs inside the callback
+                signal.raise_signal(signal.SIGTERM)  # to this thread: handled in the loop
+                for _ in range(1000): pass
+            thing = Thing()
+            ref = weakref.ref(thing, callback)
+            try:
+                del thing
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:  # the rest of the shard
+                    time.sleep(0.001)
+                print("written on to the end", flush=True)
+            finally:
+                print("unwound", flush=True)
+
+        _pool.watch_parent(os.getppid(), "fork")
+        _pool.write_shard = write_shard
+        _pool._write(None)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout, run.stderr) == (143, "unwound\n", "")
+
+
 def test_an_interrupt_stops_the_workers_at_once(many: Path, tmp_path: Path) -> None:
     samples, _ = folder_samples(many)
     workers: list[psutil.Process] = []

@@ -64,6 +64,50 @@ def test_a_list_file_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
     assert list_samples(listing) == [Sample(str(tmp_path / "a.jpg"), 1)]
 
 
+def test_a_list_file_that_is_not_utf8_text_is_refused_naming_the_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Latin-1 list, a Parquet file (a Hugging Face export) or an Arrow file given as the
+    list: the message names the file (and line) and says what a list must be, and for
+    Parquet and Arrow how to read the data instead, not a bare codec error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fastdata.cli import main
+
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("a.jpg\t1\ncaf\xe9.jpg\t0\n".encode("latin-1"))
+    with pytest.raises(
+        ValueError,
+        match=r"latin1.txt, line 2: not UTF-8 \(byte 0xe9 at "
+        r"position 4 of the line\): a list of images is a UTF-8 text file",
+    ):
+        list_samples(latin1)  # fmt: skip
+    table = pa.table({"image": [b"\x89PNG"], "label": [1]})
+    pq.write_table(table, tmp_path / "train.parquet")
+    with pytest.raises(
+        ValueError,
+        match=r"train.parquet: a Parquet file, not a list of images"
+        r".*read it with fastdata.ImageStream.from_parquet",
+    ):
+        list_samples(tmp_path / "train.parquet")  # fmt: skip
+    with pa.ipc.new_stream(tmp_path / "data.arrow", table.schema) as writer:  # save_to_disk's
+        writer.write_table(table)
+    with pytest.raises(
+        ValueError,
+        match=r"data.arrow: an Arrow IPC stream file .*save_to_disk"
+        r".*to_parquet.*ImageStream.from_parquet",
+    ):
+        list_samples(tmp_path / "data.arrow")  # fmt: skip
+    (tmp_path / "images.zip").write_bytes(b"PK\x03\x04\x00\x00")
+    with pytest.raises(ValueError, match=r"images.zip: a binary file \(a NUL byte at byte 4\)"):
+        list_samples(tmp_path / "images.zip")
+    assert main(["convert", str(tmp_path / "train.parquet"), str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err
+    assert "train.parquet: a Parquet file" in error and "codec" not in error
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_suffix_is_the_files_extension_or_the_bytes_format() -> None:
     assert image_suffix("/data/a/IMG_1.JPEG", "k") == "jpeg"
     assert image_suffix("b.png", "k") == "png"

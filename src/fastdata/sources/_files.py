@@ -158,25 +158,26 @@ def _expand(
                 f"directory holds no {_kinds(suffixes)} files: check the path or the suffixes",
                 path=item,
             )
-        _check_finished(fs, path, found, item)
-        return fs, found
+        listed = _check_finished(fs, path, found, item)
+        return fs, found if listed is None else _listed_only(found, path, listed, item)
     raise SourceError("no such file or directory", path=item)
 
 
 def _check_finished(
     fs: pafs.FileSystem, directory: str, found: list[tuple[str, int]], item: str
-) -> None:
-    """Refuse a folder whose shard writer's :data:`MANIFEST` lists shards that are not there:
-    a conversion that failed or was stopped part-way, which would otherwise be read as the
-    whole dataset. A manifest that does not read as one is left to the files."""
+) -> list[str] | None:
+    """The shards a folder's shard writer's :data:`MANIFEST` lists (None without one, or
+    with one that does not read as one: left to the files); a folder where some of them are
+    not there is refused: a conversion that failed or was stopped part-way, which would
+    otherwise be read as the whole dataset."""
     record = f"{directory.rstrip('/')}/{MANIFEST}"
     if fs.get_file_info(record).type != pafs.FileType.File:
-        return
+        return None
     try:
         with fs.open_input_stream(record) as f:
             planned = [str(shard["name"]) for shard in json.loads(f.read())["shards"]]
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError):
-        return
+        return None
     top = PurePath(directory)
     present = {PurePath(p).name for p, _ in found if PurePath(p).parent == top}
     missing = [name for name in planned if name not in present]
@@ -190,6 +191,26 @@ def _check_finished(
             "to read only those there",
             path=item,
         )
+    return planned
+
+
+def _listed_only(
+    found: list[tuple[str, int]], directory: str, listed: list[str], item: str
+) -> list[tuple[str, int]]:
+    """The files of a folder a conversion wrote that are its shards (those its manifest
+    ``listed``); the others (another export put beside them) are left out with a warning
+    naming them, not read as part of its dataset."""
+    top, names = PurePath(directory), set(listed)
+    shards = [(p, n) for p, n in found if PurePath(p).parent == top and PurePath(p).name in names]
+    others = [p for p, _ in found if (PurePath(p).parent != top or PurePath(p).name not in names)]
+    if others:
+        warn_user(
+            f"{item}: {_files(len(others))} beside the {len(shards)} shards that its {MANIFEST} "
+            f"lists left out ({', '.join(others[:3])}{' ...' if len(others) > 3 else ''}): a "
+            "folder a fastdata conversion wrote is read as that conversion's shards; to read "
+            "the other files too, name them (a glob such as 'folder/*' or a list)"
+        )
+    return shards
 
 
 def _has_glob(path: str) -> bool:

@@ -13,7 +13,10 @@ again skips the finished shards, after removing the temporary files a killed run
 manifest, ``_fastdata_shards.json``, records each shard's digest: a rerun whose samples
 changed (a bad image removed) keeps the finished shards whose digest is unchanged and
 deletes the rest; a destination holding another conversion's shards, or files named like the
-shards that no manifest lists, is refused unless ``overwrite=True``.
+shards that no manifest lists, is refused unless ``overwrite=True``; one holding other files of
+the format (a Hugging Face export: a stream over the folder would read them with the shards)
+is refused even then. A stream reading a folder whole that has a manifest reads the shards it
+lists, and warns of any other files there.
 
 Every image is checked while its shard is written, with the decode check the streams use
 (:func:`fastdata.decode.verify_image`: a file that is no image, a truncated or corrupt JPEG,

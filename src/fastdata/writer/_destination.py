@@ -24,9 +24,13 @@ from typing import Any, NamedTuple, NoReturn
 import pyarrow.fs as pafs
 
 from fastdata.sources.filesystem import CHUNK, MANIFEST, as_filesystem, digest, unlink
+from fastdata.sources.readers.parquet import SUFFIXES as PARQUET_SUFFIXES
+from fastdata.sources.readers.tar import SHARD_SUFFIXES
 
 __all__ = ["LEFT_OUT", "MANIFEST", "BadImage", "Claim", "Destination"]
 
+
+_READ = {"parquet": PARQUET_SUFFIXES, "tar": SHARD_SUFFIXES}  # what the streams read of a folder
 
 LEFT_OUT = ".left-out.json"
 """The suffix of ``_{shard}.left-out.json``, the images a shard left out (``on_error="skip"``)."""
@@ -118,11 +122,14 @@ class Destination:
 
         Raises:
             ValueError: the destination holds files named like the shards that no manifest
-                lists (another tool's, or a conversion whose manifest was removed), or the
-                shards of another conversion (none of them is one of this plan's).
+                lists (another tool's, or a conversion whose manifest was removed), the
+                shards of another conversion (none of them is one of this plan's), or, even
+                with ``overwrite``, other files of the format (a Hugging Face export) that
+                streams reading the folder would read with the shards.
         """
         files = self.files()
         found = self._manifest(lenient=overwrite) if MANIFEST in files else None
+        self._refuse_others(manifest["format"], found)
         if overwrite:
             for name in self._theirs(found, files):
                 self._delete(name)
@@ -227,6 +234,35 @@ class Destination:
             if n.startswith("_") and n.endswith(LEFT_OUT) and n[1 : -len(LEFT_OUT)] in shards
         )
         return shards + records + ([MANIFEST] if MANIFEST in files else [])
+
+    def _refuse_others(self, format: str, found: dict[str, Any] | None) -> None:
+        """Refuse a destination holding files a stream over it would read with the shards
+        (``format``'s suffixes, at any depth, names not starting with ``.`` or ``_``) that
+        are no conversion's (not named ``{prefix}-...`` nor listed by its manifest ``found``):
+        a Hugging Face export, say. ``overwrite`` never deletes those."""
+        listed = {str(s.get("name")) for s in (found or {}).get("shards", [])}
+        below = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
+        names = [
+            info.path[len(self.root) :].lstrip("/")
+            for info in self.fs.get_file_info(below)
+            if info.type == pafs.FileType.File and info.path.lower().endswith(_READ[format])
+        ]
+        others = sorted(
+            name
+            for name in names
+            if not any(part.startswith((".", "_")) for part in name.split("/"))
+            and name not in listed
+            and ("/" in name or not name.startswith(f"{self.prefix}-"))
+        )
+        if others:
+            kind = "Parquet" if format == "parquet" else "tar"
+            raise ValueError(
+                f"{self.root} holds {_count(others, f'{kind} file')} that no conversion "
+                f"wrote ({_some(others)}): a stream reading the folder would read "
+                f"{'it' if len(others) == 1 else 'them'} as part of the dataset. Write the "
+                "shards to a folder of their own, or move those files out first "
+                "(overwrite=True deletes only what a conversion wrote)"
+            )
 
     def _delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):

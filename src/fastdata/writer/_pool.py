@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from types import FrameType
+from typing import Any
 
 from fastdata.workers import start_method
 from fastdata.writer._shard_files import BadImage, ShardTask, write_shard
@@ -40,6 +41,7 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _STOPPED = 128 + signal.SIGTERM  # a worker's exit status when it stops on SIGTERM
 _POLL_S = 0.5  # how often the portable fallback looks at the parent
 _GRACE_S = 10.0  # how long stopping workers get to delete their temporary files
+_AGAIN_S = 0.01  # when a SIGTERM that could not raise is delivered again
 
 Result = tuple[int, int, list[BadImage]]
 
@@ -112,6 +114,7 @@ def watch_parent(owner: int, method: str) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    sys.unraisablehook = _StopUnraised(sys.unraisablehook)
     parent = os.getppid() if method == "forkserver" else owner
     armed = _exit_with_parent()
     if os.getppid() != parent:  # it died before the kernel was told to signal its death
@@ -149,6 +152,27 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     if _writing:
         raise _Stop
     os._exit(_STOPPED)
+
+
+class _StopUnraised:
+    """The worker's ``sys.unraisablehook``: a :class:`_Stop` that SIGTERM raised where Python
+    cannot raise (a weakref callback, a ``__del__``: as a SIGKILLed parent's workers' garbage
+    collection ran one) is not printed as "Exception ignored in ...", but delivered again
+    :data:`_AGAIN_S` later, to unwind the shard from where it is being written then; every
+    other unraisable exception goes to the hook there was."""
+
+    def __init__(self, hook: Callable[[Any], object]) -> None:
+        self.hook = hook
+
+    def __call__(self, unraisable: Any) -> None:
+        global _stopping
+        if not isinstance(unraisable.exc_value, _Stop):
+            self.hook(unraisable)
+            return
+        _stopping = False  # nothing was unwound: the next SIGTERM raises again
+        again = threading.Timer(_AGAIN_S, os.kill, (os.getpid(), signal.SIGTERM))
+        again.daemon = True
+        again.start()
 
 
 def _write(task: ShardTask) -> Result:

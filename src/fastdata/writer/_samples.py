@@ -9,7 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SKIP_HINT", "Sample", "folder_samples", "image_suffix", "list_samples", "suffix_of"]
+__all__ = [
+    "SKIP_HINT",
+    "Sample",
+    "check_labelled",
+    "folder_samples",
+    "image_suffix",
+    "list_samples",
+    "suffix_of",
+]
 
 SKIP_HINT = (
     "or pass on_error='skip' (fastdata convert --on-error skip) to leave such samples out, "
@@ -25,7 +33,7 @@ _ALIASES = {"jfif": "jpg", "jpe": "jpg"}  # other JPEG extensions: written as fr
 class Sample:
     """One sample to write: an encoded image and, optionally, its label, key and other
     fields (a caption, tokens, JSON metadata: the multimodal samples that
-    ``ImageStream.from_tar(members=...)`` and ``from_parquet(columns=...)`` read back).
+    ``ImageStream.from_tar(members=...)`` and ``from_parquet(columns=...)`` read).
 
     Args:
         image: the path of an image file (on ``source_filesystem`` of :func:`write_shards`,
@@ -37,7 +45,10 @@ class Sample:
         extras: other fields by name, the same names for every sample: in a tar shard the
             member ``{key}.{name}`` (``"txt"``, ``"json"``...: text as UTF-8, bytes as they
             are, anything else as JSON text), in Parquet the column ``name`` (text, bytes,
-            numbers and lists of numbers in Arrow's types, a dict as JSON text).
+            numbers and lists of numbers in Arrow's types, a dict as JSON text). What the
+            readers give back differs by format and name: in tar, text under ``txt``,
+            ``text``, ``caption``, a parsed ``json``, bytes under any other name; in
+            Parquet, the column's type (the "Preparing a dataset" guide has the table).
     """
 
     image: str | bytes
@@ -45,6 +56,31 @@ class Sample:
     key: str | None = None
     size: int | None = None
     extras: Mapping[str, Any] | None = None
+
+
+def check_labelled(samples: list[Sample]) -> None:
+    """Refuse samples of which some have a label and some do not, naming the first sample
+    whose label differs from the first sample's in that.
+
+    Raises:
+        ValueError: a sample has a label where the first has none, or the reverse.
+    """
+    first = samples[0].label is not None
+    differs = next((i for i, s in enumerate(samples) if (s.label is not None) != first), None)
+    if differs is None:
+        return
+    sample = samples[differs]
+    named = "".join(
+        f", {what} {value!r}"
+        for what, value in (("key", sample.key), ("image", sample.image))
+        if isinstance(value, str)
+    )
+    has = f"label={sample.label!r}" if sample.label is not None else "no label"
+    first_has = f"label={samples[0].label!r}" if first else "none"
+    raise ValueError(
+        f"sample {differs}{named} has {has}, but sample 0 has {first_has}: some samples have a "
+        "label and some do not; give every sample a label, or none"
+    )
 
 
 def folder_samples(
@@ -109,21 +145,73 @@ def list_samples(list_file: str | os.PathLike[str], /) -> list[Sample]:
     folder; blank lines are skipped).
 
     Raises:
-        ValueError: a line whose label is not an integer.
+        ValueError: a line whose label is not an integer, a line that is not UTF-8, or a
+            file that is no text at all (a Parquet or Arrow file: the message says how to
+            read it instead).
     """
     base = os.path.dirname(os.path.abspath(list_file))
+    with open(list_file, "rb") as f:
+        _check_text(list_file, f.read(_PEEK))
     samples = []
-    with open(list_file, encoding="utf-8-sig") as f:  # a BOM is no part of a path
-        for number, line in enumerate(f, start=1):
-            path, tab, label = line.rstrip("\r\n").partition("\t")
-            if not path.strip():
-                continue
-            try:
-                value = int(label) if tab else None
-            except ValueError:
-                raise ValueError(
-                    f"{list_file}, line {number}: label {label!r} is not an integer "
-                    "(expected 'path' or 'path<TAB>label')"
-                ) from None
-            samples.append(Sample(os.path.normpath(os.path.join(base, path)), value))
+    try:
+        with open(list_file, encoding="utf-8-sig") as f:  # a BOM is no part of a path
+            for number, line in enumerate(f, start=1):
+                path, tab, label = line.rstrip("\r\n").partition("\t")
+                if not path.strip():
+                    continue
+                try:
+                    value = int(label) if tab else None
+                except ValueError:
+                    raise ValueError(
+                        f"{list_file}, line {number}: label {label!r} is not an integer "
+                        "(expected 'path' or 'path<TAB>label')"
+                    ) from None
+                samples.append(Sample(os.path.normpath(os.path.join(base, path)), value))
+    except UnicodeDecodeError:
+        raise ValueError(_not_utf8(list_file)) from None
     return samples
+
+
+_PEEK = 4096  # the bytes of a list file looked at for a binary file's signature
+_LIST = (
+    "a list of images is a UTF-8 text file with one image per line ('path' or "
+    "'path<TAB>label'); fastdata convert also takes an image folder (root/<class>/<image>)"
+)
+_SIGNATURES = (  # (the file's first bytes, what it is, what to do with it)
+    (b"PAR1", "a Parquet file", "the data is Parquet already: read it with "
+     "fastdata.ImageStream.from_parquet(path) (an image column of bytes or of Hugging Face "
+     "Image dicts) or fastdata.ParquetStream(path)"),
+    (b"ARROW1", "an Arrow IPC file", "write it as Parquet (pyarrow.parquet.write_table) and "
+     "read that with fastdata.ImageStream.from_parquet"),
+    (b"\xff\xff\xff\xff", "an Arrow IPC stream file (datasets' save_to_disk writes these)",
+     "write the dataset as Parquet (datasets.load_from_disk(folder).to_parquet('train.parquet')) "
+     "and read that with fastdata.ImageStream.from_parquet"),
+)  # fmt: skip
+
+
+def _check_text(list_file: str | os.PathLike[str], head: bytes) -> None:
+    """Refuse a list file whose first bytes show it is no text: a Parquet or Arrow file
+    (with how to read it instead), or any file with a NUL byte."""
+    for signature, what, advice in _SIGNATURES:
+        if head.startswith(signature):
+            raise ValueError(f"{list_file}: {what}, not a list of images: {_LIST}; {advice}")
+    if b"\0" in head:
+        nul = head.index(b"\0")
+        raise ValueError(
+            f"{list_file}: a binary file (a NUL byte at byte {nul}), not a list of images: {_LIST}"
+        )
+
+
+def _not_utf8(list_file: str | os.PathLike[str]) -> str:
+    """The message of a list file that is not UTF-8: its first such line and byte."""
+    with open(list_file, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return (
+                    f"{list_file}, line {number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at "
+                    f"position {exc.start + 1} of the line): {_LIST}; re-save the list as UTF-8 "
+                    "(for a Latin-1 file: iconv -f latin1 -t utf-8 list.txt > list-utf8.txt)"
+                )
+    return f"{list_file}: not UTF-8 text: {_LIST}"  # pragma: no cover - found by the reader

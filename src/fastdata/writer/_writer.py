@@ -18,7 +18,7 @@ from fastdata.sources.filesystem import as_filesystem, digest
 from fastdata.sources.readers.tar import IMAGE_SUFFIXES
 from fastdata.writer._destination import BadImage, Destination
 from fastdata.writer._pool import write_in_pool
-from fastdata.writer._samples import SKIP_HINT, Sample, image_suffix, suffix_of
+from fastdata.writer._samples import SKIP_HINT, Sample, check_labelled, image_suffix, suffix_of
 from fastdata.writer._shard_files import (
     Item,
     ShardTask,
@@ -150,7 +150,8 @@ def write_shards(
             a path without an image's extension, bytes of no image format), or ``dest`` holds
             the shards of another conversion, or files named like the shards that its
             manifest does not list (a WebDataset ``ShardWriter``'s, say): pass
-            ``overwrite=True`` to delete them.
+            ``overwrite=True`` to delete them; or other files of the format, at any depth
+            (an export: streams would read them with the shards), which nothing deletes.
     """
     format = check_choice("format", format, ("parquet", "tar"))
     backend = check_choice("backend", backend, ("local", "ray"))
@@ -267,9 +268,7 @@ def _items(
     if not samples:
         raise ValueError("samples is empty: nothing to write")
     parsed = [s if isinstance(s, Sample) else Sample(**s) for s in samples]
-    labelled = {s.label is not None for s in parsed}
-    if len(labelled) > 1:
-        raise ValueError("some samples have a label and some do not: give all or none one")
+    check_labelled(parsed)
     names = _extra_names(parsed[0].extras, format)
     local = isinstance(fs, pafs.LocalFileSystem)
     paths = {
