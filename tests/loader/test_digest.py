@@ -293,7 +293,7 @@ def loader_for(case: dict[str, Any]) -> fd.DataLoader:
     )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_an_exact_replay_resumes_batch_for_batch_and_a_divergent_one_refuses(
     case: dict[str, Any],
