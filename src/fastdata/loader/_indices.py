@@ -36,6 +36,7 @@ from torch.utils.data import (
 from fastdata._state_checks import short
 from fastdata.errors import ResumeError
 from fastdata.loader import _rng
+from fastdata.loader._digest import IndexDigest
 from fastdata.loader._jsonable import decode, encode
 from fastdata.loader._record import Position
 from fastdata.loader._worker_side import stateful
@@ -58,13 +59,14 @@ class IndexPlan:
     ``state_dict()``), the batches (``tasks``) and *units* consumed — what the sampler's
     iterator yields: indices, or batches of a batch sampler of the user's — and, beyond
     them, unit ranges already consumed out of order (``done``: ``(offset, count)`` after
-    ``units``)."""
+    ``units``) and the digest of the units consumed, which the replay checks."""
 
     start: dict[str, Any] | None
     states: dict[str, Any] | None
     tasks: int
     units: int
     done: tuple[tuple[int, int], ...] = ()
+    digest: str | None = None  # of the ``units`` consumed (None: an older state's, unchecked)
 
 
 def generators_of(*objects: Any) -> list[torch.Generator]:
@@ -169,6 +171,7 @@ class Indices:
         self._iterator_stateful = False
         self.start: dict[str, Any] | None = None  # the randomness at this epoch's first draw
         self.position = Position(0, 0, 0, None)  # after the last batch handed to torch
+        self.digest: IndexDigest | None = None  # of the units drawn (see _digest)
 
     def _base(self) -> Any:
         return self.sampler if self.batch_sampler is None or self.standard else self.batch_sampler
@@ -230,20 +233,33 @@ class Indices:
         drawn = plan.start.get("draw") if replay else None  # type: ignore[union-attr]
         if drawn is not None:  # (None: saved before the first draw, which comes as it would)
             context = _restored(self.generators, drawn, keep=True)
+        refused: str | None = None
         with context:
             if self.iterator is None:  # batched here: made at the first draw, as torch does
                 self._make_iterator(plan, replay, lazy=True)
+            # Only a position that a resume replays needs the digest of what was drawn.
+            replays = not self._stateful and not self._iterator_stateful
+            digest = self.digest = IndexDigest() if replays and (plan is None or replay) else None
             skip = units if replay else 0
-            if len(list(itertools.islice(self.iterator, skip))) < skip:
-                return  # the saved epoch had ended
-            done = plan.done if plan is not None else ()
-            batches = self._batches(self.iterator, units, done)
-            # A sampler may make its first draw only when asked for its first index (torch's
-            # RandomSampler seeds itself then): under the epoch's randomness too.
-            first = list(itertools.islice(batches, 1))
+            skipped = list(itertools.islice(self.iterator, skip))
+            if digest is not None and skip:
+                digest.units(skipped)
+                refused = _diverged(plan.digest, digest.value(), skip)  # type: ignore[union-attr]
+            if refused is None and len(skipped) == skip:  # (short: the saved epoch had ended)
+                done = plan.done if plan is not None else ()
+                batches = self._batches(self.iterator, units, done)
+                # A sampler may make its first draw only when asked for its first index (torch's
+                # RandomSampler seeds itself then): under the epoch's randomness too.
+                first = list(itertools.islice(batches, 1))
+            else:
+                first, batches = [], iter(())
+        if refused is not None:
+            raise ResumeError(refused)
         for batch, start, end in itertools.chain(first, batches):
             tasks += 1
-            self.position = Position(tasks, end, start)
+            self.position = Position(
+                tasks, end, start, None, None if digest is None else digest.value()
+            )
             yield batch
 
     def _batches(
@@ -252,7 +268,8 @@ class Indices:
         """The batches (or indices) made of the units ``iterator`` gives, the first at offset
         ``start`` in the epoch, less the ranges ``done`` (see :func:`_without`), with the
         offsets of their first unit and past their last."""
-        units = _without(iterator, start, done)
+        digest = self.digest
+        units = _without(iterator, start, done, digest)
         if not self.standard:
             for unit, offset in units:
                 yield unit, offset, offset + 1
@@ -262,6 +279,8 @@ class Indices:
             batch = list(itertools.islice(iterator, size))
             if not batch or (drop_last and len(batch) < size):
                 return
+            if digest is not None:
+                digest.indices(batch)
             yield batch, start, start + len(batch)
             start += len(batch)
         while True:
@@ -331,11 +350,34 @@ def _restored(
 
 
 def _without(
-    units: Iterator[Any], start: int, done: tuple[tuple[int, int], ...]
+    units: Iterator[Any],
+    start: int,
+    done: tuple[tuple[int, int], ...],
+    digest: IndexDigest | None,
 ) -> Iterator[tuple[Any, int]]:
     """``units`` (the first at offset ``start`` in the epoch) with their offsets, less the
-    ranges ``done`` (``(offset, count)`` after ``start``) consumed before."""
+    ranges ``done`` (``(offset, count)`` after ``start``) consumed before; each one drawn
+    goes into ``digest``, those left out too."""
     consumed = {start + offset + i for offset, count in done for i in range(count)}
     for offset, unit in enumerate(units, start):
+        if digest is not None:
+            digest.units((unit,))
         if offset not in consumed:
             yield unit, offset
+
+
+def _diverged(saved: str | None, replayed: str | None, units: int) -> str | None:
+    """Why a replay that drew ``units`` units is refused (None: it reproduced them, or
+    there is nothing to compare: an older state, or units that are not indices)."""
+    if saved is None or replayed is None or saved == replayed:
+        return None
+    return (
+        f"cannot resume: replaying the epoch's order did not draw the {units} indices "
+        "consumed before the state was saved (their digest differs), so the rest of the epoch "
+        "would repeat some items and miss others. The order depends on something the state "
+        "does not hold: typically a sampler with a random generator of its own (a "
+        "random.Random or numpy Generator it holds) and no state_dict(), resumed after its "
+        "first epoch, or a sampler whose order changed since. Give the sampler (or batch "
+        "sampler) state_dict() / load_state_dict() that save its generator, or let it draw "
+        "from a torch.Generator it holds (saved with the state)."
+    )

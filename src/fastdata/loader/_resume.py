@@ -36,6 +36,7 @@ from fastdata._state_checks import require_int, require_mapping, short
 from fastdata._validate import is_int
 from fastdata.errors import ResumeError
 from fastdata.loader import _rng
+from fastdata.loader._digest import FIELD as DIGEST
 from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._record import Position, Record
 from fastdata.loader._resume_checks import (
@@ -132,8 +133,13 @@ def make_state(
     # Between epochs, workers that live on (persistent ones, or the main process) keep their
     # state into the next epoch; fresh workers start from the dataset as the loader holds it.
     keep_workers = not epoch_done or layout.persistent or layout.num_workers == 0
+    # A worker's replay is checked against the digest of what it delivered; in the main
+    # process a replay's draws interleave with the training step's: not comparable, none kept.
+    workers = layout.num_workers > 0
     if keep_workers:
-        state["workers"] = _workers(record, in_process)
+        state["workers"] = _workers(
+            record, in_process, digests=layout.kind == "iterable" and workers
+        )
         state["next_worker"] = record.next_worker
     if layout.kind == "map" and not epoch_done:
         prefix = record.prefix
@@ -144,11 +150,16 @@ def make_state(
             done=record.beyond(),
             states=prefix.states,
         )
+        if prefix.digest is not None:  # what a replay must draw again (fastdata.loader._digest)
+            state["sampler"][DIGEST] = prefix.digest
     return state
 
 
-def _workers(record: Record, in_process: dict[str, Any] | None) -> list[dict[str, Any] | None]:
-    """Each worker's counts and last snapshot (``in_process``: the snapshot taken now)."""
+def _workers(
+    record: Record, in_process: dict[str, Any] | None, *, digests: bool
+) -> list[dict[str, Any] | None]:
+    """Each worker's counts, last snapshot (``in_process``: the snapshot taken now) and,
+    with ``digests``, the digest of the batches it delivered."""
     found: list[dict[str, Any] | None] = []
     for worker, report in enumerate(record.workers):
         snapshot = in_process if in_process is not None else record.snapshots[worker]
@@ -161,14 +172,15 @@ def _workers(record: Record, in_process: dict[str, Any] | None) -> list[dict[str
             found.append(None)
             continue
         report = report or {}
-        found.append(
-            {
-                "batches": report.get("batches", 0),
-                "items": report.get("items", 0),
-                "ended": bool(report.get("ended", False)),
-                "snapshot": snapshot,
-            }
-        )
+        entry = {
+            "batches": report.get("batches", 0),
+            "items": report.get("items", 0),
+            "ended": bool(report.get("ended", False)),
+            "snapshot": snapshot,
+        }
+        if digests and record.digests[worker] is not None:
+            entry[DIGEST] = record.digests[worker]
+        found.append(entry)
     return found
 
 
@@ -309,4 +321,4 @@ _TOP = (
 
 def position_of(plan: IndexPlan | None) -> Position | None:
     """The consumed prefix a resumed epoch's record starts from."""
-    return None if plan is None else Position(plan.tasks, plan.units, 0, plan.states)
+    return None if plan is None else Position(plan.tasks, plan.units, 0, plan.states, plan.digest)

@@ -13,6 +13,8 @@ from fastdata._state_checks import check_matches, require_int, require_mapping, 
 from fastdata._validate import is_int
 from fastdata.errors import ResumeError, warn_user
 from fastdata.loader import _rng
+from fastdata.loader._digest import FIELD as DIGEST
+from fastdata.loader._digest import check_field
 from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._jsonable import decode
 from fastdata.loader._record import epoch_start
@@ -181,6 +183,7 @@ def index_plan(
         tasks=require_int(sampler, "tasks"),
         units=require_int(sampler, "units"),
         done=tuple((int(o), int(n)) for o, n in done),
+        digest=check_field(sampler.get(DIGEST)),
     )
 
 
@@ -226,6 +229,7 @@ def worker_plans(
             batches=require_int(entry, "batches"),
             items=require_int(entry, "items"),
             ended=ended,
+            digest=check_field(entry.get(DIGEST), halves=2),
         )
         reports.append({**entry, "worker": worker})
     counted = sum(p.batches for p in plans.values())
