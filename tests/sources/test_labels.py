@@ -91,3 +91,25 @@ def test_the_rule_is_the_one_file_labels_follow(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match=r"label 0\.7 is not an integer") as caught:
         ImageStream.from_files([path], [0.7])
     assert caught.value.path == path
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_uint64_labels_beyond_int64_and_nan_labels_are_refused_with_what_to_do(
+    tmp_path: Path, batch_size: int | None
+) -> None:
+    small = _write(tmp_path / "small.parquet", pa.array([0, 1, 2, 3], pa.uint64()))
+    assert _labels(small, batch_size) == [0, 1, 2, 3]
+    huge = _write(tmp_path / "huge.parquet", pa.array([0, 1, 2, 2**63 + 5], pa.uint64()))
+    with pytest.raises(SourceError, match=r"label 9223372036854775813 is not") as caught:
+        _labels(huge, batch_size)  # was wrapped to a negative label in batches
+    assert (caught.value.row_group, caught.value.row) == (1, 1)
+    nan = _write(tmp_path / "nan.parquet", pa.array([0.0, float("nan"), 1.0, 2.0]))
+    with pytest.raises(SourceError, match=r"a NaN label .* filter=~pyarrow\.compute\.is_nan"):
+        _labels(nan, batch_size)  # was told to map class names to indices
+
+
+def test_other_label_schema_errors_are_not_told_about_label_column_none(tmp_path: Path) -> None:
+    path = _write(tmp_path / "ints.parquet", pa.array([0, 1, 2, 3]))
+    with pytest.raises(SchemaError) as caught:
+        ImageStream.from_parquet(path, fill_null={"label": "x"})
+    assert "label_column=None" not in str(caught.value)

@@ -10,11 +10,13 @@ label column, row by row in either mode (a stream batch or one row at a time).
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fastdata.errors import SourceError
 from fastdata.sources.base import INDEX, Context
@@ -67,18 +69,26 @@ def int_labels(table: pa.Table, column: str, context: Context) -> pa.Table:
     the reader let through (a column that is not numeric), is refused naming its file, row
     group, row and column (``table`` carries :data:`INDEX`)."""
     values = table.column(column)
-    if pa.types.is_integer(values.type):
-        return table
+    if pa.types.is_integer(values.type) and not (
+        pa.types.is_uint64(values.type) and (pc.max(values).as_py() or 0) >= 2**63
+    ):
+        return table  # (uint64 beyond int64 goes on, to be refused naming its row)
     labels = []
     for value, index in zip(values.to_pylist(), table.column(INDEX).to_pylist(), strict=True):
         label = as_label(value)
         if label is None:
-            reason = (
-                f"a null label; pass fill_null={{{column!r}: value}} or "
-                f"filter=pyarrow.compute.field({column!r}).is_valid()"
-                if value is None
-                else _NOT_AN_INDEX.format(value)
-            )
+            if value is None:
+                reason = (
+                    f"a null label; pass fill_null={{{column!r}: value}} or "
+                    f"filter=pyarrow.compute.field({column!r}).is_valid()"
+                )
+            elif isinstance(value, float) and math.isnan(value):
+                reason = (
+                    "a NaN label (not a null: fill_null does not replace it); pass "
+                    f"filter=~pyarrow.compute.is_nan(pyarrow.compute.field({column!r}))"
+                )
+            else:
+                reason = _NOT_AN_INDEX.format(value)
             raise SourceError(
                 f"{reason} (column type {values.type})", **context.locate(index), column=column
             )

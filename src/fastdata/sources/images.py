@@ -296,7 +296,8 @@ class ImageStream(PlannedStream):
                 verify_checksums=verify_checksums,
             )
         except SchemaError as exc:
-            if label_column is None or exc.column != label_column:
+            missing = f"column {label_column!r} does not exist"  # (readers/_footers.py)
+            if label_column is None or not exc.reason.startswith(missing):
                 raise
             fix = "; pass label_column=None for unlabelled data, or the label column's name"
             raise SchemaError(exc.reason + fix, path=exc.path, column=exc.column) from None
