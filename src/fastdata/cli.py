@@ -242,7 +242,7 @@ def _add_convert(commands: Any) -> None:
         "--overwrite",
         action="store_true",
         help="delete what DST holds of a conversion first (its _fastdata_shards.json, the "
-        "PREFIX-... files, the records of images left out) and write every shard anew; "
+        "PREFIX-NNNNNN shard files, the records of images left out) and write every shard anew; "
         "without it, the shards of an earlier run whose images are unchanged are kept",
     )
     convert.add_argument(

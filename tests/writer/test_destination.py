@@ -115,7 +115,7 @@ def test_files_named_like_the_shards_that_no_manifest_lists_are_refused(tmp_path
         f"shard-000001.tar and 1 more) that no {MANIFEST} lists: another tool's (WebDataset's "
         "ShardWriter), or a conversion's whose manifest was removed or replaced; streams would "
         "read them with the new shards. Write to a new folder, or pass overwrite=True "
-        "(fastdata convert --overwrite) to delete the shard-... files, the left-out records "
+        "(fastdata convert --overwrite) to delete the shard-NNNNNN files, the left-out records "
         f"and the {MANIFEST} first"
     )
     assert files(tmp_path) == ["notes.txt", *(f"shard-{n:06d}.tar" for n in range(3))]
@@ -137,7 +137,7 @@ def test_a_destination_of_another_conversion_is_refused_unless_overwritten(
     with pytest.raises(ValueError, match=r"another conversion: of the 1 shard its .* none is"):
         dest.claim(manifest("q", a="other"))
     assert files(tmp_path) == [MANIFEST, f"_shard-a.tar{LEFT_OUT}", "shard-a.tar"]
-    (tmp_path / "shard-x.tar").write_bytes(b"foreign")
+    (tmp_path / "shard-000009.tar").write_bytes(b"foreign")  # named as the writer names shards
     (tmp_path / "other.bin").write_bytes(b"not the conversion's")
     claim = dest.claim(manifest("q", a="other"), overwrite=True)
     assert claim == (frozenset(), 0, {})

@@ -4,6 +4,7 @@ them, and a list file's."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,36 @@ def test_the_suffix_is_the_files_extension_or_the_bytes_format() -> None:
         image_suffix(b"GIF89a" + bytes(20), "k")
     assert suffix_of("notes.txt")[0] == "" and suffix_of("a.jpg") == ("jpg", "")
     assert "found no known header: b'<html>" in suffix_of(b"<html>404</html>")[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_list_read_from_a_pipe_keeps_every_line(tmp_path: Path) -> None:
+    """The binary-file check read the list's first 4 KiB and then opened it again: a pipe
+    (a FIFO, /dev/stdin, bash's <(...)) cannot be read twice, so the lines in those bytes
+    were lost without a word (old code: 895 of 1,000 samples, the first half a path)."""
+    lines = "".join(f"/data/class_{i % 3}/img_{i:07d}.jpg\t{i % 3}\n" for i in range(1000))
+    fifo = tmp_path / "list.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_text, args=(lines,))
+    writer.start()
+    try:
+        samples = list_samples(fifo)
+    finally:
+        writer.join()
+    assert len(samples) == 1000
+    assert samples[0] == Sample("/data/class_0/img_0000000.jpg", 0)
+    assert samples[-1] == Sample("/data/class_0/img_0000999.jpg", 0)
+
+
+def test_a_list_is_told_from_a_binary_file_by_more_than_its_first_bytes(tmp_path: Path) -> None:
+    """A list whose first path starts with PAR1 or ARROW1 was refused as a Parquet or Arrow
+    file (old code); a UTF-16 list (Windows PowerShell 5.1's '>') was "a binary file"."""
+    for first in ("PAR1/img_0001.jpg", "ARROW1/img_0001.jpg"):
+        (tmp_path / "list.txt").write_text(f"{first}\t1\nb.jpg\t0\n")
+        samples = list_samples(tmp_path / "list.txt")
+        assert [s.label for s in samples] == [1, 0]
+        assert samples[0].image == str(tmp_path / first)
+    for encoding in ("utf-16", "utf-16-le", "utf-16-be"):  # with a BOM, and without
+        (tmp_path / "list.txt").write_text("a.jpg\t1\nb.jpg\t0\n", encoding=encoding)
+        with pytest.raises(ValueError, match=r"list.txt: UTF-16 text .*iconv -f utf-16 -t utf-8"):
+            list_samples(tmp_path / "list.txt")

@@ -20,13 +20,12 @@ import pyarrow.fs as pafs
 
 from fastdata._validate import check_int
 from fastdata.errors import SourceError, warn_user
-from fastdata.sources.filesystem import MANIFEST, as_filesystem, digest
+from fastdata.sources.filesystem import MANIFEST, _suffixed, as_filesystem, below, digest, walk
 
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 T = TypeVar("T")
 _GLOB_CHARS = set("*?[")
-_HIDDEN_PREFIXES = (".", "_")  # pyarrow.dataset ignores these too (_SUCCESS, .crc, ...)
 
 
 class Listing(NamedTuple):
@@ -178,8 +177,7 @@ def _check_finished(
             planned = [str(shard["name"]) for shard in json.loads(f.read())["shards"]]
     except (OSError, pa.ArrowException, ValueError, KeyError, TypeError):
         return None
-    top = PurePath(directory)
-    present = {PurePath(p).name for p, _ in found if PurePath(p).parent == top}
+    present = {name for p, _ in found if len(PurePath(name := below(directory, p)).parts) == 1}
     missing = [name for name in planned if name not in present]
     if missing:
         raise SourceError(
@@ -200,9 +198,9 @@ def _listed_only(
     """The files of a folder a conversion wrote that are its shards (those its manifest
     ``listed``); the others (another export put beside them) are left out with a warning
     naming them, not read as part of its dataset."""
-    top, names = PurePath(directory), set(listed)
-    shards = [(p, n) for p, n in found if PurePath(p).parent == top and PurePath(p).name in names]
-    others = [p for p, _ in found if (PurePath(p).parent != top or PurePath(p).name not in names)]
+    names = set(listed)
+    shards = [(p, n) for p, n in found if below(directory, p) in names]
+    others = [p for p, _ in found if below(directory, p) not in names]
     if others:
         warn_user(
             f"{item}: {_files(len(others))} beside the {len(shards)} shards that its {MANIFEST} "
@@ -219,70 +217,6 @@ def _has_glob(path: str) -> bool:
 
 def _kinds(suffixes: tuple[str, ...]) -> str:
     return "/".join(suffixes) if suffixes else "matching"
-
-
-def _visible(name: str) -> bool:
-    return not name.startswith(_HIDDEN_PREFIXES)
-
-
-def walk(
-    fs: pafs.FileSystem, base: str, suffixes: tuple[str, ...], *, hidden: bool = False
-) -> list[tuple[str, int]]:
-    """``(path, size)`` of the files below ``base`` whose names end in ``suffixes``
-    (case-insensitively; all when empty), sorted by path; names starting with ``.`` or ``_``
-    (and what is below them) only with ``hidden``."""
-    if isinstance(fs, pafs.LocalFileSystem):
-        found = _walk_local(base, hidden)
-    else:
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        found = [
-            (info.path, int(info.size or 0))
-            for info in infos
-            if info.type == pafs.FileType.File
-            and (hidden or all(_visible(part) for part in _relative_parts(base, info.path)))
-        ]
-    return sorted((p, n) for p, n in found if _suffixed(p, suffixes))
-
-
-def _suffixed(path: str, suffixes: tuple[str, ...]) -> bool:
-    """Whether ``path`` ends in one of ``suffixes`` (case-insensitively; any when empty)."""
-    return not suffixes or path.lower().endswith(tuple(s.lower() for s in suffixes))
-
-
-def _walk_local(base: str, hidden: bool) -> list[tuple[str, int]]:
-    """The files below a local directory (the visible ones unless ``hidden``). Symbolic
-    links are followed, but each directory is entered once, by its first path in sorted
-    order: a link back up the tree (a loop) or a second link to one directory adds nothing.
-    A link that leads nowhere is listed (with size 0), as torchvision's ImageFolder lists
-    it: reading it then fails naming it (or ``on_error="skip"`` counts it), where leaving
-    it out would lose a sample silently."""
-    found: list[tuple[str, int]] = []
-    seen: set[tuple[int, int]] = set()
-    pending = [base]
-    while pending:
-        directory = pending.pop()
-        try:
-            stat = os.stat(directory)
-            if (stat.st_dev, stat.st_ino) in seen:
-                continue
-            seen.add((stat.st_dev, stat.st_ino))
-            entries = sorted(os.scandir(directory), key=lambda e: e.name, reverse=True)
-        except OSError as exc:
-            raise SourceError(f"cannot list the directory ({exc})", path=directory) from exc
-        for entry in entries:
-            if not hidden and not _visible(entry.name):
-                continue
-            if entry.is_dir():
-                pending.append(entry.path)
-            elif entry.is_file():
-                found.append((entry.path, entry.stat().st_size))
-            elif entry.is_symlink():  # dangling (or a loop): listed, so reading it names it
-                found.append((entry.path, 0))
-    return found
-
-
-def _relative_parts(base: str, path: str) -> tuple[str, ...]:
-    return PurePath(path[len(base) :].lstrip("/")).parts
 
 
 def _glob(

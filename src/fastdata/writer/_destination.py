@@ -16,14 +16,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import uuid
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any, NamedTuple, NoReturn
 
 import pyarrow.fs as pafs
 
-from fastdata.sources.filesystem import CHUNK, MANIFEST, as_filesystem, digest, unlink
+from fastdata.errors import warn_user
+from fastdata.sources.filesystem import (
+    CHUNK,
+    MANIFEST,
+    as_filesystem,
+    below,
+    digest,
+    unlink,
+    walk,
+)
 from fastdata.sources.readers.parquet import SUFFIXES as PARQUET_SUFFIXES
 from fastdata.sources.readers.tar import SHARD_SUFFIXES
 
@@ -105,6 +116,13 @@ class Destination:
     def staged(self, name: str) -> str:
         return os.path.join(self.staging, f".{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
+    def ours(self, name: str) -> bool:
+        """Whether ``name`` is one the writer gives a shard (``{prefix}-`` and six digits or
+        more, ``.parquet`` or ``.tar``): a Hugging Face export's ``train-00000-of-00001.parquet``
+        is not, even with the prefix ``train``."""
+        shaped = rf"{re.escape(self.prefix)}-\d{{6,}}\.(parquet|tar)"
+        return re.fullmatch(shaped, name) is not None
+
     def files(self) -> set[str]:
         """The names of the files directly in the destination."""
         infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
@@ -117,8 +135,9 @@ class Destination:
         The shards an earlier run of the same plan finished are kept. So are, when the plan
         changed (a bad image removed, a file that changed), the shards of the earlier plan
         whose digest did not change; its other shards are deleted. ``overwrite`` deletes
-        the manifest, the shards it lists, every file named ``{prefix}-...`` and the
-        left-out records first.
+        the manifest, the shards it lists, every file named as the writer names shards
+        (``{prefix}-000000.parquet``, ``.tar``: :meth:`ours`) and the left-out records
+        first; nothing else.
 
         Raises:
             ValueError: the destination holds files named like the shards that no manifest
@@ -135,7 +154,7 @@ class Destination:
                 self._delete(name)
             files, found = self.files(), None
         listed = {s["name"]: s.get("digest") for s in (found or {}).get("shards", [])}
-        foreign = sorted(n for n in files if n.startswith(f"{self.prefix}-") and n not in listed)
+        foreign = sorted(n for n in files if self.ours(n) and n not in listed)
         if foreign:
             self._refuse(
                 f"holds {_count(foreign, 'file')} named like this conversion's shards "
@@ -162,7 +181,7 @@ class Destination:
         for name in files:  # records of shards not kept (a shard lost with its writer too)
             if name.startswith("_") and name.endswith(LEFT_OUT):
                 shard = name[1 : -len(LEFT_OUT)]
-                if shard not in kept and (shard in listed or shard.startswith(f"{self.prefix}-")):
+                if shard not in kept and (shard in listed or self.ours(shard)):
                     self._delete(name)
         text = json.dumps(manifest, indent=1)
         if found != json.loads(text):  # new, or another plan (or classes) than recorded
@@ -227,7 +246,7 @@ class Destination:
         """What ``overwrite`` deletes: shards first, then their records, the manifest last
         (until it goes, a rerun without ``overwrite`` still knows the files)."""
         listed = {str(s.get("name")) for s in (found or {}).get("shards", [])}
-        shards = sorted(n for n in files if n in listed or n.startswith(f"{self.prefix}-"))
+        shards = sorted(n for n in files if n in listed or self.ours(n))
         records = sorted(
             n
             for n in files
@@ -236,33 +255,43 @@ class Destination:
         return shards + records + ([MANIFEST] if MANIFEST in files else [])
 
     def _refuse_others(self, format: str, found: dict[str, Any] | None) -> None:
-        """Refuse a destination holding files a stream over it would read with the shards
-        (``format``'s suffixes, at any depth, names not starting with ``.`` or ``_``) that
-        are no conversion's (not named ``{prefix}-...`` nor listed by its manifest ``found``):
-        a Hugging Face export, say. ``overwrite`` never deletes those."""
+        """Refuse a destination holding files that a stream reading the folder would read
+        with the shards, which are no conversion's: a Hugging Face export, say.
+        ``overwrite`` never deletes those. The files are listed as the streams list them
+        (``format``'s suffixes at any depth, names not starting with ``.`` or ``_``, each
+        real folder once). The files of a subfolder with a manifest of its own (a
+        conversion written there) are no export; and a folder that has a manifest
+        ``found`` is read as its shards only, so there the others are named in a warning."""
         listed = {str(s.get("name")) for s in (found or {}).get("shards", [])}
-        below = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
-        names = [
-            info.path[len(self.root) :].lstrip("/")
-            for info in self.fs.get_file_info(below)
-            if info.type == pafs.FileType.File and info.path.lower().endswith(_READ[format])
-        ]
-        others = sorted(
-            name
+        paths = walk(self.fs, self.root, (*_READ[format], MANIFEST), hidden=True)
+        names = [PurePosixPath(below(self.root, path).replace(os.sep, "/")) for path, _ in paths]
+        nested = {name.parent for name in names if name.name == MANIFEST and name.parent.parts}
+        others = [
+            str(name)
             for name in names
-            if not any(part.startswith((".", "_")) for part in name.split("/"))
-            and name not in listed
-            and ("/" in name or not name.startswith(f"{self.prefix}-"))
-        )
-        if others:
-            kind = "Parquet" if format == "parquet" else "tar"
-            raise ValueError(
-                f"{self.root} holds {_count(others, f'{kind} file')} that no conversion "
-                f"wrote ({_some(others)}): a stream reading the folder would read "
-                f"{'it' if len(others) == 1 else 'them'} as part of the dataset. Write the "
-                "shards to a folder of their own, or move those files out first "
-                "(overwrite=True deletes only what a conversion wrote)"
+            if not any(part.startswith((".", "_")) for part in name.parts)
+            and str(name) not in listed
+            and not (len(name.parts) == 1 and self.ours(name.name))  # refused, or listed
+            and not nested.intersection(name.parents)
+        ]
+        if not others:
+            return
+        kind = f"{'Parquet' if format == 'parquet' else 'tar'} file"
+        if found is not None:
+            warn_user(
+                f"{self.root} holds {_count(others, kind)} that its {MANIFEST} does not list "
+                f"({_some(others)}): streams reading the folder leave "
+                f"{'it' if len(others) == 1 else 'them'} out and read the shards only; a "
+                "glob such as 'folder/*' reads every file"
             )
+            return
+        raise ValueError(
+            f"{self.root} holds {_count(others, kind)} that no conversion wrote "
+            f"({_some(others)}): a stream reading the folder would read "
+            f"{'it' if len(others) == 1 else 'them'} as part of the dataset. Write the "
+            "shards to a folder of their own, or move those files out first "
+            "(overwrite=True deletes only what a conversion wrote)"
+        )
 
     def _delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -271,7 +300,7 @@ class Destination:
     def _refuse(self, what: str) -> NoReturn:
         raise ValueError(
             f"{self.root} {what}. Write to a new folder, or pass overwrite=True (fastdata "
-            f"convert --overwrite) to delete the {self.prefix}-... files, the left-out "
+            f"convert --overwrite) to delete the {self.prefix}-NNNNNN files, the left-out "
             f"records and the {MANIFEST} first"
         )
 

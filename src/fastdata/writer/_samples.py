@@ -4,6 +4,8 @@ ImageFolder tree (:func:`folder_samples`) or a list file (:func:`list_samples`).
 
 from __future__ import annotations
 
+import codecs
+import io
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -150,11 +152,14 @@ def list_samples(list_file: str | os.PathLike[str], /) -> list[Sample]:
             read it instead).
     """
     base = os.path.dirname(os.path.abspath(list_file))
-    with open(list_file, "rb") as f:
-        _check_text(list_file, f.read(_PEEK))
     samples = []
     try:
-        with open(list_file, encoding="utf-8-sig") as f:  # a BOM is no part of a path
+        with open(list_file, "rb") as raw:
+            head = raw.read(_PEEK)
+            _check_text(list_file, head)
+            # read on from the bytes looked at: a pipe (/dev/stdin, a FIFO) is read once
+            replay = io.BufferedReader(_Replay(head, raw))
+            f = io.TextIOWrapper(replay, encoding="utf-8-sig")  # a BOM is no part of a path
             for number, line in enumerate(f, start=1):
                 path, tab, label = line.rstrip("\r\n").partition("\t")
                 if not path.strip():
@@ -177,7 +182,7 @@ _LIST = (
     "a list of images is a UTF-8 text file with one image per line ('path' or "
     "'path<TAB>label'); fastdata convert also takes an image folder (root/<class>/<image>)"
 )
-_SIGNATURES = (  # (the file's first bytes, what it is, what to do with it)
+_SIGNATURES = (  # (a binary file's first bytes, what it is, what to do with it)
     (b"PAR1", "a Parquet file", "the data is Parquet already: read it with "
      "fastdata.ImageStream.from_parquet(path) (an image column of bytes or of Hugging Face "
      "Image dicts) or fastdata.ParquetStream(path)"),
@@ -189,11 +194,45 @@ _SIGNATURES = (  # (the file's first bytes, what it is, what to do with it)
 )  # fmt: skip
 
 
+class _Replay(io.RawIOBase):
+    """The bytes of ``rest``, whose first bytes ``head`` were read from it already."""
+
+    def __init__(self, head: bytes, rest: io.BufferedReader) -> None:
+        self._head, self._rest = memoryview(head), rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._head:
+            return self._rest.readinto(buffer)
+        count = min(len(buffer), len(self._head))
+        buffer[:count], self._head = self._head[:count], self._head[count:]
+        return count
+
+
 def _check_text(list_file: str | os.PathLike[str], head: bytes) -> None:
-    """Refuse a list file whose first bytes show it is no text: a Parquet or Arrow file
-    (with how to read it instead), or any file with a NUL byte."""
+    """Refuse a list file whose first bytes show it is no UTF-8 text: UTF-16 text (with
+    how to re-save it), a Parquet or Arrow file (with how to read it instead), or any file
+    with a NUL byte. A signature counts only in bytes that are no text: a list whose first
+    path starts with ``PAR1`` is a list."""
+    pairs = [head[i : i + 4 : 2] for i in (0, 1)] if len(head) >= 4 else []
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or sorted(
+        (0 in pair, pair == bytes(2)) for pair in pairs
+    ) == [(False, False), (True, True)]:  # the BOM, or ASCII as UTF-16 (LE or BE) without
+        raise ValueError(
+            f"{list_file}: UTF-16 text (what Windows PowerShell 5.1's '>' writes), not UTF-8: "
+            f"{_LIST}; re-save the list as UTF-8 (iconv -f utf-16 -t utf-8 list.txt > "
+            "list-utf8.txt, or in PowerShell: Get-Content list.txt | Set-Content -Encoding "
+            "utf8 list-utf8.txt)"
+        )
+    try:  # a character cut at the end of the head is no error
+        codecs.getincrementaldecoder("utf-8")().decode(head)
+        text = b"\0" not in head
+    except UnicodeDecodeError:
+        text = False
     for signature, what, advice in _SIGNATURES:
-        if head.startswith(signature):
+        if head.startswith(signature) and not text:
             raise ValueError(f"{list_file}: {what}, not a list of images: {_LIST}; {advice}")
     if b"\0" in head:
         nul = head.index(b"\0")

@@ -136,7 +136,7 @@ def write_shards(
             keys (by default their index among ``samples``) and their place in the plan.
         max_pixels: images over this many pixels are refused, as the streams refuse them
             by default (:data:`fastdata.decode.DEFAULT_MAX_PIXELS`); None for no limit.
-        overwrite: delete the destination's manifest, its ``{prefix}-...`` files and the
+        overwrite: delete the destination's manifest, its ``{prefix}-NNNNNN`` shards and the
             left-out records first, and write every shard anew. Without it, an earlier
             conversion's shards whose samples and options are unchanged are kept (its
             other shards are deleted and :attr:`WriteResult.removed` counts them), and a
