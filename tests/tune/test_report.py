@@ -138,4 +138,7 @@ def test_thread_workers_come_with_their_caveat_about_random_numbers() -> None:
                            config=LoaderConfig(num_workers=1, prefetch_factor=2), reason="r",
                            loader={"worker_init_fn": "seed_worker"})  # fmt: skip
     assert "generators" not in processes.how_to_apply()
-    assert all(len(line) <= 96 for line in seeded.how_to_apply().splitlines()[3:])
+    caveat = seeded.how_to_apply().split("apply it:")[0]  # before the lines to apply
+    assert "warning: the loader's worker_init_fn" in caveat
+    assert all(len(line) <= 96 for line in caveat.splitlines())
+    assert "config='tuned.json'" in seeded.how_to_apply("tuned.json").splitlines()[-1]

@@ -178,7 +178,8 @@ class TuneResult:
         if path is not None:
             lines.append(f"  fastdata.DataLoader(dataset, ..., config={os.fspath(path)!r})")
         if self.config.num_workers and self.config.worker_method == "thread":
-            lines.append(thread_caveat(self.loader.get("worker_init_fn")))
+            # before the lines to apply: the last line is the one users copy
+            lines.insert(0, thread_caveat(self.loader.get("worker_init_fn")))
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
