@@ -17,6 +17,7 @@ __all__ = [
     "ContractError",
     "DecodeError",
     "FastDataError",
+    "ReplayWarning",
     "ResumeError",
     "SchemaError",
     "SourceError",
@@ -150,6 +151,14 @@ class CacheError(SourceError):
 
 class ResumeError(FastDataError):
     """A ``state_dict`` that cannot be applied (different dataset, layout or version)."""
+
+
+class ReplayWarning(UserWarning):
+    """A resume that may not be exact, said when the state is loaded: the loader will replay
+    what it cannot restore (an ``IterableDataset`` of yours without ``state_dict()``, in thread
+    workers, runs its iterator again from the epoch's start), and that replay depends on
+    something a state cannot hold (the process's global random generators, shared by thread
+    workers). Turn it into an error with ``warnings.simplefilter("error", ReplayWarning)``."""
 
 
 class ContractError(AssertionError):

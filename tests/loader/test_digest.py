@@ -1,14 +1,20 @@
-"""A resume that replays checks that the replay reproduces what was consumed
-(fastdata.loader._digest): a sampler's indices, an iterable worker's batches. Where it does
-not — a sampler with a random.Random of its own resumed after its first epoch, a thread
-worker shuffling with the process's global numpy generator — the resume is refused with a
-ResumeError, not delivered with items lost and repeated (the review's findings 1 and 2);
-exact replays still resume batch for batch; states without the digests still load."""
+"""A sampler's replay checks that it draws what the saved run drew (fastdata.loader._digest):
+a sampler with a random.Random of its own resumed after its first epoch is refused with a
+ResumeError, not delivered with items lost and repeated, whatever its units (indices, batches
+as lists, arrays or tensors, (index, scale) pairs, string keys) and also when what was
+consumed lies out of order beyond the prefix (in_order=False). An iterable dataset's replay in
+thread workers cannot be checked: loading such a state warns (fastdata.ReplayWarning), in
+exactly that case. Exact replays still resume batch for batch; older states still load."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import time
+import warnings
+from array import array
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -94,30 +100,13 @@ def save_after(make, k: int, epochs_before: int = 0, seed: int = 0) -> tuple[lis
     return head, state
 
 
-# ------------------------------------------------------------------ finding 1
-@pytest.mark.parametrize(("saved", "loaded"), [("multiprocessing", "thread"), ("thread", "thread")])
-def test_a_thread_replay_from_the_global_generators_is_refused(saved: str, loaded: str) -> None:
-    def make(method: str) -> fd.DataLoader:
-        return fd.DataLoader(Shuffled(40), batch_size=4, num_workers=2, worker_method=method)
-
-    _, state = save_after(lambda: make(saved), 3)
-    resumed = make(loaded)
-    resumed.load_state_dict(state)
-    with pytest.raises(fd.ResumeError, match=r"worker \d replayed .* global generators"):
-        list(resumed)
-
-
-def test_a_process_replay_from_the_global_generators_still_resumes() -> None:
-    def make() -> fd.DataLoader:
-        return fd.DataLoader(Shuffled(40), batch_size=4, num_workers=2)
-
-    head, state = save_after(make, 3)
+def resume_all(make, state: dict[str, Any]) -> list[Any]:
     resumed = make()
     resumed.load_state_dict(state)
-    assert sorted(flat(head) + flat(list(resumed))) == list(range(40))
+    return list(resumed)
 
 
-# ------------------------------------------------------------------ finding 2
+# ------------------------------------------------------------------ samplers
 def test_a_sampler_with_its_own_generator_is_refused_after_its_first_epoch() -> None:
     def make() -> fd.DataLoader:
         return fd.DataLoader(Items(20), batch_size=4, sampler=OwnRandomSampler(20))
@@ -136,45 +125,292 @@ def test_a_sampler_with_its_own_generator_resumes_in_its_first_epoch() -> None:
 
     full = flat(list(make()))
     head, state = save_after(make, 2)
+    assert flat(head) + flat(resume_all(make, state)) == full
+
+
+class Keyed(tud.Dataset):
+    """Items 0..23 under any key a sampler below yields."""
+
+    def __len__(self) -> int:
+        return 24
+
+    def __getitem__(self, key: Any) -> int:
+        if isinstance(key, tuple):
+            return int(key[0])
+        return int(key[1:]) if isinstance(key, str) else int(key)
+
+
+class OwnUnits(tud.Sampler):
+    """A sampler (or, ``batches``, a batch sampler of 4) with a random.Random of its own and
+    no state_dict(), yielding units of the kind named."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.rng = random.Random(5)
+
+    def __len__(self) -> int:
+        return 6 if self.kind.startswith("batch") else 24
+
+    def __iter__(self):
+        order = list(range(24))
+        self.rng.shuffle(order)
+        if self.kind == "batch ndarray":
+            return iter(np.array(order).reshape(6, 4))
+        if self.kind == "batch tensor":
+            return iter(torch.tensor(order).reshape(6, 4))
+        if self.kind == "batch of pairs":  # (index, scale) pairs in batches
+            return iter([[(j, 0.5) for j in order[k : k + 4]] for k in range(0, 24, 4)])
+        if self.kind == "scale pairs":
+            return iter([(i, 0.5 + (i % 3) / 4) for i in order])  # (index, scale)
+        return iter([f"k{i}" for i in order])  # string keys
+
+
+def keyed_loader(kind: str) -> fd.DataLoader:
+    if kind.startswith("batch"):
+        return fd.DataLoader(Keyed(), batch_sampler=OwnUnits(kind))
+    return fd.DataLoader(Keyed(), batch_size=4, sampler=OwnUnits(kind))
+
+
+UNIT_KINDS = ["batch ndarray", "batch tensor", "batch of pairs", "scale pairs", "string keys"]
+
+
+@pytest.mark.parametrize("kind", UNIT_KINDS)
+def test_units_that_are_not_plain_indices_are_checked(kind: str) -> None:
+    """The review's finding 5: such units switched the check off (items lost, no error)."""
+    _, state = save_after(lambda: keyed_loader(kind), 2, epochs_before=1)
+    assert "digest_v1" in state["sampler"]
+    with pytest.raises(fd.ResumeError, match="replaying the epoch's order"):
+        resume_all(lambda: keyed_loader(kind), state)
+
+
+@pytest.mark.parametrize("kind", UNIT_KINDS)
+def test_units_that_are_not_plain_indices_resume_exactly_in_the_first_epoch(kind: str) -> None:
+    full = flat(list(keyed_loader(kind)))
+    head, state = save_after(lambda: keyed_loader(kind), 2)
+    assert flat(head) + flat(resume_all(lambda: keyed_loader(kind), state)) == full
+
+
+def test_units_that_cannot_be_encoded_are_not_checked() -> None:
+    class Key:
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+    class ObjectKeys(tud.Dataset):
+        def __len__(self) -> int:
+            return 12
+
+        def __getitem__(self, key: Key) -> int:
+            return key.i
+
+    class Sampler(tud.Sampler):
+        def __len__(self) -> int:
+            return 12
+
+        def __iter__(self):
+            return iter([Key(i) for i in range(12)])
+
+    def make() -> fd.DataLoader:
+        return fd.DataLoader(ObjectKeys(), batch_size=4, sampler=Sampler())
+
+    head, state = save_after(make, 1)
+    assert "digest_v1" not in state["sampler"]
+    assert flat(head) + flat(resume_all(make, state)) == list(range(12))
+
+
+def test_the_digest_of_units_in_one_call_is_that_of_one_at_a_time() -> None:
+    """The replay digests what it skips in one update; the same bytes as the draws' (and as
+    the first release's array("q") encoding, so its states still resume)."""
+    from fastdata.loader._digest import IndexDigest
+
+    def digest(chunks: list[list[Any]]) -> str | None:
+        found = IndexDigest()
+        for chunk in chunks:
+            found.units(chunk)
+        return found.value()
+
+    for units in (
+        [5, 3, 9, 0],
+        [np.int64(5), torch.tensor(3), 9, 0],
+        [[1, 2], [3, 4]],
+        [(1, 0.5), (2, 0.75)],
+        ["k1", "k2"],
+        [np.array([1, 2]), torch.tensor([3, 4])],
+    ):
+        assert digest([list(units)]) == digest([[u] for u in units]) is not None
+    first_release = hashlib.blake2b(array("q", [5, 3, 9, 0]).tobytes(), digest_size=16)
+    assert digest([[5, 3, 9, 0]]) == first_release.hexdigest()
+    batches = array("q", [2, 1, 2]).tobytes() + array("q", [2, 3, 4]).tobytes()
+    assert digest([[[1, 2], [3, 4]]]) == hashlib.blake2b(batches, digest_size=16).hexdigest()
+    assert digest([[np.array([1, 2]), torch.tensor([3, 4])]]) == digest([[[1, 2], [3, 4]]])
+    assert digest([[(1, 0.5)]]) != digest([[(1, 0.75)]])
+    assert digest([[object()]]) is None
+
+
+class SlowFirst(tud.Dataset):
+    """Items 0..31; item ``slow`` takes 0.6 s, so its batch is still in flight while later
+    ones are consumed (in_order=False)."""
+
+    def __init__(self, slow: int) -> None:
+        self.slow = slow
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(0.6 if i == self.slow else 0.0)
+        return i
+
+
+def out_of_order(sampler: Any, slow: int) -> fd.DataLoader:
+    return fd.DataLoader(
+        SlowFirst(slow),
+        batch_size=2,
+        sampler=sampler,
+        num_workers=3,
+        worker_method="thread",
+        in_order=False,
+    )
+
+
+def test_out_of_order_consumption_beyond_an_empty_prefix_is_checked() -> None:
+    """The review's finding 9: the epoch's first batch still in flight (the consumed prefix
+    is 0 units), the ranges consumed out of order were not covered by any digest."""
+    probe = OwnRandomSampler(32)
+    list(iter(probe))
+    slow = next(iter(probe))  # the first index of the sampler's second epoch
+
+    def make() -> fd.DataLoader:
+        return out_of_order(OwnRandomSampler(32), slow)
+
+    _, state = save_after(make, 3, epochs_before=1)
+    sampler = state["sampler"]
+    assert sampler["units"] == 0 and sampler["done"] and sampler["digest_v1_units"] > 0
+    with pytest.raises(fd.ResumeError, match="replaying the epoch's order"):
+        resume_all(make, state)
+
+
+def test_out_of_order_consumption_beyond_the_prefix_resumes_exactly() -> None:
+    """The same with a sampler a resume restores: every item once, also resumed twice."""
+
+    def sampler() -> tud.RandomSampler:
+        return tud.RandomSampler(Items(32), generator=torch.Generator().manual_seed(3))
+
+    slow = next(iter(sampler()))
+
+    def make() -> fd.DataLoader:
+        return out_of_order(sampler(), slow)
+
+    head, state = save_after(make, 3)
+    assert state["sampler"]["units"] == 0 and state["sampler"]["done"]
     resumed = make()
     resumed.load_state_dict(state)
-    assert flat(head) + flat(list(resumed)) == full
+    iterator = iter(resumed)
+    middle = [next(iterator) for _ in range(2)]
+    again = through_json(resumed.state_dict())
+    del iterator
+    rest = resume_all(make, again)
+    assert sorted(flat(head + middle + rest)) == list(range(32))
 
 
-class OwnRandomShards(tud.IterableDataset):
-    """Shards by worker, shuffled by a random.Random the dataset holds (no state_dict)."""
+# ------------------------------------------------------------------ thread workers' replay
+def replay_warnings(make, state: dict[str, Any]) -> list[str]:
+    """The ReplayWarnings that loading ``state`` raises."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make().load_state_dict(state)
+    return [str(w.message) for w in caught if issubclass(w.category, fd.ReplayWarning)]
 
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.rng = random.Random(0)
+
+@pytest.mark.parametrize("saved", ["multiprocessing", "thread"])
+def test_a_thread_replay_of_an_iterable_without_state_dict_warns_at_load(saved: str) -> None:
+    """The review's f_iter_thread_replay case: a dataset shuffling its shard with the global
+    np.random, resumed in thread workers (saved with either), lost 8-9 of 40 items silently."""
+
+    def make(method: str) -> fd.DataLoader:
+        return fd.DataLoader(Shuffled(40), batch_size=4, num_workers=2, worker_method=method)
+
+    _, state = save_after(lambda: make(saved), 3)
+    resumed = make("thread")
+    with pytest.warns(fd.ReplayWarning) as caught:
+        resumed.load_state_dict(state)
+    assert len(caught) == 1 and caught[0].filename == __file__  # the user's line
+    message = str(caught[0].message)
+    for said in (
+        "worker(s) 0, 1",
+        "global random generators (random, numpy, torch)",
+        "state_dict() / load_state_dict()",
+        "fastdata.worker_generator()",
+        "get_worker_info().seed",
+        "worker_method='multiprocessing'",
+    ):
+        assert said in message, said
+    assert issubclass(fd.ReplayWarning, UserWarning)
+
+
+class Counted(tud.IterableDataset):
+    """A deterministic shard per worker, with state_dict() (a position)."""
+
+    def __init__(self) -> None:
+        self.start = 0
 
     def __iter__(self):
         info = tud.get_worker_info()
-        shard = list(range(info.id, self.n, info.num_workers))
-        self.rng.shuffle(shard)
-        yield from shard
+        yield from range(info.id + 2 * self.start, 40, info.num_workers)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"start": self.start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.start = state["start"]
 
 
-def test_persistent_workers_whose_dataset_holds_its_generator_refuse_after_an_epoch() -> None:
-    """The same hazard as the sampler's, in persistent workers: their dataset copies' own
-    generators moved on over epoch 0, the resumed run's fresh workers replay from its start."""
-
-    def make() -> fd.DataLoader:
-        return fd.DataLoader(
-            OwnRandomShards(64), batch_size=4, num_workers=2, persistent_workers=True
+def test_the_replay_warning_is_not_raised_elsewhere(tmp_path: Path) -> None:
+    def iterable(method: str, dataset: Any = None) -> Any:
+        return lambda: fd.DataLoader(
+            dataset or Shuffled(40), batch_size=4, num_workers=2, worker_method=method
         )
 
-    _, state = save_after(make, 3, epochs_before=1)
-    resumed = make()
-    resumed.load_state_dict(state)
-    with pytest.raises(fd.ResumeError, match=r"worker \d replayed"):
-        list(resumed)
+    _, state = save_after(iterable("multiprocessing"), 3)
+    assert replay_warnings(iterable("multiprocessing"), state) == []  # process workers
+    _, between = save_after(iterable("thread"), 0)  # before the epoch: nothing replayed
+    assert replay_warnings(iterable("thread"), between) == []
+    _, stateful_state = save_after(iterable("thread", Counted()), 3)
+    assert replay_warnings(iterable("thread", Counted()), stateful_state) == []
+
+    def mapped() -> fd.DataLoader:
+        return fd.DataLoader(
+            Items(40), batch_size=4, shuffle=True, num_workers=2, worker_method="thread"
+        )
+
+    _, state = save_after(mapped, 3)
+    assert replay_warnings(mapped, state) == []
+    fd.synthetic.make_parquet(tmp_path, 40, files=1)
+
+    def stream() -> fd.DataLoader:
+        rows = fd.ParquetStream(tmp_path, columns=["id"], batch_size=4, shuffle=True, seed=1)
+        return fd.DataLoader(rows, batch_size=None, num_workers=2, worker_method="thread")
+
+    _, state = save_after(stream, 3)
+    assert replay_warnings(stream, state) == []
+
+
+def test_a_state_with_the_first_releases_worker_digests_loads_them_ignored() -> None:
+    """States saved by the release that checked iterable workers' batches hold a digest_v1
+    per worker: it loads, ignored (corrupt or not), and the replay is as before."""
+
+    def make() -> fd.DataLoader:
+        return fd.DataLoader(Shuffled(40), batch_size=4, num_workers=2)
+
+    head, state = save_after(make, 3)
+    state["workers"][0]["digest_v1"] = "ab" * 32
+    state["workers"][1]["digest_v1"] = 3
+    assert sorted(flat(head) + flat(resume_all(make, state))) == list(range(40))
 
 
 # ------------------------------------------------------------------ older states, edits
 def test_a_state_without_digests_loads_unchecked() -> None:
-    """A state saved by the release before the digests (no digest_v1 fields) resumes as
-    it did: unchecked."""
+    """A state saved by the release before the digests (no digest_v1 field) resumes as it
+    did: unchecked."""
 
     def make() -> fd.DataLoader:
         return fd.DataLoader(Items(20), batch_size=4, sampler=OwnRandomSampler(20))
@@ -182,92 +418,35 @@ def test_a_state_without_digests_loads_unchecked() -> None:
     _, state = save_after(make, 2, epochs_before=1)
     assert "digest_v1" in state["sampler"]
     del state["sampler"]["digest_v1"]
-    resumed = make()
-    resumed.load_state_dict(state)
-    assert len(list(resumed)) == 3  # (the replayed order is not checked: as before)
-
-    def make_iterable() -> fd.DataLoader:
-        return fd.DataLoader(Shuffled(40), batch_size=4, num_workers=2, worker_method="thread")
-
-    _, state = save_after(make_iterable, 3)
-    assert all("digest_v1" in w for w in state["workers"])
-    for worker in state["workers"]:
-        del worker["digest_v1"]
-    resumed = make_iterable()
-    resumed.load_state_dict(state)
-    assert len(flat(list(resumed))) == 28
+    assert len(resume_all(make, state)) == 3  # (the replayed order is not checked: as before)
 
 
-@pytest.mark.parametrize("where", ["sampler", "worker"])
-@pytest.mark.parametrize("value", ["xyz", 3, "ab" * 40])
-def test_a_corrupt_digest_is_refused_at_load(where: str, value: Any) -> None:
-    if where == "sampler":
-        loader = fd.DataLoader(Items(20), batch_size=4, shuffle=True)
-    else:
-        loader = fd.DataLoader(Shuffled(40), batch_size=4, num_workers=2)
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("digest_v1", "xyz"),
+        ("digest_v1", 3),
+        ("digest_v1", "ab" * 40),
+        ("digest_v1_units", -1),
+        ("digest_v1_units", 99),
+        ("digest_v1_units", "8"),
+    ],
+)
+def test_a_corrupt_digest_is_refused_at_load(field: str, value: Any) -> None:
+    loader = fd.DataLoader(Items(20), batch_size=4, shuffle=True)
     _, state = save_after(lambda: loader, 2)
-    if where == "sampler":
-        state["sampler"]["digest_v1"] = value
-    else:
-        state["workers"][0]["digest_v1"] = value
-    with pytest.raises(fd.ResumeError, match=r"digest_v1=.* is corrupt"):
+    state["sampler"][field] = value
+    with pytest.raises(fd.ResumeError, match=f"{field}=.* (is corrupt|the state is corrupt)"):
         loader.load_state_dict(state)
-
-
-def test_the_digest_is_taken_before_the_consumer_changes_a_batch() -> None:
-    """A training loop that changes its batches in place does not make an exact replay
-    look divergent."""
-
-    def make() -> fd.DataLoader:
-        return fd.DataLoader(Shuffled(40), batch_size=4, num_workers=2)
-
-    seed_all(0)
-    loader = make()
-    iterator = iter(loader)
-    head = []
-    for _ in range(3):
-        batch = next(iterator)
-        head += batch.tolist()
-        batch.zero_()  # the consumer's in-place change
-    state = through_json(loader.state_dict())
-    del iterator
-    resumed = make()
-    resumed.load_state_dict(state)
-    assert sorted(head + flat(list(resumed))) == list(range(40))
-
-
-def test_only_random_values_that_differ_warn() -> None:
-    """A thread worker's replay whose items are the same but whose random floats differ
-    (draws from the shared global generators) resumes, with a warning."""
-
-    class Jittered(tud.IterableDataset):
-        def __iter__(self):
-            info = tud.get_worker_info()
-            for i in range(info.id, 24, info.num_workers):
-                yield [i, float(np.random.rand())]
-
-    def make() -> fd.DataLoader:
-        return fd.DataLoader(Jittered(), batch_size=3, num_workers=2, worker_method="thread")
-
-    head, state = save_after(make, 2)
-    resumed = make()
-    resumed.load_state_dict(state)
-    with pytest.warns(UserWarning, match="floating-point values differ"):
-        rest = list(resumed)
-    assert sorted(flat([b[0] for b in head + rest])) == list(range(24))
 
 
 # ------------------------------------------------------------------ the property
 @st.composite
 def cases(draw: st.DrawFn) -> dict[str, Any]:
-    kind = draw(
-        st.sampled_from(
-            ["process-global", "thread-own", "seeded-sampler", "own-sampler", "thread-global"]
-        )
-    )
+    kind = draw(st.sampled_from(["process-global", "seeded-sampler", "own-sampler"]))
     workers = draw(st.integers(1, 3))
     batch = draw(st.integers(4, 6))
-    per_worker = 64 if kind.endswith("global") or kind == "thread-own" else 0
+    per_worker = 64 if kind == "process-global" else 0
     n = per_worker * workers if per_worker else 48
     batches = (n // workers // batch) * workers if per_worker else n // batch
     k = draw(st.integers(1, min(batches - 1, 6)))
@@ -286,19 +465,14 @@ def loader_for(case: dict[str, Any]) -> fd.DataLoader:
             else OwnRandomSampler(n)
         )
         return fd.DataLoader(Items(n), batch_size=batch, sampler=sampler)
-    dataset = Shuffled(n, own=kind == "thread-own")
-    method = "multiprocessing" if kind == "process-global" else "thread"
-    return fd.DataLoader(
-        dataset, batch_size=batch, num_workers=case["workers"], worker_method=method
-    )
+    return fd.DataLoader(Shuffled(n), batch_size=batch, num_workers=case["workers"])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases())
 def test_an_exact_replay_resumes_batch_for_batch_and_a_divergent_one_refuses(
     case: dict[str, Any],
 ) -> None:
-    divergent = case["kind"] in ("own-sampler", "thread-global")
     seed_all(1)
     reference = loader_for(case)
     for _ in range(case["epoch"]):
@@ -308,32 +482,8 @@ def test_an_exact_replay_resumes_batch_for_batch_and_a_divergent_one_refuses(
     seed_all(2)  # another job: the state brings back what it needs
     resumed = loader_for(case)
     resumed.load_state_dict(state)
-    if divergent:
+    if case["kind"] == "own-sampler":
         with pytest.raises(fd.ResumeError, match="cannot resume"):
             list(resumed)
     else:
         assert [b.tolist() for b in head] + [b.tolist() for b in resumed] == full
-
-
-# ------------------------------------------------------------------ the summary
-def test_a_summary_tells_items_apart_and_floats_aside() -> None:
-    from fastdata.loader._digest import chain, summary
-
-    images = torch.arange(64 * 3 * 8 * 8, dtype=torch.int64).reshape(64, 3, 8, 8).to(torch.uint8)
-    batch = {"image": images, "label": torch.arange(64), "noise": torch.zeros(64)}
-    ident, values = summary(batch)
-    # one sampled value per image: another image order is another summary
-    shuffled = {**batch, "image": images.flip(0)}
-    assert summary(shuffled)[0] != ident
-    # floats go to the second half: the same items with other random values
-    noisy = {**batch, "noise": torch.ones(64)}
-    assert summary(noisy)[0] == ident and summary(noisy)[1] != values
-    # a view is summarized as its values (no copy made), and so is a numpy array
-    channels_last = images.permute(0, 2, 3, 1)
-    assert summary(channels_last) == summary(channels_last.contiguous())
-    assert summary(channels_last.numpy())[1:] == summary(channels_last.contiguous().numpy())[1:]
-    assert len(chain("", summary(batch))) == 64 and chain("", summary(batch)) != chain(
-        "", summary(shuffled)
-    )
-    # objects of the user's count by their type, not their repr (which may hold an address)
-    assert summary([object()]) == summary([object()])

@@ -1,53 +1,55 @@
-"""Fingerprints of what a resume's replay must reproduce.
+"""Fingerprints of what a resume's replay must reproduce: a sampler's draws.
 
-A resume that replays — a sampler without state of its own drawing the epoch's order again, a
-worker of an iterable dataset without ``state_dict()`` running its iterator again from the
-epoch's start — is exact only if the replay makes what the saved run made. It is not when the
-order or the data come from something the state does not hold: a sampler's own
-``random.Random``, or the process's global generators, which thread workers share and do not
-reseed. So the state records a fingerprint of what was consumed, and the replay checks it
-before it goes on (a :class:`~fastdata.ResumeError` when it differs):
+A sampler without state of its own (no ``state_dict()``) is resumed by a replay: it draws the
+epoch's order again from the randomness captured at its first draw, and the indices consumed
+are skipped. That is exact only if the replay draws what the saved run drew. It is not when
+the order comes from something the state does not hold: a ``random.Random`` or numpy
+generator the sampler keeps, moved on by earlier epochs. So the state records a digest of the
+units drawn (:class:`IndexDigest`) and the replay compares it once it has drawn as many,
+before any batch is handed out (a :class:`~fastdata.ResumeError` when they differ).
 
-- :class:`IndexDigest`: the indices the main process drew this epoch, as int64 bytes, one
-  running blake2b (a batch is one ``update``: a few microseconds with the copy each position
-  takes);
-- :func:`summary` / :func:`chain`: each batch an iterable worker delivered, summarized as the
-  consumer receives it (before it is handed out: the consumer may change it in place) — the
-  type, shape and dtype of every tensor or array leaf and a few of its values (all of a small
-  one), small scalars and strings whole — and chained per worker, so a resumed epoch continues
-  its chain from the saved value. Floating-point values are a second half of the digest, apart
-  from what identifies the items (random augmentations change them, not the items). About 5 us
-  for a 64x3x224x224 uint8 batch, 14 us for three 32x512 token tensors (see the loader guide).
+A unit is what the sampler's iterator yields: an index, or a batch of them (a batch sampler
+of the user's). It is encoded as bytes, and the digest is one running blake2b over them, so
+any split of the units into ``update`` calls gives the same digest (the replay digests the
+units it skips in one call):
 
-The state's fields carry the format's version in their name (``digest_v1``); a state without
-them (saved by an earlier release) resumes as before, unchecked.
+- an integer (``int``, a numpy integer, a 0-d integer tensor or array): its int64 bytes;
+- a sequence of integers (a list or tuple, a 1-d integer numpy array or tensor): its length
+  and their int64 bytes;
+- anything else made of ``int``, ``float``, ``str``, ``bytes``, ``bool`` and ``None``, in
+  tuples or lists (``(index, scale)`` pairs, string keys, arrays of them): a tag, the length
+  and the ``repr`` of it with lists as tuples and numpy or torch scalars as Python's;
+- what is none of these (an object of the user's): the digest is off (None) for the epoch,
+  and the replay is not checked.
+
+A state's field carries the format's version in its name (``digest_v1``); a state without
+it (saved by an earlier release) resumes as before, unchecked.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import sys
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["FIELD", "IndexDigest", "Summary", "chain", "check_field", "summary"]
+__all__ = ["COVERED", "FIELD", "IndexDigest", "check_field", "encode_unit"]
 
 FIELD = "digest_v1"
+COVERED = "digest_v1_units"  # the units it covers, where not the sampler's ``units``
 _SIZE = 16  # bytes of a digest: 32 hex characters
-_SAMPLES = 64  # values sampled from a large tensor or array: one per row of a batch of 64
-_WHOLE = 64  # leaves with at most this many values (or bytes, characters) go in whole
 
 
-def check_field(value: Any, halves: int = 1) -> str | None:
-    """A saved digest: None, "" (of nothing yet), or ``halves`` digests of 32 hex characters
-    (2: a worker's, see :func:`chain`); anything else is a corrupt state."""
-    if value is None or value == "":
+def check_field(value: Any) -> str | None:
+    """A saved digest: None, or a digest of 32 hex characters; anything else is a corrupt
+    state."""
+    if value is None:
         return value
-    if isinstance(value, str) and len(value) == 2 * _SIZE * halves:
+    if isinstance(value, str) and len(value) == 2 * _SIZE:
         try:
             bytes.fromhex(value)
             return value
@@ -60,121 +62,98 @@ def check_field(value: Any, halves: int = 1) -> str | None:
 
 
 class IndexDigest:
-    """A running digest of the units a sampler yields: indices (``int``) or batches of them
-    (a user's batch sampler); ``None`` once a unit is neither (not checked then)."""
+    """A running digest of the units a sampler yields (see the module docstring); ``None``
+    once a unit cannot be encoded (not checked then)."""
 
     def __init__(self) -> None:
         self._hash: Any = hashlib.blake2b(digest_size=_SIZE)
+        self.count = 0  # units digested
 
-    def indices(self, batch: list[Any]) -> None:
-        """A batch of indices, drawn one by one (the same bytes as :meth:`units` of them)."""
-        if self._hash is not None:
-            try:
-                self._hash.update(array("q", batch))
-            except (TypeError, OverflowError):
-                self._hash = None
-
-    def units(self, units: Iterable[Any]) -> None:
-        for unit in units:
-            if self._hash is None:
-                return
-            if isinstance(unit, (list, tuple)):  # a batch of a user's batch sampler
-                self._hash.update(array("q", [len(unit)]))
-                self.indices(list(unit))
-            else:
-                self.indices([unit])
+    def units(self, units: Sequence[Any]) -> None:
+        """Digest ``units``, in one update: the same digest as one unit at a time."""
+        if self._hash is None or not len(units):
+            return
+        self.count += len(units)
+        data = _integers(units)
+        if data is None:
+            parts = [encode_unit(unit) for unit in units]
+            data = None if any(p is None for p in parts) else b"".join(parts)  # type: ignore[arg-type]
+        if data is None:
+            self._hash = None
+        else:
+            self._hash.update(data)
 
     def value(self) -> str | None:
         return None if self._hash is None else self._hash.hexdigest()
 
 
-Summary = tuple[bytes, bytes]
-
-
-def chain(digest: str, batch: Summary) -> str:
-    """The digest of the batches summarized so far (``digest``, "" at the epoch's start)
-    followed by one more (:func:`summary`): two halves of 32 hex characters, the digest of
-    what identifies the items (structure, integers, strings) and that of their
-    floating-point values (which random augmentations change)."""
-    ident, values = batch
-    return _hash(digest[: 2 * _SIZE], ident) + _hash(digest[2 * _SIZE :], values)
-
-
-def _hash(digest: str, data: bytes) -> str:
-    return hashlib.blake2b(digest.encode() + data, digest_size=_SIZE).hexdigest()
-
-
-def summary(batch: Any) -> Summary:
-    """A small deterministic summary of a batch (see the module docstring): what identifies
-    its items, and its floating-point values."""
-    ident: list[bytes] = []
-    values: list[bytes] = []
-    _walk(batch, ident, values, 0)
-    return b"".join(ident), b"".join(values)
-
-
-def _walk(value: Any, out: list[bytes], floats: list[bytes], depth: int) -> None:
-    kind = type(value)
-    if kind is torch.Tensor or isinstance(value, torch.Tensor):
-        out.append(f"T{value.dtype}{tuple(value.shape)}".encode())
-        exact = not (value.is_floating_point() or value.is_complex())
-        (out if exact else floats).append(_tensor_values(value))
-    elif isinstance(value, np.ndarray):
-        out.append(f"A{value.dtype.str}{value.shape}".encode())
-        (floats if value.dtype.kind in "fc" else out).append(_array_values(value))
-    elif kind in (float, complex) or isinstance(value, (np.floating, np.complexfloating)):
-        out.append(b"f")
-        floats.append(repr(value).encode())
-    elif kind in (int, bool) or value is None or isinstance(value, np.generic):
-        out.append(repr(value).encode())
-    elif isinstance(value, (str, bytes, bytearray)):
-        out.append(f"S{len(value)}".encode())
-        out.append(repr((value[:_WHOLE], value[-_WHOLE:])).encode())
-    elif depth > 8:
-        out.append(kind.__qualname__.encode())
-    elif isinstance(value, Mapping):
-        out.append(f"D{len(value)}".encode())
-        for key, item in value.items():
-            _walk(key, out, floats, depth + 1)
-            _walk(item, out, floats, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        out.append(f"L{len(value)}".encode())
-        n = len(value)
-        picked = range(n) if n <= 8 else sorted({i * (n - 1) // 7 for i in range(8)})
-        for i in picked:
-            _walk(value[i], out, floats, depth + 1)
-    else:  # an object of the user's: its type only (its repr may hold an address)
-        out.append(kind.__qualname__.encode())
-
-
-@functools.lru_cache(maxsize=64)
-def _positions(numel: int) -> np.ndarray:
-    """Flat positions of the values sampled from a large leaf: spread over it, inside each
-    stretch (not at its corner, often padding)."""
-    step = numel // _SAMPLES
-    return np.arange(_SAMPLES, dtype=np.int64) * step + step // 2
-
-
-def _array_values(array_: np.ndarray) -> bytes:
-    if array_.dtype.hasobject:
-        return b"O"
-    if array_.size <= _WHOLE:
-        return np.ascontiguousarray(array_).tobytes()
-    positions = _positions(array_.size)
-    if array_.flags.c_contiguous:
-        return array_.reshape(-1).take(positions).tobytes()
-    # indexed where it lies: a reshape of a non-contiguous array would copy all of it
-    return np.ascontiguousarray(array_[np.unravel_index(positions, array_.shape)]).tobytes()
-
-
-def _tensor_values(tensor: torch.Tensor) -> bytes:
-    if tensor.layout != torch.strided or tensor.is_quantized or tensor.device.type != "cpu":
-        return b"?"
-    tensor = tensor.detach()
+def _integers(units: Sequence[Any]) -> bytes | None:
+    """The int64 bytes of ``units`` when every one is an integer (the common case: indices),
+    at C speed; None otherwise."""
     try:
-        return _array_values(tensor.numpy())
-    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16, ...): torch picks
-        flat = tensor.reshape(-1)
-        if flat.numel() > _WHOLE:
-            flat = flat[torch.from_numpy(_positions(flat.numel()))]
-        return flat.contiguous().view(torch.uint8).numpy().tobytes()
+        return array("q", units).tobytes()  # ints, numpy integers, 0-d integer tensors
+    except (TypeError, OverflowError):  # (a float, a string, a batch; beyond int64)
+        return None
+
+
+def encode_unit(unit: Any) -> bytes | None:
+    """The bytes a unit is digested as (see the module docstring); None: not encodable."""
+    number = _integer(unit)
+    if number is not None:
+        return number
+    values = _sequence(unit)
+    if values is not None:
+        return values
+    text = _text(unit, 0)
+    if text is None:
+        return None
+    data = repr(text).encode()
+    return b"R" + len(data).to_bytes(8, "little") + data
+
+
+def _integer(unit: Any) -> bytes | None:
+    if isinstance(unit, (torch.Tensor, np.ndarray)):
+        if unit.ndim != 0 or not _integral(unit):
+            return None
+        unit = unit.item()
+    elif not isinstance(unit, (int, np.integer)):
+        return None
+    value = int(unit)
+    return value.to_bytes(8, sys.byteorder, signed=True) if -(2**63) <= value < 2**63 else None
+
+
+def _sequence(unit: Any) -> bytes | None:
+    """A sequence of integers: its length and their int64 bytes (as a list of them)."""
+    if isinstance(unit, (torch.Tensor, np.ndarray)):
+        if unit.ndim != 1 or not _integral(unit):
+            return None
+        values = unit.tolist()
+    elif isinstance(unit, (list, tuple)):
+        values = list(unit)
+    else:
+        return None
+    data = _integers(values)
+    return None if data is None else _integers([len(values)]) + data  # type: ignore[operator]
+
+
+def _text(unit: Any, depth: int) -> Any:
+    """``unit`` as plain Python values whose ``repr`` is stable (None: it has something
+    else, or is nested too deep)."""
+    if unit is None or isinstance(unit, (bool, int, float, str, bytes)):
+        return ("None",) if unit is None else unit
+    if isinstance(unit, (np.generic, torch.Tensor, np.ndarray)) and depth < 8:
+        if isinstance(unit, torch.Tensor) and (unit.is_sparse or unit.device.type == "meta"):
+            return None
+        if isinstance(unit, np.ndarray) and unit.dtype.hasobject:
+            return None
+        return _text(unit.tolist(), depth + 1)
+    if isinstance(unit, (list, tuple)) and depth < 8:
+        inner = [_text(v, depth + 1) for v in unit]
+        return None if any(v is None for v in inner) else (type(unit).__name__, *inner)
+    return None
+
+
+def _integral(value: torch.Tensor | np.ndarray) -> bool:
+    if isinstance(value, torch.Tensor):
+        return not (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool)
+    return value.dtype.kind in "iu"

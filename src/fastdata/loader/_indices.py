@@ -59,14 +59,16 @@ class IndexPlan:
     ``state_dict()``), the batches (``tasks``) and *units* consumed — what the sampler's
     iterator yields: indices, or batches of a batch sampler of the user's — and, beyond
     them, unit ranges already consumed out of order (``done``: ``(offset, count)`` after
-    ``units``) and the digest of the units consumed, which the replay checks."""
+    ``units``) and the digest of the first ``covered`` units drawn (``units``, or the end of
+    the furthest range consumed out of order), which the replay checks."""
 
     start: dict[str, Any] | None
     states: dict[str, Any] | None
     tasks: int
     units: int
     done: tuple[tuple[int, int], ...] = ()
-    digest: str | None = None  # of the ``units`` consumed (None: an older state's, unchecked)
+    digest: str | None = None  # (None: an older state's, or units not encodable: unchecked)
+    covered: int | None = None  # units the digest covers (None: ``units``)
 
 
 def generators_of(*objects: Any) -> list[torch.Generator]:
@@ -240,14 +242,20 @@ class Indices:
             # Only a position that a resume replays needs the digest of what was drawn.
             replays = not self._stateful and not self._iterator_stateful
             digest = self.digest = IndexDigest() if replays and (plan is None or replay) else None
-            skip = units if replay else 0
-            skipped = list(itertools.islice(self.iterator, skip))
-            if digest is not None and skip:
-                digest.units(skipped)
-                refused = _diverged(plan.digest, digest.value(), skip)  # type: ignore[union-attr]
-            if refused is None and len(skipped) == skip:  # (short: the saved epoch had ended)
+            saved = plan if replay else None
+            skip = units if saved is not None else 0
+            # The saved digest may cover units beyond the consumed prefix (to the end of a
+            # range consumed out of order): they are drawn ahead, checked, then batched.
+            covered = skip if saved is None or saved.covered is None else saved.covered
+            taken = list(itertools.islice(self.iterator, max(skip, covered)))
+            if saved is not None and digest is not None and covered:
+                digest.units(taken[:covered])  # one update: the same digest as one by one
+                refused = _diverged(saved.digest, digest.value(), covered)
+                digest.units(taken[covered:])
+            if refused is None and len(taken) >= skip:  # (short: the saved epoch had ended)
                 done = plan.done if plan is not None else ()
-                batches = self._batches(self.iterator, units, done)
+                ahead = itertools.chain(taken[skip:], self.iterator)
+                batches = self._batches(ahead, units, done, len(taken))
                 # A sampler may make its first draw only when asked for its first index (torch's
                 # RandomSampler seeds itself then): under the epoch's randomness too.
                 first = list(itertools.islice(batches, 1))
@@ -257,30 +265,32 @@ class Indices:
             raise ResumeError(refused)
         for batch, start, end in itertools.chain(first, batches):
             tasks += 1
-            self.position = Position(
-                tasks, end, start, None, None if digest is None else digest.value()
-            )
+            if digest is None:
+                self.position = Position(tasks, end, start)
+            else:
+                self.position = Position(tasks, end, start, None, digest.value(), digest.count)
             yield batch
 
     def _batches(
-        self, iterator: Iterator[Any], start: int, done: tuple[tuple[int, int], ...]
+        self, iterator: Iterator[Any], start: int, done: tuple[tuple[int, int], ...], fed: int
     ) -> Iterator[tuple[Any, int, int]]:
         """The batches (or indices) made of the units ``iterator`` gives, the first at offset
         ``start`` in the epoch, less the ranges ``done`` (see :func:`_without`), with the
-        offsets of their first unit and past their last."""
+        offsets of their first unit and past their last; those from offset ``fed`` on go
+        into the digest as they are drawn."""
         digest = self.digest
-        units = _without(iterator, start, done, digest)
+        units = _without(iterator, start, done, digest, fed)
         if not self.standard:
             for unit, offset in units:
                 yield unit, offset, offset + 1
             return
         size, drop_last = self.batch_sampler.batch_size, self.batch_sampler.drop_last
-        while not done:  # nothing to leave out: batches straight from the sampler's indices
+        while not done and fed <= start:  # batches straight from the sampler's indices
             batch = list(itertools.islice(iterator, size))
             if not batch or (drop_last and len(batch) < size):
                 return
             if digest is not None:
-                digest.indices(batch)
+                digest.units(batch)
             yield batch, start, start + len(batch)
             start += len(batch)
         while True:
@@ -354,13 +364,14 @@ def _without(
     start: int,
     done: tuple[tuple[int, int], ...],
     digest: IndexDigest | None,
+    fed: int,
 ) -> Iterator[tuple[Any, int]]:
     """``units`` (the first at offset ``start`` in the epoch) with their offsets, less the
     ranges ``done`` (``(offset, count)`` after ``start``) consumed before; each one drawn
-    goes into ``digest``, those left out too."""
+    from offset ``fed`` on goes into ``digest``, those left out too."""
     consumed = {start + offset + i for offset, count in done for i in range(count)}
     for offset, unit in enumerate(units, start):
-        if digest is not None:
+        if digest is not None and offset >= fed:
             digest.units((unit,))
         if offset not in consumed:
             yield unit, offset
@@ -368,12 +379,12 @@ def _without(
 
 def _diverged(saved: str | None, replayed: str | None, units: int) -> str | None:
     """Why a replay that drew ``units`` units is refused (None: it reproduced them, or
-    there is nothing to compare: an older state, or units that are not indices)."""
+    there is nothing to compare: an older state, or units that cannot be encoded)."""
     if saved is None or replayed is None or saved == replayed:
         return None
     return (
-        f"cannot resume: replaying the epoch's order did not draw the {units} indices "
-        "consumed before the state was saved (their digest differs), so the rest of the epoch "
+        f"cannot resume: replaying the epoch's order did not draw the first {units} indices "
+        "the saved run drew (their digest differs), so the rest of the epoch "
         "would repeat some items and miss others. The order depends on something the state "
         "does not hold: typically a sampler with a random generator of its own (a "
         "random.Random or numpy Generator it holds) and no state_dict(), resumed after its "

@@ -200,11 +200,9 @@ class DataLoader(TorchDataLoader[_T_co]):
     def _new_record(self, plan: _resume.Plan | None, readers: int, base: int) -> Record:
         if plan is None or plan.epoch_done or self._fd_kind == "stream":
             return Record(readers, batches=base)
-        position = _resume.position_of(plan.indices)
+        prefix = _resume.position_of(plan.indices)
         done = plan.indices.done if plan.indices is not None else ()
-        return Record(
-            readers, batches=plan.batches, workers=plan.reports, prefix=position, done=done
-        )
+        return Record(readers, batches=plan.batches, workers=plan.reports, prefix=prefix, done=done)
 
     def _get_iterator(self) -> Any:
         """torch's ``_get_iterator``, made with fastdata's :class:`Setup` (thread workers'
@@ -317,6 +315,7 @@ class DataLoader(TorchDataLoader[_T_co]):
             generators=len(self._generators()) if kind != "stream" else 0,
             stateful=tuple(n for n, h in holders if kind == "map" and stateful(h)),
             unit_items=self.batch_sampler is None or type(self.batch_sampler) is tud.BatchSampler,
+            threads_replay=self.worker_method == "thread" and not stateful(self.dataset),
             sampler=sampler,
         )
 

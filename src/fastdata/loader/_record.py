@@ -14,9 +14,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastdata.loader._digest import FIELD as DIGEST
-from fastdata.loader._digest import chain
-
 __all__ = ["Position", "Record", "epoch_start"]
 
 
@@ -26,14 +23,16 @@ class Position:
     far this epoch, the offset past the batch's last *unit* (what the sampler's iterator
     yields: an index, or a batch of a batch sampler of the user's) and of its first, the
     states of samplers with ``state_dict()`` (see :mod:`fastdata.loader._indices`) and the
-    digest of the units drawn up to it, which a replay checks (None: not kept)."""
+    digest of the first ``covered`` units the epoch drew, which a replay checks (None: not
+    kept). ``covered`` is ``units`` but where a resume drew ahead to check its digest."""
 
     tasks: int
     units: int
     first: int = 0
     states: dict[str, Any] | None = None
-    # of the units up to ``units`` (fastdata.loader._digest): follows from where, not part of it
+    # (fastdata.loader._digest): they follow from where, not part of it
     digest: str | None = field(default=None, compare=False)
+    covered: int = field(default=0, compare=False)
 
 
 class Record:
@@ -62,10 +61,6 @@ class Record:
         self.snapshots: list[dict[str, Any] | None] = [
             None if w is None else w.get("snapshot") for w in self.workers
         ]
-        # Each worker's digest of the batches it delivered this epoch (an iterable dataset's,
-        # see fastdata.loader._digest): "" at the start; None when a loaded state (of an
-        # earlier release) had none, and it is not kept.
-        self.digests: list[str | None] = ["" if w is None else w.get(DIGEST) for w in self.workers]
         self.finished = False
         self.next_worker = 0
         self.base_seed: int | None = None
@@ -124,19 +119,11 @@ class Record:
         return self._sent[worker].popleft() if self._sent[worker] else None
 
     def handed_out(
-        self,
-        worker: int,
-        report: dict[str, Any] | None,
-        position: Position | None,
-        turn: int,
-        summary: tuple[bytes, bytes] | None = None,
+        self, worker: int, report: dict[str, Any] | None, position: Position | None, turn: int
     ) -> None:
         """The consumer got a batch from ``worker`` (``report``: the worker's; ``position``:
         the sampler's once its indices were drawn, for a map-style loader; ``turn``: the
-        worker whose batch comes next; ``summary``: an iterable dataset's batch's, taken
-        before it was handed out)."""
-        if summary is not None and self.digests[worker] is not None:
-            self.digests[worker] = chain(self.digests[worker], summary)  # type: ignore[arg-type]
+        worker whose batch comes next)."""
         self.batches += 1
         self.next_worker = turn
         self.handed[worker] += 1

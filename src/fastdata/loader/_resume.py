@@ -36,6 +36,7 @@ from fastdata._state_checks import require_int, require_mapping, short
 from fastdata._validate import is_int
 from fastdata.errors import ResumeError
 from fastdata.loader import _rng
+from fastdata.loader._digest import COVERED
 from fastdata.loader._digest import FIELD as DIGEST
 from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._record import Position, Record
@@ -49,6 +50,7 @@ from fastdata.loader._resume_checks import (
     next_epoch,
     next_epoch_states,
     present,
+    warn_threads_replay,
     worker_plans,
 )
 from fastdata.loader._worker_side import WorkerPlan
@@ -133,13 +135,8 @@ def make_state(
     # Between epochs, workers that live on (persistent ones, or the main process) keep their
     # state into the next epoch; fresh workers start from the dataset as the loader holds it.
     keep_workers = not epoch_done or layout.persistent or layout.num_workers == 0
-    # A worker's replay is checked against the digest of what it delivered; in the main
-    # process a replay's draws interleave with the training step's: not comparable, none kept.
-    workers = layout.num_workers > 0
     if keep_workers:
-        state["workers"] = _workers(
-            record, in_process, digests=layout.kind == "iterable" and workers
-        )
+        state["workers"] = _workers(record, in_process)
         state["next_worker"] = record.next_worker
     if layout.kind == "map" and not epoch_done:
         prefix = record.prefix
@@ -150,16 +147,19 @@ def make_state(
             done=record.beyond(),
             states=prefix.states,
         )
-        if prefix.digest is not None:  # what a replay must draw again (fastdata.loader._digest)
-            state["sampler"][DIGEST] = prefix.digest
+        # What a replay must draw again (fastdata.loader._digest): the digest that covers the
+        # most units, up to the end of a range consumed out of order where one was.
+        checked = [p for p in (prefix, *record.done.values()) if p.digest is not None]
+        if checked:
+            furthest = max(checked, key=lambda p: p.covered)
+            state["sampler"][DIGEST] = furthest.digest
+            if furthest.covered != prefix.units:
+                state["sampler"][COVERED] = furthest.covered
     return state
 
 
-def _workers(
-    record: Record, in_process: dict[str, Any] | None, *, digests: bool
-) -> list[dict[str, Any] | None]:
-    """Each worker's counts, last snapshot (``in_process``: the snapshot taken now) and,
-    with ``digests``, the digest of the batches it delivered."""
+def _workers(record: Record, in_process: dict[str, Any] | None) -> list[dict[str, Any] | None]:
+    """Each worker's counts and last snapshot (``in_process``: the snapshot taken now)."""
     found: list[dict[str, Any] | None] = []
     for worker, report in enumerate(record.workers):
         snapshot = in_process if in_process is not None else record.snapshots[worker]
@@ -172,15 +172,14 @@ def _workers(
             found.append(None)
             continue
         report = report or {}
-        entry = {
-            "batches": report.get("batches", 0),
-            "items": report.get("items", 0),
-            "ended": bool(report.get("ended", False)),
-            "snapshot": snapshot,
-        }
-        if digests and record.digests[worker] is not None:
-            entry[DIGEST] = record.digests[worker]
-        found.append(entry)
+        found.append(
+            {
+                "batches": report.get("batches", 0),
+                "items": report.get("items", 0),
+                "ended": bool(report.get("ended", False)),
+                "snapshot": snapshot,
+            }
+        )
     return found
 
 
@@ -270,6 +269,8 @@ def plan(state: Any, layout: Layout) -> Plan:
     if epoch_done:  # the next epoch starts from where each worker ended, with nothing to skip
         workers = {w: next_epoch(p) for w, p in workers.items()}
         reports, first = [], 0
+    else:
+        warn_threads_replay(workers, layout)
     indices = (
         None
         if epoch_done or layout.kind != "map"
@@ -321,4 +322,7 @@ _TOP = (
 
 def position_of(plan: IndexPlan | None) -> Position | None:
     """The consumed prefix a resumed epoch's record starts from."""
-    return None if plan is None else Position(plan.tasks, plan.units, 0, plan.states, plan.digest)
+    if plan is None:
+        return None
+    covered = plan.units if plan.covered is None else plan.covered
+    return Position(plan.tasks, plan.units, 0, plan.states, plan.digest, covered)

@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from fastdata._state_checks import check_matches, require_int, require_mapping, short
 from fastdata._validate import is_int
-from fastdata.errors import ResumeError, warn_user
+from fastdata.errors import ReplayWarning, ResumeError, warn_user
 from fastdata.loader import _rng
+from fastdata.loader._digest import COVERED, check_field
 from fastdata.loader._digest import FIELD as DIGEST
-from fastdata.loader._digest import check_field
 from fastdata.loader._indices import IndexPlan, check_generators
 from fastdata.loader._jsonable import decode
 from fastdata.loader._record import epoch_start
@@ -30,6 +30,7 @@ __all__ = [
     "index_plan",
     "next_epoch",
     "present",
+    "warn_threads_replay",
     "worker_plans",
 ]
 
@@ -47,6 +48,9 @@ class Layout:
     stateful: tuple[str, ...] = ()  # "sampler" / "batch_sampler": those with state_dict()
     unit_items: bool = True  # a map-style sampler's units are items (not a user's batches)
     sampler: dict[str, Any] = field(default_factory=dict)  # type, length, batching, epoch
+    # Thread workers over a dataset without state_dict(): an iterable one's resume replays it
+    # under the process's global generators, which it cannot restore (warn_threads_replay).
+    threads_replay: bool = False
 
 
 def flag(state: Mapping[str, Any], name: str) -> bool:
@@ -184,6 +188,7 @@ def index_plan(
         units=require_int(sampler, "units"),
         done=tuple((int(o), int(n)) for o, n in done),
         digest=check_field(sampler.get(DIGEST)),
+        covered=_covered(sampler, done),
     )
 
 
@@ -229,8 +234,7 @@ def worker_plans(
             batches=require_int(entry, "batches"),
             items=require_int(entry, "items"),
             ended=ended,
-            digest=check_field(entry.get(DIGEST), halves=2),
-        )
+        )  # (a digest_v1 a release of 7 Dec saved here, of the batches delivered: ignored)
         reports.append({**entry, "worker": worker})
     counted = sum(p.batches for p in plans.values())
     if not state["epoch_done"] and counted != state["batches"]:
@@ -262,6 +266,22 @@ def worker_plans(
             "own state (random generators, the dataset's state_dict) starts afresh"
         )
     return {}, [], 0
+
+
+def _covered(sampler: Mapping[str, Any], done: list[list[int]]) -> int | None:
+    """The units a sampler's digest covers (None: its ``units``): from them to the end of
+    the furthest range consumed out of order."""
+    covered = sampler.get(COVERED)
+    if covered is None:
+        return None
+    units = require_int(sampler, "units")
+    reach = units + max((o + n for o, n in done), default=0)
+    if sampler.get(DIGEST) is None or not (is_int(covered) and units <= covered <= reach):
+        raise ResumeError(
+            f"cannot resume: the state's sampler {COVERED}={short(covered)} does not fit its "
+            f"units={units} and done ranges (or has no {DIGEST}); the state is corrupt"
+        )
+    return int(covered)
 
 
 def _checked_snapshot(value: Any, worker: int) -> dict[str, Any]:
@@ -313,3 +333,38 @@ def next_epoch(plan: WorkerPlan) -> WorkerPlan:
 
 
 MAX_WORKERS = 4096
+
+
+def warn_threads_replay(workers: dict[int, WorkerPlan], layout: Layout) -> None:
+    """Warn (:class:`~fastdata.ReplayWarning`) when loading a state makes thread workers
+    replay an iterable dataset without ``state_dict()`` (``workers``: the plans of a state
+    within an epoch): a worker with items to skip and no state of its dataset's or iterator's
+    to restore runs its iterator again from the epoch's start, under the global generators
+    that thread workers share and a resume cannot restore. Whether the dataset draws from
+    them cannot be known here; the warning says when the replay is exact."""
+    if not (layout.kind == "iterable" and layout.threads_replay and layout.num_workers):
+        return
+    replaying = {w: p.items for w, p in workers.items() if _replays_from_start(p)}
+    if not replaying:
+        return
+    ids = ", ".join(map(str, replaying))
+    warn_user(
+        f"this resume replays your IterableDataset in thread workers: worker(s) {ids} run its "
+        f"iterator again from the epoch's start and skip the {sum(replaying.values())} items "
+        "they had delivered (it has no state_dict() to restore). The replay is exact only if "
+        "the dataset's order and items do not depend on the global random generators (random, "
+        "numpy, torch), which thread workers share and a resume cannot restore; if they do, "
+        "items of the rest of the epoch are repeated and others missed. Then give the dataset "
+        "state_dict() / load_state_dict(), draw its randomness from fastdata.worker_generator() "
+        "(or a generator seeded from get_worker_info().seed), or use process workers "
+        "(worker_method='multiprocessing').",
+        ReplayWarning,
+    )
+
+
+def _replays_from_start(plan: WorkerPlan) -> bool:
+    """Whether a worker resuming by ``plan`` runs its iterator again from the epoch's start to
+    skip items (not restored from a snapshot of its dataset's or iterator's state)."""
+    snapshot = plan.snapshot or {}
+    restored = snapshot.get("dataset") is not None or snapshot.get("iterator") is not None
+    return not plan.ended and not restored and plan.items > 0

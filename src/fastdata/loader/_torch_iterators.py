@@ -34,7 +34,6 @@ import torch.utils.data.dataloader as _dataloader
 from torch.utils.data import get_worker_info
 
 from fastdata._torch_compat import release_frames
-from fastdata.loader._digest import summary
 from fastdata.loader._indices import Indices
 from fastdata.loader._record import Position, Record
 from fastdata.loader._watchdog import Watch, ended
@@ -111,12 +110,7 @@ class _Hooks:
         if data.batch is NOTHING:
             record.arrive("reported", worker, data.report)
             return _SKIP
-        side = self._fd.side
-        # An iterable worker's batch, summarized before the consumer may change it in place:
-        # what a replay of that worker must make again (fastdata.loader._digest).
-        checked = side is not None and side.kind == "iterable" and not side.in_process
-        summarized = summary(data.batch) if checked else None
-        record.arrive("handed_out", worker, data.report, position, turn, summarized)
+        record.arrive("handed_out", worker, data.report, position, turn)
         return data.batch
 
 

@@ -35,9 +35,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from fastdata.errors import ResumeError, warn_user
 from fastdata.loader import _rng
-from fastdata.loader._digest import chain, summary
 from fastdata.loader._jsonable import decode, encode
 
 __all__ = ["END", "Carried", "IterableSide", "ReportingCollate", "WorkerPlan", "WorkerSide"]
@@ -72,15 +70,12 @@ def stateful(obj: Any) -> bool:
 @dataclass(frozen=True)
 class WorkerPlan:
     """Where one worker resumes: its last snapshot (None: from the epoch's start), the
-    batches and items it had delivered, whether its iterator had ended, and the digest of
-    the batches it had delivered (:mod:`fastdata.loader._digest`), which a replay from the
-    epoch's start checks."""
+    batches and items it had delivered, and whether its iterator had ended."""
 
     snapshot: dict[str, Any] | None
     batches: int = 0
     items: int = 0
     ended: bool = False
-    digest: str | None = None  # of the batches delivered (iterable; None: not checked)
 
 
 class Carried:
@@ -137,7 +132,6 @@ class WorkerSide:
         self.batched, self.batch_size, self.drop_last = batching
         self.in_process = in_process
         self.iterator: Any = None
-        self.collate: Any = None  # the collate function (set by ReportingCollate)
         self.start_rng: dict[str, Any] | None = None  # the generators at the epoch's start
         self.batches = 0  # made by this worker, this epoch
         self.items = 0
@@ -205,62 +199,9 @@ class WorkerSide:
             _rng.restore_own(snapshot.get("own_rng"))
             items = _nexts(iterator)  # next() only: iter() again may reset a dataset
             skip = 0 if plan is None or plan.ended else self.items - snapshot.get("items", 0)
-            # A replay from the epoch's start makes the batches again and checks their digest.
-            digest = plan.digest if plan is not None and not snapshot.get("batches") else None
-            if digest is not None and skip and self.collate is not None and not self.in_process:
-                skipped, refused = self._replayed(items, skip, digest)
-            else:
-                skipped, refused = sum(1 for _ in itertools.islice(items, skip)), None
-        if refused is not None:
-            raise ResumeError(refused)
+            skipped = sum(1 for _ in itertools.islice(items, skip))
         ended = (plan is not None and plan.ended) or skipped < skip
         return self._rest(iter(()) if ended else items)
-
-    def _replayed(self, items: Iterator[Any], skip: int, saved: str) -> tuple[int, str | None]:
-        """Skip ``skip`` items, collated into the batches they were delivered in, and check
-        them against the ``saved`` digest: the items skipped and why the replay is refused
-        (None: it made the same items; a warning if only their floating-point values
-        differ)."""
-        size, digest, skipped = self.batch_size, "", 0
-        while skipped < skip:
-            take = 1 if size is None else min(size, skip - skipped)
-            chunk = list(itertools.islice(items, take))
-            skipped += len(chunk)
-            if len(chunk) < take:
-                break
-            digest = chain(digest, summary(self.collate(chunk[0] if size is None else chunk)))
-        same = skipped == skip and digest[:32] == saved[:32]
-        if same and digest == saved:
-            return skipped, None
-        info: Any = get_worker_info()  # set: the main process does not check (see iterate)
-        threads = not self.rng  # a thread worker's side leaves the global generators alone
-        shared = (
-            " (in a thread worker, the global generators random, numpy and torch are the "
-            "process's, shared by every thread and not reseeded per worker)"
-            if threads
-            else " (a random generator the dataset holds, moved on by earlier epochs in "
-            "persistent workers, say)"
-        )
-        remedy = (
-            "Give the dataset state_dict() / load_state_dict(), or draw its randomness from "
-            "fastdata.worker_generator() (or a generator seeded from get_worker_info().seed)"
-            + (", or use process workers (worker_method='multiprocessing')." if threads else ".")
-        )
-        if same:  # the same items; their random values differ
-            warn_user(
-                f"DataLoader worker {info.id} resumed its iterable dataset by a replay whose "
-                "items are the ones it had delivered, but their floating-point values differ: "
-                f"random draws there are not restored by a resume{shared}, so the rest of the "
-                f"epoch's draws differ from an uninterrupted run's. {remedy}"
-            )
-            return skipped, None
-        return skipped, (
-            f"cannot resume: DataLoader worker {info.id} replayed its iterable dataset from the "
-            f"epoch's start to skip the {skip} items it had delivered, and the replay "
-            + ("ended sooner" if skipped < skip else "made other items (their digest differs)")
-            + ", so the rest of the epoch would repeat some items and miss others. Its data "
-            f"depends on something a resume does not restore{shared}. {remedy}"
-        )
 
     def _rest(self, items: Iterator[Any]) -> Iterator[Any]:
         """``items``, then :data:`END` to fill the batch under way (or make one): the last
@@ -370,7 +311,6 @@ class ReportingCollate:
     def __init__(self, collate: Callable[[Any], Any], side: WorkerSide) -> None:
         self.collate = collate
         self.side = side
-        side.collate = collate  # a replay collates the batches it skips (their digest)
 
     def __call__(self, data: Any) -> Carried:
         side = self.side
