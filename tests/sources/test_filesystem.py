@@ -8,7 +8,7 @@ import fsspec
 import pyarrow.fs as pafs
 import pytest
 
-from fastdata.sources.filesystem import as_filesystem, digest, unlink
+from fastdata.sources.filesystem import as_filesystem, below, digest, unlink
 
 
 def test_a_filesystem_argument_becomes_a_pyarrow_filesystem(tmp_path: Path) -> None:
@@ -34,3 +34,15 @@ def test_unlink_deletes_a_file_and_accepts_one_that_is_gone(tmp_path: Path) -> N
     unlink(str(path))
     assert not path.exists()
     unlink(str(path))  # gone already: nothing to do
+
+
+def test_below_reads_every_spelling_of_the_folder(tmp_path: Path, monkeypatch) -> None:
+    """A listed path relative to its folder, however fsspec spells the folder: as given, with
+    a root "/" (memory), or absolute (local) — also where the folder's name is a prefix of
+    the working directory's path (a relative "tmp" under /tmp/...)."""
+    monkeypatch.chdir(tmp_path)
+    assert below("ds/out", "ds/out/a/x.parquet") == "a/x.parquet"
+    assert below("ds/out", "/ds/out/x.parquet") == "x.parquet"
+    assert below("out", f"{tmp_path}/out/x.parquet") == "x.parquet"
+    top = tmp_path.parts[1]  # "tmp" for /tmp/pytest-of-...: the relative name starts the cwd
+    assert below(top, f"{tmp_path}/{top}/shard-000000.parquet") == "shard-000000.parquet"

@@ -144,6 +144,21 @@ def test_a_list_read_from_a_pipe_keeps_every_line(tmp_path: Path) -> None:
     assert samples[-1] == Sample("/data/class_0/img_0000999.jpg", 0)
 
 
+def test_a_pipe_that_is_not_utf8_is_refused_without_reading_it_again(tmp_path: Path) -> None:
+    """The message's line and byte came from opening the list again: a FIFO's second open
+    waited for a writer for ever (old code: a hang)."""
+    fifo = tmp_path / "latin1.fifo"
+    os.mkfifo(fifo)
+    text = "a.jpg\t0\n" + "caf\u00e9.jpg\t1\n"
+    writer = threading.Thread(target=fifo.write_bytes, args=(text.encode("latin-1"),))
+    writer.start()
+    try:
+        with pytest.raises(ValueError, match=r"latin1.fifo: not UTF-8 text: a list of images"):
+            list_samples(fifo)
+    finally:
+        writer.join()
+
+
 def test_a_list_is_told_from_a_binary_file_by_more_than_its_first_bytes(tmp_path: Path) -> None:
     """A list whose first path starts with PAR1 or ARROW1 was refused as a Parquet or Arrow
     file (old code); a UTF-16 list (Windows PowerShell 5.1's '>') was "a binary file"."""

@@ -78,7 +78,7 @@ def below(base: str, path: str) -> str:
     if path.startswith(base):
         return path[len(base) :].lstrip("/" + os.sep)
     rest = path.lstrip("/")
-    for spelled in (base, os.path.abspath(base)):
+    for spelled in (os.path.abspath(base), base):  # the longer first: "tmp" is in /x/tmp/tmp
         top = spelled.strip("/")
         if not top or rest.startswith(f"{top}/"):
             return rest[len(top) :].lstrip("/")

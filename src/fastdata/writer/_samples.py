@@ -242,7 +242,11 @@ def _check_text(list_file: str | os.PathLike[str], head: bytes) -> None:
 
 
 def _not_utf8(list_file: str | os.PathLike[str]) -> str:
-    """The message of a list file that is not UTF-8: its first such line and byte."""
+    """The message of a list file that is not UTF-8: its first such line and byte, found by
+    reading a regular file again (a pipe cannot be: opening a FIFO again would wait for a
+    writer for ever)."""
+    if not os.path.isfile(list_file):
+        return f"{list_file}: not UTF-8 text: {_LIST}"
     with open(list_file, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:
