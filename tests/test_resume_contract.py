@@ -344,6 +344,8 @@ def test_corrupt_states_are_always_a_resume_error(root: Path, saved_states, data
         return  # unchanged, or a generator state edited into another string (see below)
     if "rng" in path and (value is None or isinstance(value, float)):
         return  # a random generator's cached Gaussian: any float (or none) is a valid state
+    if path and str(path[-1]).startswith("digest_v1") and (delete or value is None):
+        return  # a replay's digest left out: a state of an earlier release, resumed unchecked
     options = (
         {"num_workers": 2} if kind == "parquet" else {"batch_size": 3} if kind == "images" else {}
     )
