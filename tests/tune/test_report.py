@@ -86,8 +86,8 @@ def test_the_report_shows_what_was_measured_on_and_how_to_apply_the_answer(
     assert lines[1:4] == [
         "data: demo images (256 JPEGs x 16 per pass)",
         "memory ceiling: 8 GiB (max_memory)",
-        "noise: trials' 95% intervals +-4% (median); a setting's trial and its paired rounds "
-        "differed by up to 12%; load average 1.5 -> 2.2 on 2 core(s)",
+        "noise: trials' 95% intervals +-4% (median); a setting's paired rounds lay up to 12% "
+        "outside its trial's interval; load average 1.5 -> 2.2 on 2 core(s)",
     ]
     assert "refused: not started: predicted 9 GiB, over the ceiling" in lines[8]
     assert result.how_to_apply().splitlines() == [

@@ -1,6 +1,6 @@
 """Tests of fastdata.tune._statistics: Student's t, the interval of one trial from block
 means, two trials' intervals compared, and paired rounds (their ratio, interval and verdict,
-and the drift between a trial and its setting's rounds)."""
+and the drift: how far a setting's rounds lay outside its trial's interval)."""
 
 from __future__ import annotations
 
@@ -55,11 +55,18 @@ def test_the_verdict_is_where_the_interval_lies_against_one_minus_the_tolerance(
     assert Paired((1,), (2,), (low * high) ** 0.5, low, high, 3).verdict(0.05) == verdict
 
 
-def test_drift_is_the_largest_gap_between_a_trial_and_its_settings_paired_rounds() -> None:
-    cheap, fast = trial(1, 18.0), trial(2, 25.0)
+def test_drift_is_how_far_a_settings_paired_rounds_lay_outside_its_trials_interval() -> None:
+    cheap, fast = trial(1, 18.0), trial(2, 25.0)  # intervals 18 / (1 +- 0.03), 25 / (1 +- 0.03)
     assert drift([cheap, fast]) is None
     table = [cheap, fast, *rounds(cheap, fast, [(19.0, 20.0), (20.0, 21.0), (21.0, 22.0)])]
-    assert drift(table) == pytest.approx(25 / 21 - 1)  # 2 workers: 25 once, median 21
+    # 2 workers: the bottom of the trial's interval, 25 / 1.03, over its rounds' median, 21
+    assert drift(table) == pytest.approx(25 / 1.03 / 21 - 1)
+    # Rounds within their trials' intervals: the machine did not move beyond the trials' noise
+    within = [cheap, fast, *rounds(cheap, fast, [(18.2, 24.6), (17.8, 25.3), (18.1, 25.0)])]
+    assert drift(within) == 0.0
+    # A noisy trial (+-49%) whose rounds land inside its wide interval adds no drift either
+    noisy = trial(1, 23.0, 0.49)
+    assert drift([noisy, fast, *rounds(noisy, fast, [(30.4, 25.0), (30.0, 25.1)])]) == 0.0
     # apart: the trial's top, widened by the drift, under 95% of the fastest's widened bottom
     slow, best = trial(0, 10.0, 0.05), trial(2, 20.0, 0.05)
     assert apart(slow, best, 0.05, 0.0)

@@ -100,18 +100,19 @@ def explain(
             f"{words}: slower by more than the {tolerance:.0%} tolerance (the whole interval "
             f"is below {line})."
         )
-    far = [trials[v.trial] for v in decision.verdicts if v.outcome == "apart"]
+    far = [v for v in decision.verdicts if v.outcome == "apart"]
     if far:
         allowing = (
-            f", even allowing for the {decision.drift:.0%} drift seen between a trial and the "
-            "paired rounds of the same setting"
+            f", even allowing for a drift of {decision.drift:.0%} (the most that a setting's "
+            "paired rounds lay outside its trial's interval)"
             if decision.drift
             else ""
         )
-        listed = "; ".join(f"{describe(t.params)}: {t.throughput:.1f} batches/s" for t in far)
+        listed = "; ".join(_apart_words(v, trials, decision.fastest) for v in far)
         lines.append(
-            f"{len(far)} cheaper setting(s) measured slower than the fastest by more than the "
-            f"tolerance beyond both 95% intervals{allowing} ({listed})."
+            f"{len(far)} cheaper setting(s) measured slower than the fastest, or than another "
+            f"setting measured, by more than the tolerance beyond both 95% intervals{allowing} "
+            f"({listed})."
         )
     if cores is not None and pick.params["num_workers"] > cores:
         settled = unfinished is None
@@ -172,6 +173,17 @@ def _cut_short(
     return (
         f"the comparison of the cheaper {describe(trials[cheap].params)} with the fastest "
         f"{so_far} before the search ended"
+    )
+
+
+def _apart_words(verdict: Verdict, trials: Sequence[Trial], fastest: int) -> str:
+    """One setting ruled out by its trial, with the trial it is slower than."""
+    assert verdict.against is not None
+    slow, other = trials[verdict.trial], trials[verdict.against]
+    than = "the fastest" if verdict.against == fastest else describe(other.params)
+    return (
+        f"{describe(slow.params)}: {slow.throughput:.1f} batches/s, against {than}'s "
+        f"{other.throughput:.1f}"
     )
 
 

@@ -6,9 +6,11 @@ can be told apart.
   batches are not independent), with Student's t (:func:`t95`).
 - **Two trials** (:func:`overlap`, :func:`equivalent`, :func:`apart`): their intervals
   compared, as the search steers and as the rule rules a setting out without pairs.
-- **Paired rounds** (:func:`paired`, :class:`Paired`, :func:`drift`): two settings measured
-  back to back in pairs; the per-pair ratio is free of the machine's changes between pairs,
-  and their geometric mean has a t interval over the log-ratios.
+- **Paired rounds** (:func:`paired`, :class:`Paired`): two settings measured back to back in
+  pairs; the per-pair ratio is free of the machine's changes between pairs, and their
+  geometric mean has a t interval over the log-ratios.
+- **The drift** (:func:`drift`): how far the machine moved between a trial and its setting's
+  later rounds, beyond what the trial's own interval allows.
 
 Pure functions of numbers and :class:`~fastdata.tune.measure.Trial` records; the decision
 rule (:mod:`.decide`) turns them into a choice.
@@ -185,15 +187,28 @@ def _rounds(trials: Sequence[Trial], keys: tuple[Any, Any]) -> list[tuple[float,
 
 
 def drift(trials: Sequence[Trial]) -> float | None:
-    """The largest relative difference, either way, between a setting's trial and the median
-    of its paired rounds (None when no setting has both)."""
+    """The least widening of the trials' 95% intervals that covers what the paired rounds
+    measured later: the largest relative distance, either way, by which the median of a
+    setting's paired rounds lies outside its trial's interval (0 when every median lies within;
+    None when no setting has both). A difference the trial's own interval already allows is
+    noise that interval measured, not a change of the machine: counting it again would widen
+    every interval by the noisiest trial's width, and a setting twice as slow could then no
+    longer be told apart by its trial."""
     rounds: dict[Any, list[float]] = {}
     for t in trials:
         if counts(t):
             rounds.setdefault(cost(t.params), []).append(t.throughput)
     changes = [
-        abs(math.log(t.throughput / median(rounds[key])))
+        _outside(t.interval, median(rounds[key]))
         for t in trials
         if t.pair is None and t.ok and t.throughput > 0 and (key := cost(t.params)) in rounds
     ]
     return math.exp(max(changes)) - 1 if changes else None
+
+
+def _outside(interval: tuple[float, float], value: float) -> float:
+    """How far ``value`` lies outside ``interval``, as a log-ratio (0 within it)."""
+    low, high = interval
+    if value > high:
+        return math.log(value / high)
+    return math.log(low / value) if value < low else 0.0

@@ -26,10 +26,14 @@ default 5%):
 **Which settings are compared.** Cheapest first. A setting that paired rounds showed slower
 than *any* measured setting by more than the tolerance is slower than the fastest too (the
 fastest is at least as fast), so a later stage that finds a new fastest setting does not
-compare it again. A cheaper setting whose own trial is slower than the fastest's by more than
-the tolerance *beyond both 95% intervals*, each widened by the largest *drift* seen so far
-(how far a setting's trial was from the median of its later paired rounds), needs no pairs:
-it is slower even if every trial was measured at the machine's worst (or best) moment seen.
+compare it again. A cheaper setting whose own trial is slower than the fastest's, or any
+other measured setting's, by more than the tolerance *beyond both 95% intervals*, each widened
+by the largest *drift* seen so far (how far the median of a setting's later paired rounds lay
+outside its trial's interval: :func:`~fastdata.tune._statistics.drift`), needs no pairs: it is
+slower even if every trial was measured at the machine's worst (or best) moment seen. Slower
+than any measured setting, it is slower than the fastest too, which measured at least as
+fast; so a fastest trial with a wide interval (a stall in it) cannot keep a setting half as
+fast in the running.
 The drift is known once one setting has been measured twice, so the first comparison is made
 before any setting is ruled out by its trial (with every cheaper setting apart, with the
 fastest of them). A paired round whose own interval has no upper bound (a relative half-width
@@ -40,8 +44,9 @@ before its verdict (fewer than two pairs, or an interval containing the line aft
 :data:`MAX_PAIRS`) has shown nothing, so it has not shown the cheaper setting slower: the
 cheaper setting is kept, as the rule says. Unless a finished comparison showed a cheaper
 setting as good (it is chosen), the choice is the cheapest setting whose comparison
-did not finish and whose own trial is not slower than the fastest's beyond both intervals
-(:func:`apart`, with the drift seen so far, or none before it is known); failing that (every
+did not finish and whose own trial is not slower than any measured setting's beyond both
+intervals (:func:`apart`, with the drift seen so far, or none before it is known); failing
+that (every
 cheaper setting shown slower, by pairs or by its trial), the fastest. The reason says which
 comparison did not finish and how many of its pairs counted.
 :attr:`Decision.next` says which comparison would come next; :mod:`.search` makes it while the
@@ -75,13 +80,14 @@ class Verdict:
     Attributes:
         trial: the index of the search's trial of the setting.
         outcome: ``"within"``, ``"slower"`` or ``"undecided"`` (the paired rounds' verdict,
-            :meth:`Paired.verdict`); ``"apart"`` (its trial is slower beyond the intervals
-            and the drift, no pairs needed); ``"open"`` (unfinished: fewer than two pairs, or
-            an interval containing the line in fewer than ``max_pairs``).
+            :meth:`Paired.verdict`); ``"apart"`` (its trial is slower than ``against``'s
+            beyond the intervals and the drift, no pairs needed); ``"open"`` (unfinished:
+            fewer than two pairs, or an interval containing the line in fewer than
+            ``max_pairs``).
         rounds: the paired rounds the outcome comes from (None with fewer than two pairs).
         against: the index of the search's trial of the other setting of those rounds: the
-            fastest, or for ``"slower"`` any setting it was shown slower than (the fastest
-            is at least as fast).
+            fastest, or for ``"slower"`` and ``"apart"`` any setting it was shown slower than
+            (the fastest is at least as fast).
     """
 
     trial: int
@@ -101,8 +107,9 @@ class Decision:
             first, up to the chosen one (or the one to compare next).
         next: the trial whose setting is to be compared with the fastest next (None: the
             decision is final).
-        drift: the largest relative difference between a setting's trial and the median of
-            its paired rounds (None before any setting was measured twice).
+        drift: the largest relative distance by which the median of a setting's paired
+            rounds lay outside its trial's interval (None before any setting was measured
+            twice).
         reached: trials whose :attr:`~fastdata.tune.measure.Trial.utilization` reaches the
             target.
         refused: trials refused for memory.
@@ -162,8 +169,10 @@ def decide(
             if outcome == "undecided" and rounds.pairs < max_pairs:
                 outcome = "open"  # not finished: it shows nothing yet
             verdicts.append(Verdict(i, outcome, rounds, fastest))
-        elif pairs_of(trials, i, fastest) == 0 and apart(trials[i], best, tolerance, seen or 0.0):
-            verdicts.append(Verdict(i, "apart"))
+        elif pairs_of(trials, i, fastest) == 0 and (
+            (other := _apart_from(trials, i, pool, fastest, tolerance, seen)) is not None
+        ):
+            verdicts.append(Verdict(i, "apart", against=other))
         else:  # to compare, or a comparison under way
             verdicts.append(Verdict(i, "open"))
         outcome = verdicts[-1].outcome
@@ -179,8 +188,8 @@ def decide(
     fallback = False
     if following is not None and chosen == fastest:  # unfinished: keep the cheapest not shown
         kept = next(  # slower, by pairs or by its trial (with the drift seen so far, if any)
-            (v.trial for v in verdicts
-             if v.outcome == "open" and not apart(trials[v.trial], best, tolerance, seen or 0.0)),
+            (v.trial for v in verdicts if v.outcome == "open"
+             and _apart_from(trials, v.trial, pool, fastest, tolerance, seen) is None),
             None,
         )  # fmt: skip
         if kept is not None:
@@ -195,6 +204,26 @@ def decide(
         refused=tuple(over),
         fallback=fallback,
     )
+
+
+def _apart_from(
+    trials: Sequence[Trial],
+    cheap: int,
+    pool: Sequence[int],
+    fastest: int,
+    tolerance: float,
+    drift: float | None,
+) -> int | None:
+    """The setting of ``pool`` (the fastest first, then the faster first) that the trial of
+    ``trials[cheap]`` is slower than by more than ``tolerance`` beyond both intervals widened
+    by ``drift``
+    (:func:`~fastdata.tune._statistics.apart`; none known counts as 0), or None. Slower than
+    any measured setting, it is slower than the fastest too, which measured at least as fast:
+    a fastest trial measured with a wide interval (a stall in it) hides nothing then."""
+    for other in (fastest, *sorted(pool, key=lambda i: -trials[i].throughput)):
+        if other != cheap and apart(trials[cheap], trials[other], tolerance, drift or 0.0):
+            return other
+    return None
 
 
 def _shown_slower(

@@ -53,10 +53,10 @@ class TuneResult:
         data: what was tuned on, in words (the CLI's data source, or the loader factory).
         machine: the machine's facts (:func:`fastdata.tune.machine.describe`).
         noise: what the run saw of the noise: ``median_ci`` (the median relative half-width
-            of the trials' 95% intervals), ``drift`` (the largest relative difference
-            between a setting's trial and the median of its paired rounds; None when no
-            setting was measured twice) and ``load_average`` (the machine's 1-minute load at
-            the start and the end).
+            of the trials' 95% intervals), ``drift`` (the largest relative distance by
+            which the median of a setting's paired rounds lay outside its trial's interval;
+            None when no setting was measured twice) and ``load_average`` (the machine's
+            1-minute load at the start and the end).
         max_memory_from: where ``max_memory`` comes from, in words.
         loader: what the advice depends on of the loaders measured
             (:func:`fastdata.tune._factory.loader_facts`): ``worker_init_fn``, its name,
@@ -255,7 +255,7 @@ def _noise_words(noise: Mapping[str, Any], cores: int) -> str:
     parts.append(
         "no setting measured twice"
         if drift is None
-        else f"a setting's trial and its paired rounds differed by up to {drift:.0%}"
+        else f"a setting's paired rounds lay up to {drift:.0%} outside its trial's interval"
     )
     load = noise.get("load_average") or []
     if len(load) == 2 and None not in load:

@@ -72,7 +72,8 @@ up to 2 ** this."""
 class Outcome(NamedTuple):
     """What :func:`search` found: every trial in order, the chosen one's index, why, how the
     search ended (``"complete"``, ``"target"``, ``"budget"`` or ``"interrupted"``), and the
-    drift seen between repeated measurements of a setting (None: none was repeated)."""
+    drift: how far a setting's paired rounds lay outside its trial's interval (None: no
+    setting was measured twice)."""
 
     trials: list[Trial]
     chosen: int
