@@ -140,7 +140,22 @@ def test_other_loaders_keep_torchs_count(data: Path, tmp_path: Path) -> None:
     packed = fd.pack(fd.ParquetStream(tmp_path / "docs.parquet", columns=["tokens"]), seq_len=4)
     with pytest.raises(TypeError, match="packed stream has no len"):
         len(fd.DataLoader(packed, batch_size=None))
-    assert loader_length(fd.DataLoader(list(range(10)), batch_size=4), 7) == 7
+    assert loader_length(fd.DataLoader(list(range(10)), batch_size=4), lambda: 7) == 7
+
+
+def test_a_streams_length_does_not_ask_for_torchs_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's count of a stream is ``len(stream)``, which plans the epoch: ``len()`` of a
+    loader over a stream's rows plans it once, for its own count, not for torch's too."""
+    path = write(tmp_path, 131, 40)
+    stream = fd.ParquetStream(path, columns=["id"])
+    loader = fd.DataLoader(stream, batch_size=32, num_workers=2)
+    asked = []
+    counted = type(stream).__len__
+    monkeypatch.setattr(type(stream), "__len__", lambda self: asked.append(1) or counted(self))
+    assert len(loader) == sum(1 for _ in loader) == 6
+    assert asked == []
 
 
 def test_rank_batches_counts_every_rank_as_it_iterates(tmp_path: Path) -> None:

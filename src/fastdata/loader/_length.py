@@ -19,6 +19,7 @@ the rest. A stream that batches itself (``batch_size=N`` on the stream) has its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastdata.sources import PlannedStream
@@ -41,11 +42,13 @@ def rank_batches(
     return batch_count(shares, stream.handovers, batch_size, drop_last=drop_last)
 
 
-def loader_length(loader: Any, torch_length: int) -> int:
+def loader_length(loader: Any, torch_length: Callable[[], int]) -> int:
     """``len(loader)``: the batches a loader that batches a stream's rows yields this epoch
-    (see the module); ``torch_length`` (torch's count) for anything else."""
+    (see the module); ``torch_length()`` (torch's count) for anything else. torch's count is
+    asked for only there: for a stream it would plan the epoch once more (``len`` of the
+    stream), 0.24 s at 20,000 row groups and 8 workers."""
     stream = loader.dataset
     if not isinstance(stream, PlannedStream) or loader.batch_size is None:
-        return torch_length
+        return torch_length()
     readers = max(loader.num_workers, 1)
     return rank_batches(stream, readers, loader.batch_size, loader.drop_last)

@@ -195,7 +195,7 @@ class DataLoader(TorchDataLoader[_T_co]):
 
     def __len__(self) -> int:
         """torch's count; batching a fastdata stream's rows, its workers' batches (_length)."""
-        return _length.loader_length(self, super().__len__())
+        return _length.loader_length(self, super().__len__)
 
     def _new_record(self, plan: _resume.Plan | None, readers: int, base: int) -> Record:
         if plan is None or plan.epoch_done or self._fd_kind == "stream":
