@@ -300,6 +300,31 @@ def test_a_fastest_trial_with_a_wide_interval_keeps_no_setting_half_as_fast() ->
     assert not apart(search[0], search[3], 0.05, 0.0) and apart(search[0], search[2], 0.05, 0.0)
 
 
+def test_a_load_spike_late_in_a_run_keeps_no_setting_half_as_fast() -> None:
+    """rtun's demo run (load 2.7 to 3.4): a spike hit the paired rounds of 2 thread workers
+    late in the run (22 batches/s against their trial's 31.9-33.2), a drift over 40% that
+    widened 0 workers' noisy trial (13.4, +-33%) into the fastest's reach; their pairs were
+    stalls (no interval), and the budget ended. Without a finished comparison, the choice goes
+    by the trials' own intervals: 0 workers are passed over, and said so; 1 thread is kept."""
+    threads = [Trial(params=settings(w, method="thread"), throughput=r, rel_ci=c)
+               for w, r, c in ((1, 29.2, 0.07), (2, 32.5, 0.02))]  # fmt: skip
+    table = [trial(0, 13.4, 0.33), *threads]
+    table += rounds(threads[0], threads[1], [(20.0, 22.0)], first=2)  # the spike: one pair
+    table += [Trial(params=settings(0), throughput=4.1, rel_ci=math.inf, pair=1),
+              Trial(params=threads[1].params, throughput=22.5, rel_ci=0.03, pair=1)]  # fmt: skip
+    decision = choose(table)
+    assert decision.drift is not None and decision.drift > 0.4
+    assert not apart(table[0], table[2], 0.05, decision.drift)  # the drift keeps it open
+    assert decision.fallback and decision.chosen == 1
+    assert decision.passed == (Verdict(0, "apart", against=2),)
+    text = reason(table)
+    assert (
+        "a setting is passed over when its trial is slower than another's by more than "
+        "the tolerance beyond both 95% intervals (num_workers=0, prefetch_factor=None, "
+        "pin_memory=False: 13.4 batches/s, against the fastest's 32.5)" in text
+    )
+
+
 def test_a_cut_short_comparison_keeps_the_cheapest_setting_its_trial_does_not_rule_out() -> None:
     search = [trial(0, 11.0), trial(1, 29.0), trial(1, 28.0, prefetch=1),
               trial(1, 31.0, prefetch=8)]  # fmt: skip
@@ -383,10 +408,10 @@ def test_the_choice_is_the_cheapest_setting_the_pairs_cannot_tell_apart_from_the
         assert last.outcome == "within" or last.rounds.pairs >= MAX_PAIRS
     else:
         assert walked == cheaper  # nothing as good: every cheaper setting was gone through
-        # Unfinished: the cheapest open comparison whose trial is not apart is kept.
-        drift = decision.drift or 0.0
+        # Unfinished: the cheapest open comparison whose trial is not apart from any measured
+        # setting's by the trials' own intervals is kept.
         kept = [v.trial for v in decision.verdicts if v.outcome == "open"
-                and not apart(table[v.trial], table[fastest], 0.05, drift)]  # fmt: skip
+                and not any(apart(table[v.trial], t, 0.05, 0.0) for t in search)]  # fmt: skip
         assert decision.fallback == (decision.next is not None and bool(kept))
         assert decision.chosen == (kept[0] if decision.fallback else fastest)
     if opened:

@@ -57,6 +57,14 @@ def explain(
             f"so the cheaper {describe(pick.params)}, whose comparison did not finish either, "
             "is kept"
         )  # fmt: skip
+        if decision.passed:
+            over = "; ".join(_apart_words(v, trials, decision.fastest) for v in decision.passed)
+            kept = (
+                f"and without a finished comparison a setting is passed over when its trial is "
+                f"slower than another's by more than the tolerance beyond both 95% intervals "
+                f"({over}); {describe(pick.params)}, whose comparison did not finish either, is "
+                "not, so it is kept"
+            )
         lines.append(
             f"The fastest setting measured is {describe(best.params)}: {_rate_ci(best)}; "
             f"{cut}. A cheaper setting is given up only when shown slower, {kept}."

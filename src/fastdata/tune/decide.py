@@ -45,8 +45,9 @@ before its verdict (fewer than two pairs, or an interval containing the line aft
 cheaper setting is kept, as the rule says. Unless a finished comparison showed a cheaper
 setting as good (it is chosen), the choice is the cheapest setting whose comparison
 did not finish and whose own trial is not slower than any measured setting's beyond both
-intervals (:func:`apart`, with the drift seen so far, or none before it is known); failing
-that (every
+intervals (:func:`apart`, the trials' own intervals: the drift widens them only to decide what
+need not be compared, and one load spike late in a run can widen it past 40%, which would
+keep a setting measured at 41% of the fastest's rate); failing that (every
 cheaper setting shown slower, by pairs or by its trial), the fastest. The reason says which
 comparison did not finish and how many of its pairs counted.
 :attr:`Decision.next` says which comparison would come next; :mod:`.search` makes it while the
@@ -115,6 +116,9 @@ class Decision:
         refused: trials refused for memory.
         fallback: the comparisons did not finish, and ``chosen`` is the cheaper setting whose
             comparison was cut short (see the module docstring).
+        passed: with ``fallback``, the cheaper settings whose comparisons did not finish
+            either, passed over because their trials are slower than ``against``'s beyond both
+            intervals (their own, without the drift).
     """
 
     chosen: int
@@ -125,6 +129,7 @@ class Decision:
     reached: tuple[int, ...] = ()
     refused: tuple[int, ...] = ()
     fallback: bool = False
+    passed: tuple[Verdict, ...] = ()
 
 
 def decide(
@@ -185,15 +190,16 @@ def decide(
         # Every cheaper setting is apart by its trial alone, but no setting has been measured
         # twice: the drift is unknown. Compare the fastest of them first to learn it.
         following = max(cheaper, key=lambda i: trials[i].throughput)
-    fallback = False
+    fallback, passed = False, []
     if following is not None and chosen == fastest:  # unfinished: keep the cheapest not shown
-        kept = next(  # slower, by pairs or by its trial (with the drift seen so far, if any)
-            (v.trial for v in verdicts if v.outcome == "open"
-             and _apart_from(trials, v.trial, pool, fastest, tolerance, seen) is None),
-            None,
-        )  # fmt: skip
-        if kept is not None:
-            chosen, fallback = kept, True
+        for v in verdicts:  # slower, by pairs or by its trial's own interval
+            other = None if v.outcome != "open" else _apart_from(
+                trials, v.trial, pool, fastest, tolerance, None)  # fmt: skip
+            if v.outcome == "open" and other is None:
+                chosen, fallback = v.trial, True
+                break
+            if other is not None:
+                passed.append(Verdict(v.trial, "apart", against=other))
     return Decision(
         chosen=chosen,
         fastest=fastest,
@@ -203,6 +209,7 @@ def decide(
         reached=tuple(i for i in pool if trials[i].utilization >= target),
         refused=tuple(over),
         fallback=fallback,
+        passed=tuple(passed) if fallback else (),
     )
 
 
