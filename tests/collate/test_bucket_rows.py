@@ -186,3 +186,24 @@ def test_ragged_at_follows_the_key_path_and_names_what_it_found() -> None:
         ragged_at(batch, ("ids",), 4)
     with pytest.raises(TypeError, match=r"key=\('x', 'u'\): the batch holds NoneType"):
         ragged_at(batch, ("x", "u"))
+
+
+@pytest.mark.parametrize("boundaries", [None, [2]])
+def test_columns_of_other_row_counts_than_the_ragged_are_refused(boundaries: Any) -> None:
+    """A batch whose columns disagree on the row count is refused with the columns named
+    (as pyarrow refuses a RecordBatch of unequal columns), not regrouped with the extra rows
+    lost, nor failed with a bare IndexError for a short list."""
+    tokens = Ragged.from_rows([[1], [2, 2], [3, 3, 3], [4]])
+    longer = {"id": torch.arange(6), "label": list(range(6)), "tokens": tokens}
+    with pytest.raises(
+        ValueError,
+        match=r"stream item 0.*key='tokens' has 4 rows, but batch\['id'\] has 6, "
+        r"batch\['label'\] has 6",
+    ):
+        list(bucket_by_length([longer], key="tokens", batch_size=2, boundaries=boundaries))
+    shorter = {"ok": np.arange(4), "pair": Pair(torch.arange(4), [10, 11]), "tokens": tokens}
+    with pytest.raises(ValueError, match=r"batch\['pair'\]\[1\] has 2; every column"):
+        list(bucket_by_length([shorter], key="tokens", batch_size=2, boundaries=boundaries))
+    with pytest.raises(ValueError, match=r"batch\['n'\] has no rows \(0-d\)"):
+        list(bucket_by_length([{"n": torch.tensor(3), "tokens": tokens}], key="tokens",
+                              batch_size=2))  # fmt: skip

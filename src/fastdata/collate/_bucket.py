@@ -107,8 +107,9 @@ def bucket_by_length(
         ``state_dict()`` / ``load_state_dict()``.
 
     Raises:
-        ValueError: a bad argument (checked at the call, not at the first batch), or a
-            negative length.
+        ValueError: a bad argument (checked at the call, not at the first batch), a
+            negative length, or (``key``) a batch whose columns do not all have as many rows
+            as its Ragged (the columns and their row counts named).
         TypeError: ``length_fn`` returned something other than an int; neither or both of
             ``length_fn`` and ``key``; an item without a Ragged at ``key``.
 

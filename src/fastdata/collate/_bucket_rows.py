@@ -105,9 +105,41 @@ class _Rows:
 
 
 def measured_batches(stream: Iterable[Any], path: KeyPath) -> Iterator[tuple[Any, np.ndarray]]:
-    """Each batch of ``stream`` with the lengths of its rows (from the Ragged at ``path``)."""
+    """Each batch of ``stream`` with the lengths of its rows (from the Ragged at ``path``),
+    once every column is checked to have as many rows as that Ragged."""
     for i, batch in enumerate(stream):
-        yield batch, ragged_at(batch, path, i).lengths.cpu().numpy()
+        ragged = ragged_at(batch, path, i)
+        _check_rows(batch, path, len(ragged), i)
+        yield batch, ragged.lengths.cpu().numpy()
+
+
+def _check_rows(batch: Any, path: KeyPath, rows: int, index: int) -> None:
+    """Refuse a batch whose columns do not all have ``rows`` rows: its rows could not be
+    regrouped (a longer column would lose its extra rows, a shorter one fail in ``take``)."""
+    wrong = [(where, n) for where, n in _column_rows(batch, "") if n != rows]
+    if wrong:
+        key = path[0] if len(path) == 1 else path
+        columns = ", ".join(f"batch{where} has {n}" for where, n in wrong)
+        raise ValueError(
+            f"the batch (stream item {index}) has columns of different row counts: the Ragged "
+            f"at key={key!r} has {rows} rows, but {columns}; every column of a batch must "
+            "have one row per row of the Ragged (as a pyarrow.RecordBatch), so fix the "
+            "transform that built it"
+        )
+
+
+def _column_rows(batch: Any, where: str) -> Iterator[tuple[str, int | str]]:
+    """``(position, row count)`` of every column of ``batch`` (a 0-d tensor has none)."""
+    if isinstance(batch, Ragged | list):
+        yield where, len(batch)
+    elif isinstance(batch, torch.Tensor | np.ndarray):
+        yield where, batch.shape[0] if batch.ndim else "no rows (0-d)"
+    elif isinstance(batch, cabc.Mapping):
+        for k, v in batch.items():
+            yield from _column_rows(v, f"{where}[{k!r}]")
+    elif isinstance(batch, tuple):
+        for k, v in enumerate(batch):
+            yield from _column_rows(v, f"{where}[{k}]")
 
 
 def row_count(item: tuple[Any, np.ndarray]) -> int:
