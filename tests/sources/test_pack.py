@@ -284,7 +284,7 @@ def test_a_pad_id_the_columns_dtype_cannot_hold_is_refused_at_the_call(
         match=rf"pad_id={pad_id} cannot be stored in column 'tokens', whose dtype is {dtype}",
     ):
         fd.pack(stream, seq_len=2, pad_id=pad_id)
-    with pytest.raises(TypeError, match="pad_id=1.5: expected an integer"):
+    with pytest.raises(TypeError, match=r"pad_id=1\.5: expected an integer"):
         fd.pack(stream, seq_len=2, pad_id=1.5)
 
 
