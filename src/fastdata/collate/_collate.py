@@ -31,8 +31,9 @@ def pad_collate(
     ``batch`` is either form (see the module docs):
 
     * a list of samples: every field is collated as ``default_collate`` would (numbers,
-      strings, dicts, tuples, 0-d tensors), except tensors and numeric numpy arrays of at
-      least one dim, which are padded, whatever their sizes in this batch;
+      strings, dicts, tuples, 0-d tensors; a None among strings stays in the list), except
+      tensors and numeric numpy arrays of at least one dim, which are padded, whatever their
+      sizes in this batch;
     * an already batched item: a :class:`~fastdata.Ragged`, or a dict (or a tuple holding a
       Ragged) of columns such as a :class:`fastdata.ParquetStream` batch: its numeric Ragged
       columns are padded from values + offsets in one scatter; other columns (tensors,
