@@ -184,8 +184,29 @@ def test_ragged_at_follows_the_key_path_and_names_what_it_found() -> None:
     assert ragged_at(batch, ("x", "t")) is tokens
     with pytest.raises(TypeError, match=r"key='ids': the batch \(stream item 4\) holds Tensor"):
         ragged_at(batch, ("ids",), 4)
-    with pytest.raises(TypeError, match=r"key=\('x', 'u'\): the batch holds NoneType"):
+    with pytest.raises(
+        TypeError, match=r"key=\('x', 'u'\): the batch at \['x'\] has no 'u' \(its keys: 't'\)"
+    ):
         ragged_at(batch, ("x", "u"))
+
+
+def test_a_key_names_namedtuple_fields_and_a_missing_key_is_said_missing() -> None:
+    """key= takes the key paths pad_collate's keys= takes (a namedtuple field by its name);
+    a misspelt key is reported as missing, with the keys there, not as 'holds NoneType'."""
+    batch = Pair(torch.arange(3), Ragged.from_rows([[1, 2], [3], []]))
+    for key in ("tokens", 1, -1):
+        out = list(bucket_by_length([batch], key=key, batch_size=2, seed=0))
+        assert sorted(i for b in out for i in b.ids.tolist()) == [0, 1, 2]
+        assert all(type(b) is Pair for b in out)
+    assert padding_stats([batch], key="tokens").samples == 3
+    with pytest.raises(TypeError, match=r"has no 'token' \(its fields: ids, tokens, or positions"):
+        list(bucket_by_length([batch], key="token", batch_size=2))
+    with pytest.raises(
+        TypeError,
+        match=r"key='tokens_typo': the batch \(stream item 0\) has no 'tokens_typo' "
+        r"\(its keys: 'tokens'\)",
+    ):
+        list(bucket_by_length([{"tokens": batch.tokens}], key="tokens_typo", batch_size=2))
 
 
 @pytest.mark.parametrize("boundaries", [None, [2]])

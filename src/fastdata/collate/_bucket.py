@@ -92,8 +92,10 @@ def bucket_by_length(
             worker's share of it), or indices into a map-style dataset.
         length_fn: the length of a sample, a non-negative int (e.g. ``len``); for a stream
             of samples.
-        key: for a stream of batches, the key path of their Ragged column (``"tokens"``, a
-            tuple for a nested one, ``()`` for items that are a Ragged themselves).
+        key: for a stream of batches, the key path of their Ragged column, as
+            ``pad_collate``'s ``keys`` takes it: a key (``"tokens"``), a namedtuple field
+            name or tuple position (``1``), a tuple of those for a nested one, ``()`` for
+            items that are a Ragged themselves.
         batch_size: samples (rows) per batch.
         boundaries: ``None``, ``"auto"`` or a list of increasing positive ints, see above.
         buffer_size: the most samples held at once; at least ``batch_size``. Default

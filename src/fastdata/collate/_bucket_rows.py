@@ -27,22 +27,48 @@ KeyPath = tuple[Any, ...]
 
 
 def ragged_at(batch: Any, path: KeyPath, index: int | None = None) -> Ragged:
-    """The Ragged at ``path`` in ``batch`` (``index``: the stream item, for messages)."""
-    value = batch
+    """The Ragged at ``path`` in ``batch`` (``index``: the stream item, for messages): a
+    key path as ``pad_collate``'s ``keys`` takes it (mapping keys, namedtuple field names,
+    tuple positions)."""
+    value, where = batch, ""
+    item = "" if index is None else f" (stream item {index})"
+    shown = path[0] if len(path) == 1 else path
     for key in path:
-        try:
-            value = value[key]
-        except (KeyError, IndexError, TypeError):
-            value = None
-            break
+        if isinstance(value, cabc.Mapping) and key in value:
+            value, where = value[key], f"{where}[{key!r}]"
+        elif isinstance(value, tuple) and hasattr(value, "_fields") and key in value._fields:
+            value, where = getattr(value, key), f"{where}.{key}"
+        elif (
+            isinstance(value, tuple | list)
+            and isinstance(key, int)
+            and not isinstance(key, bool)
+            and -len(value) <= key < len(value)
+        ):
+            value, where = value[key], f"{where}[{key}]"
+        else:
+            raise TypeError(
+                f"key={shown!r}: the batch{item}{' at ' + where if where else ''} has no "
+                f"{key!r} ({_has(value)}); name the variable-length column of batches such "
+                "as ParquetStream(batch_size=N) yields, e.g. key='tokens'"
+            )
     if not isinstance(value, Ragged):
-        item = "" if index is None else f" (stream item {index})"
         raise TypeError(
-            f"key={path[0] if len(path) == 1 else path!r}: the batch{item} holds "
-            f"{type(value).__name__} there, not a fastdata.Ragged; name the variable-length "
-            "column of batches such as ParquetStream(batch_size=N) yields, e.g. key='tokens'"
+            f"key={shown!r}: the batch{item} holds {type(value).__name__} there, not a "
+            "fastdata.Ragged; name the variable-length column of batches such as "
+            "ParquetStream(batch_size=N) yields, e.g. key='tokens'"
         )
     return value
+
+
+def _has(value: Any) -> str:
+    """What a key path can name in ``value``, for a message."""
+    if isinstance(value, cabc.Mapping):
+        return "its keys: " + ", ".join(map(repr, value)) if value else "it is empty"
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return f"its fields: {', '.join(value._fields)}, or positions 0..{len(value) - 1}"
+    if isinstance(value, tuple | list):
+        return f"its positions: 0..{len(value) - 1}" if value else "it is empty"
+    return f"it is a {type(value).__name__}"
 
 
 def take(batch: Any, index: torch.Tensor) -> Any:
