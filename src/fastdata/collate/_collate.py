@@ -58,7 +58,8 @@ def pad_collate(
 
     Args:
         batch: a list of samples, or one already batched item.
-        pad_value: the value written into the padding; it must fit the field's dtype.
+        pad_value: the number written into the padding; it must fit each padded field's
+            dtype (an integer dtype's range, a float dtype's largest finite value).
         pad_to_multiple_of: round each padded dim up to a multiple of this (8 suits tensor
             cores); a sequence gives one multiple per dim of the items, None leaving that dim
             alone, e.g. ``(None, 32, 32)`` for ``C x H x W`` images.
@@ -80,7 +81,7 @@ def pad_collate(
             ``batch[3]['tokens']``.
         TypeError: items of different dtypes, or a value of another type (a string where a
             tensor is expected) at the same position; a dict holding no Ragged (a single
-            sample rather than a batch).
+            sample rather than a batch); a ``pad_value`` that is not a number.
 
     Examples:
         >>> import torch
