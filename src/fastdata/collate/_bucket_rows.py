@@ -20,10 +20,36 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata.collate._bucket_state import Track
+from fastdata.collate._bucket_state import Bucketing, Track
 from fastdata.ragged import Ragged
 
 KeyPath = tuple[Any, ...]
+
+
+def bucketing(
+    stream: Iterable[Any], key: Any, settings: dict[str, Any], fixed: list[int] | None, every: int
+) -> Bucketing[Any]:
+    """:func:`fastdata.bucket_by_length` of the rows of a stream of batches (``settings``:
+    its arguments, checked; ``fixed``: a list of boundaries; ``every``: rows between
+    checkpoints of buckets)."""
+    path = key if isinstance(key, tuple) else (key,)
+    batch_size, drop_last = settings["batch_size"], settings["drop_last"]
+    buffer_size = settings["buffer_size"]
+    pooled = settings["boundaries"] is None
+
+    def build(items: Iterator[Any], track: Track) -> Iterator[Any]:
+        batches = track.reading(measured_batches(items, path), row_count)
+        if pooled:
+            return pooled_rows(batches, batch_size, buffer_size, track, drop_last)
+        if track.boundaries is None and fixed is not None:
+            track.boundaries = fixed
+        return bucketed_rows(batches, batch_size, buffer_size or 0, track, drop_last)
+
+    return Bucketing(stream, settings, build, _rng, pooled, every)
+
+
+def _rng(seed: int, pool: int) -> np.random.Generator:
+    return np.random.default_rng([seed, pool])
 
 
 def ragged_at(batch: Any, path: KeyPath, index: int | None = None) -> Ragged:
