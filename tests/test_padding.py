@@ -8,13 +8,15 @@ from __future__ import annotations
 from typing import Any
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from fastdata import _padding
+from fastdata import Ragged, _padding
 from fastdata._padding import PadSpec, check_multiples, pad_ragged, pad_spec, pad_tensors
+from fastdata.collate import pad_collate
 
 
 def by_hand(
@@ -139,8 +141,10 @@ def test_layout_refuses_multiples_of_another_rank() -> None:
         (torch.uint64, [0, 2**64 - 1], [-1, 2**64]),
         (torch.int8, [-128, 127], [-129, 128]),
         (torch.int64, [-(2**40)], [1.5]),
-        (torch.float16, [0.5, -1e4, float("-inf")], []),
-        (torch.complex64, [1.5], []),
+        (torch.float16, [0.5, -1e4, 65504.0, float("-inf"), float("nan")], [1e5, -65519.0]),
+        (torch.bfloat16, [3e38, float("inf")], [1e39]),
+        (torch.float32, [1 + 0j], [np.float64(1e39), 1j]),
+        (torch.complex64, [1.5, 1j], []),
     ],
 )
 def test_the_pad_value_must_fit_the_dtype(
@@ -155,6 +159,20 @@ def test_the_pad_value_must_fit_the_dtype(
             f"pad_value={value!r} cannot be stored in batch[*]['x'], whose dtype is {dtype}; "
             f"pass a pad_value that {dtype} holds, e.g. 0"
         )
+
+
+def test_a_pad_value_that_is_no_number_is_refused_at_the_call() -> None:
+    """Not inside torch.full at the first padded field, naming no field."""
+    with pytest.raises(TypeError, match=r"pad_value='0': expected a number .*got str"):
+        pad_collate([{"x": torch.ones(2)}, {"x": torch.ones(1)}], pad_value="0")
+    with pytest.raises(TypeError, match=r"pad_value='0': expected a number .*got str"):
+        Ragged.from_rows([[1.0]]).to_padded("0")
+    float16 = [{"wave": torch.ones(2, dtype=torch.float16)}, {"wave": torch.ones(1).half()}]
+    with pytest.raises(
+        ValueError, match=r"pad_value=100000.0 cannot be stored in batch\[\*\]\['wave'\]"
+    ):
+        pad_collate(float16, pad_value=1e5)
+    assert pad_collate(float16, pad_value=torch.tensor(-1.0))["wave"][1].tolist() == [1.0, -1.0]
 
 
 @pytest.mark.parametrize("value", [None, 1, 8, (None, 4), [2, None, 3]])

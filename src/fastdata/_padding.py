@@ -7,6 +7,8 @@ items, where the scatter's per-element mask work costs more). No Python loop ove
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -206,6 +208,13 @@ def pad_spec(
     return_mask: bool,
 ) -> PadSpec:
     """The :class:`PadSpec` of :func:`fastdata.pad_collate`'s arguments, checked."""
+    if isinstance(pad_value, torch.Tensor) and pad_value.ndim == 0:
+        pad_value = pad_value.item()
+    if not isinstance(pad_value, numbers.Number):
+        raise TypeError(
+            f"pad_value={pad_value!r}: expected a number (written into the padding, in each "
+            f"padded field's dtype), got {type(pad_value).__name__}"
+        )
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side={padding_side!r}: expected 'right' or 'left'")
     return PadSpec(pad_value, check_multiples(pad_to_multiple_of), padding_side == "left",
@@ -226,16 +235,31 @@ def check_multiples(
     return tuple(entries) if isinstance(value, Sequence) else value
 
 
-def _check_pad_value(pad_value: float, dtype: torch.dtype, where: str) -> None:
-    if dtype.is_floating_point or dtype.is_complex:
+def _check_pad_value(pad_value: Any, dtype: torch.dtype, where: str) -> None:
+    """Refuse a ``pad_value`` the field's dtype cannot hold: outside an integer dtype's range,
+    not 0 or 1 for bool, a finite value beyond a float dtype's largest (``1e5`` in float16,
+    which torch.full refuses, or turns into inf for a numpy float), an imaginary part in a
+    real dtype."""
+    if dtype.is_complex:
         return
-    if dtype == torch.bool:
+    if not isinstance(pad_value, numbers.Real):  # complex (a number, checked at the call)
+        if pad_value.imag:
+            raise _unfit(pad_value, dtype, where)
+        pad_value = pad_value.real
+    if dtype.is_floating_point:
+        value = float(pad_value)  # inf and nan are values of every float dtype
+        fits = not math.isfinite(value) or abs(value) <= torch.finfo(dtype).max
+    elif dtype == torch.bool:
         fits = pad_value in (0, 1)
     else:
         info = torch.iinfo(dtype)
         fits = float(pad_value).is_integer() and info.min <= pad_value <= info.max
     if not fits:
-        raise ValueError(
-            f"pad_value={pad_value!r} cannot be stored in batch[*]{where}, whose dtype is "
-            f"{dtype}; pass a pad_value that {dtype} holds, e.g. 0"
-        )
+        raise _unfit(pad_value, dtype, where)
+
+
+def _unfit(pad_value: Any, dtype: torch.dtype, where: str) -> ValueError:
+    return ValueError(
+        f"pad_value={pad_value!r} cannot be stored in batch[*]{where}, whose dtype is "
+        f"{dtype}; pass a pad_value that {dtype} holds, e.g. 0"
+    )

@@ -129,6 +129,36 @@ def test_bucketing_checks_arguments_at_the_call(kwargs: dict[str, Any], message:
         bucket_by_length([], length_fn=len, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("seed", "exc"), [(-1, ValueError), (1.5, TypeError), ("abc", TypeError), ("1", TypeError)]
+)
+@pytest.mark.parametrize("mode", ["samples", "rows"])
+def test_the_seed_is_checked_at_the_call_in_both_modes(seed: Any, exc: type, mode: str) -> None:
+    """One check for both modes, naming seed (rows mode said numpy's SeedSequence words;
+    samples mode took all of these, "1" giving the order of 1)."""
+    from fastdata import Ragged
+
+    stream: Any = [{"t": Ragged.from_rows([[1], [2, 2]])}] if mode == "rows" else [1, 2]
+    how: dict[str, Any] = {"key": "t"} if mode == "rows" else {"length_fn": int}
+    with pytest.raises(exc, match=rf"seed={seed!r}: expected an integer >= 0, or None"):
+        bucket_by_length(stream, batch_size=2, seed=seed, **how)
+
+
+def test_seed_none_draws_a_fresh_order_in_both_modes() -> None:
+    """As numpy and torch take None: a new order every run (it was one fixed order in samples
+    mode, and a TypeError at the first batch in rows mode)."""
+    from fastdata import Ragged
+
+    lengths = [i % 7 for i in range(400)]
+    runs = [list(bucket_by_length(lengths, length_fn=int, batch_size=4, seed=None)) for _ in "ab"]
+    assert runs[0] != runs[1]
+    assert sorted(map(sorted, runs[0])) == sorted(map(sorted, runs[1]))
+    rows = [{"t": Ragged.from_rows([[0] * n for n in lengths]), "i": list(range(400))}]
+    out = [list(bucket_by_length(rows, key="t", batch_size=4, seed=None)) for _ in "ab"]
+    assert [b["i"] for b in out[0]] != [b["i"] for b in out[1]]
+    assert sorted(i for b in out[0] for i in b["i"]) == list(range(400))
+
+
 @pytest.mark.parametrize(("length", "exc"), [("3", TypeError), (-1, ValueError), (True, TypeError)])
 def test_bad_lengths_name_the_stream_item(length: Any, exc: type[Exception]) -> None:
     values = [1, 2, length]

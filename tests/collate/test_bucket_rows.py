@@ -184,5 +184,47 @@ def test_ragged_at_follows_the_key_path_and_names_what_it_found() -> None:
     assert ragged_at(batch, ("x", "t")) is tokens
     with pytest.raises(TypeError, match=r"key='ids': the batch \(stream item 4\) holds Tensor"):
         ragged_at(batch, ("ids",), 4)
-    with pytest.raises(TypeError, match=r"key=\('x', 'u'\): the batch holds NoneType"):
+    with pytest.raises(
+        TypeError, match=r"key=\('x', 'u'\): the batch at \['x'\] has no 'u' \(its keys: 't'\)"
+    ):
         ragged_at(batch, ("x", "u"))
+
+
+def test_a_key_names_namedtuple_fields_and_a_missing_key_is_said_missing() -> None:
+    """key= takes the key paths pad_collate's keys= takes (a namedtuple field by its name);
+    a misspelt key is reported as missing, with the keys there, not as 'holds NoneType'."""
+    batch = Pair(torch.arange(3), Ragged.from_rows([[1, 2], [3], []]))
+    for key in ("tokens", 1, -1):
+        out = list(bucket_by_length([batch], key=key, batch_size=2, seed=0))
+        assert sorted(i for b in out for i in b.ids.tolist()) == [0, 1, 2]
+        assert all(type(b) is Pair for b in out)
+    assert padding_stats([batch], key="tokens").samples == 3
+    with pytest.raises(TypeError, match=r"has no 'token' \(its fields: ids, tokens, or positions"):
+        list(bucket_by_length([batch], key="token", batch_size=2))
+    with pytest.raises(
+        TypeError,
+        match=r"key='tokens_typo': the batch \(stream item 0\) has no 'tokens_typo' "
+        r"\(its keys: 'tokens'\)",
+    ):
+        list(bucket_by_length([{"tokens": batch.tokens}], key="tokens_typo", batch_size=2))
+
+
+@pytest.mark.parametrize("boundaries", [None, [2]])
+def test_columns_of_other_row_counts_than_the_ragged_are_refused(boundaries: Any) -> None:
+    """A batch whose columns disagree on the row count is refused with the columns named
+    (as pyarrow refuses a RecordBatch of unequal columns), not regrouped with the extra rows
+    lost, nor failed with a bare IndexError for a short list."""
+    tokens = Ragged.from_rows([[1], [2, 2], [3, 3, 3], [4]])
+    longer = {"id": torch.arange(6), "label": list(range(6)), "tokens": tokens}
+    with pytest.raises(
+        ValueError,
+        match=r"stream item 0.*key='tokens' has 4 rows, but batch\['id'\] has 6, "
+        r"batch\['label'\] has 6",
+    ):
+        list(bucket_by_length([longer], key="tokens", batch_size=2, boundaries=boundaries))
+    shorter = {"ok": np.arange(4), "pair": Pair(torch.arange(4), [10, 11]), "tokens": tokens}
+    with pytest.raises(ValueError, match=r"batch\['pair'\]\[1\] has 2; every column"):
+        list(bucket_by_length([shorter], key="tokens", batch_size=2, boundaries=boundaries))
+    with pytest.raises(ValueError, match=r"batch\['n'\] has no rows \(0-d\)"):
+        list(bucket_by_length([{"n": torch.tensor(3), "tokens": tokens}], key="tokens",
+                              batch_size=2))  # fmt: skip

@@ -107,6 +107,22 @@ def test_the_bucketing_resumes_exactly_with_worker_processes(data: Path) -> None
         assert first + ids(resumed) == whole, f"resumed after batch {cut}"
 
 
+@pytest.mark.parametrize("boundaries", [None, "auto"])
+def test_a_drawn_seed_is_saved_and_a_resume_continues_its_order(
+    data: Path, boundaries: Any
+) -> None:
+    kwargs = {**BUCKET, "seed": None, "boundaries": boundaries}
+    for cut in (0, 4, 17):
+        batches = fd.bucket_by_length(loader(data), **kwargs)
+        first = ids(next(batches) for _ in range(cut))
+        state = json.loads(json.dumps(batches.state_dict()))
+        rest = ids(batches)
+        resumed = fd.bucket_by_length(loader(data), **kwargs)
+        resumed.load_state_dict(state)
+        assert ids(resumed) == rest, f"resumed after batch {cut}"
+        assert sorted(i for b in first + rest for i in b) == list(range(300))
+
+
 def test_a_state_of_samples_resumes_exactly(data: Path) -> None:
     def samples() -> fd.DataLoader:
         stream = fd.ParquetStream(data, columns=["id", "tokens"], shuffle=True)

@@ -32,7 +32,6 @@ def test_the_hint_names_the_column_and_an_empty_value_of_its_kind() -> None:
         ([{"tokens": torch.ones(2)}, {"tokens": None}], "fill_null={'tokens': []}"),
         ([{"tokens": None}, {"tokens": torch.ones(2)}], "fill_null={'tokens': []}"),
         ([{"tokens": None}, {"tokens": None}], "fill_null={'tokens': []}"),
-        ([{"text": "a"}, {"text": None}], "fill_null={'text': ''}"),
     ],
 )
 def test_a_none_beside_values_names_the_fixes(batch: list[Any], fix: str) -> None:
@@ -41,6 +40,22 @@ def test_a_none_beside_values_names_the_fixes(batch: list[Any], fix: str) -> Non
     message = str(info.value)
     assert "NoneType None" in message and "a null in the data" in message
     assert fix in message and ".is_valid()" in message
+
+
+@pytest.mark.parametrize("collate", [fd.pad_collate, fd.nested_collate])
+def test_a_none_among_strings_stays_in_the_list_as_default_collate_keeps_it(collate: Any) -> None:
+    """An optional text field (speaker, language tag): default_collate returns
+    ['alice', None]; so does collate, wherever the None is (default_collate refuses a None in
+    batch[0], which a shuffled batch would make depend on the order)."""
+    from torch.utils.data import default_collate
+
+    batch = [{"speaker": "alice", "n": 1}, {"speaker": None, "n": 2}]
+    assert default_collate(batch)["speaker"] == ["alice", None]
+    assert collate(batch)["speaker"] == ["alice", None]
+    assert collate(batch[::-1])["speaker"] == [None, "alice"]
+    assert collate([{"b": None}, {"b": b"x"}, {"b": None}])["b"] == [None, b"x", None]
+    with pytest.raises(TypeError, match=r"batch\[0\]\['s'\] is a NoneType None"):
+        collate([{"s": None}, {"s": None}])  # no string to say the field is text
 
 
 def test_other_differences_say_fix_the_dataset_without_the_null_hint() -> None:

@@ -267,6 +267,28 @@ def test_pack_checks_its_arguments(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("arrow", "pad_id"), [(pa.uint16(), -100), (pa.int8(), 70_000), (pa.int32(), 2**40)]
+)
+def test_a_pad_id_the_columns_dtype_cannot_hold_is_refused_at_the_call(
+    tmp_path: Path, arrow: pa.DataType, pad_id: int
+) -> None:
+    """Not at the first padded batch (the epoch's last) with an OverflowError naming
+    nothing: the schema gives the dtype, so pack() checks pad_id against it."""
+    pq.write_table(
+        pa.table({"tokens": pa.array([[1, 2, 3]], pa.list_(arrow))}), tmp_path / "a.parquet"
+    )
+    stream = fd.ParquetStream(tmp_path, columns=["tokens"])
+    dtype = np.dtype(arrow.to_pandas_dtype())
+    with pytest.raises(
+        ValueError,
+        match=rf"pad_id={pad_id} cannot be stored in column 'tokens', whose dtype is {dtype}",
+    ):
+        fd.pack(stream, seq_len=2, pad_id=pad_id)
+    with pytest.raises(TypeError, match=r"pad_id=1\.5: expected an integer"):
+        fd.pack(stream, seq_len=2, pad_id=1.5)
+
+
+@pytest.mark.parametrize(
     ("bad", "error", "message"),
     [
         (None, fd.SchemaError, "null document"),

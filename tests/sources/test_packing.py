@@ -159,3 +159,19 @@ def test_a_null_document_or_a_null_inside_one_is_refused() -> None:
     inside = pa.table({"tokens": pa.array([[1, 2], [3, None]], pa.list_(pa.int64()))})
     with pytest.raises(fd.SourceError, match=r"null.*inside the lists of column 'tokens'"):
         next(packer.items(iter([inside]), CONTEXT, 0))
+
+
+def test_a_pad_id_the_tokens_dtype_cannot_hold_is_refused_at_the_first_batch() -> None:
+    """A reader with no schema: the first batch (a full one, which needs no padding) is
+    where pad_id is checked, not the first padded batch at the end of the epoch."""
+    packer = Packer("tokens", seq_len=2, rows=1, overlong="split", split_documents=True,
+                    pad_id=-100)  # fmt: skip
+    uint16 = pa.table({"tokens": pa.array([[1, 2], [3, 4], [5]], pa.list_(pa.uint16()))})
+    with pytest.raises(
+        ValueError, match=r"pad_id=-100 cannot be stored in column 'tokens', whose dtype is uint16"
+    ):
+        next(packer.items(iter([uint16]), CONTEXT, 0))
+    int32 = uint16.cast(pa.schema({"tokens": pa.list_(pa.int32())}))
+    assert [b["tokens"].tolist() for b, _ in packer.items(iter([int32]), CONTEXT, 0)] == [
+        [[1, 2]], [[3, 4]], [[5, -100]]
+    ]  # fmt: skip

@@ -41,7 +41,7 @@ def bucket_by_length(
     batch_size: int,
     boundaries: Sequence[int] | Literal["auto"] | None = None,
     buffer_size: int | None = None,
-    seed: int = 0,
+    seed: int | None = 0,
     drop_last: bool = False,
 ) -> Bucketing[Any]:
     """Group the samples of ``stream`` into batches of samples of similar length.
@@ -92,14 +92,19 @@ def bucket_by_length(
             worker's share of it), or indices into a map-style dataset.
         length_fn: the length of a sample, a non-negative int (e.g. ``len``); for a stream
             of samples.
-        key: for a stream of batches, the key path of their Ragged column (``"tokens"``, a
-            tuple for a nested one, ``()`` for items that are a Ragged themselves).
+        key: for a stream of batches, the key path of their Ragged column, as
+            ``pad_collate``'s ``keys`` takes it: a key (``"tokens"``), a namedtuple field
+            name or tuple position (``1``), a tuple of those for a nested one, ``()`` for
+            items that are a Ragged themselves.
         batch_size: samples (rows) per batch.
         boundaries: ``None``, ``"auto"`` or a list of increasing positive ints, see above.
         buffer_size: the most samples held at once; at least ``batch_size``. Default
             ``32 * batch_size``. With a list of boundaries the buckets hold at most
             ``len(boundaries) + 1`` partial batches, which ``buffer_size`` must allow.
-        seed: seeds the ordering; pass e.g. ``seed + epoch`` for a new order every epoch.
+        seed: an int >= 0 that seeds the ordering; pass e.g. ``seed + epoch`` for a new
+            order every epoch. ``None`` draws a fresh seed at the call (a new order every
+            run, as numpy and torch take None); ``state_dict()`` saves it, so a resume (with
+            ``seed=None`` again) continues that order.
         drop_last: drop the last batch when it is short.
 
     Returns:
@@ -107,8 +112,9 @@ def bucket_by_length(
         ``state_dict()`` / ``load_state_dict()``.
 
     Raises:
-        ValueError: a bad argument (checked at the call, not at the first batch), or a
-            negative length.
+        ValueError: a bad argument (checked at the call, not at the first batch), a
+            negative length, or (``key``) a batch whose columns do not all have as many rows
+            as its Ragged (the columns and their row counts named).
         TypeError: ``length_fn`` returned something other than an int; neither or both of
             ``length_fn`` and ``key``; an item without a Ragged at ``key``.
 
@@ -154,12 +160,15 @@ def bucket_by_length(
         "batch_size": batch_size,
         "buffer_size": buffer_size,
         "boundaries": boundaries if boundaries is None or isinstance(boundaries, str) else fixed,
-        "seed": seed,
+        "seed": check_int("seed", seed, minimum=0, none="None for a fresh seed drawn now"),
         "drop_last": drop_last,
     }
     pooled = boundaries is None
+    every = buffer_size or _POOL_BATCHES * batch_size  # buckets: rows between checkpoints
     if key is not None:
-        return _bucket_rows(stream, key, settings, fixed)
+        from fastdata.collate._bucket_rows import bucketing  # torch is loaded there
+
+        return bucketing(stream, key, settings, fixed, every)
     assert length_fn is not None  # checked above
 
     def build(items: Iterator[T], track: Track) -> Iterator[list[T]]:
@@ -170,43 +179,15 @@ def bucket_by_length(
             track.boundaries = fixed
         return _bucketed(measured, batch_size, buffer_size, track, drop_last)
 
-    every = buffer_size or _POOL_BATCHES * batch_size  # buckets: rows between checkpoints
-    return Bucketing(
-        stream, settings, build, lambda pool: random.Random(f"{seed}/{pool}"), pooled, every
-    )
+    return Bucketing(stream, settings, build, _rng, pooled, every)
+
+
+def _rng(seed: int, pool: int) -> random.Random:
+    return random.Random(f"{seed}/{pool}")
 
 
 def _one(item: Any) -> int:
     return 1
-
-
-def _bucket_rows(
-    stream: Iterable[Any], key: Any, settings: dict[str, Any], fixed: list[int] | None
-) -> Bucketing[Any]:
-    """:func:`bucket_by_length` of the rows of a stream of batches (torch loaded here)."""
-    import numpy as np
-
-    from fastdata.collate import _bucket_rows as rows
-
-    path = key if isinstance(key, tuple) else (key,)
-    seed, batch_size, drop_last = settings["seed"], settings["batch_size"], settings["drop_last"]
-    buffer_size = settings["buffer_size"]
-    np.random.SeedSequence(seed)  # a bad seed fails here, at the call
-    pooled = settings["boundaries"] is None
-
-    def build(items: Iterator[Any], track: Track) -> Iterator[Any]:
-        batches = track.reading(rows.measured_batches(items, path), rows.row_count)
-        if pooled:
-            return rows.pooled_rows(batches, batch_size, buffer_size, track, drop_last)
-        if track.boundaries is None and fixed is not None:
-            track.boundaries = fixed
-        return rows.bucketed_rows(batches, batch_size, buffer_size or 0, track, drop_last)
-
-    def make_rng(pool: int) -> Any:
-        return np.random.default_rng([seed, pool])
-
-    every = buffer_size or _POOL_BATCHES * batch_size  # buckets: rows between checkpoints
-    return Bucketing(stream, settings, build, make_rng, pooled, every)
 
 
 @constructor_keywords_checked

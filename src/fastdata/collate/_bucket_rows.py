@@ -20,29 +20,81 @@ from typing import Any
 import numpy as np
 import torch
 
-from fastdata.collate._bucket_state import Track
+from fastdata.collate._bucket_state import Bucketing, Track
 from fastdata.ragged import Ragged
 
 KeyPath = tuple[Any, ...]
 
 
+def bucketing(
+    stream: Iterable[Any], key: Any, settings: dict[str, Any], fixed: list[int] | None, every: int
+) -> Bucketing[Any]:
+    """:func:`fastdata.bucket_by_length` of the rows of a stream of batches (``settings``:
+    its arguments, checked; ``fixed``: a list of boundaries; ``every``: rows between
+    checkpoints of buckets)."""
+    path = key if isinstance(key, tuple) else (key,)
+    batch_size, drop_last = settings["batch_size"], settings["drop_last"]
+    buffer_size = settings["buffer_size"]
+    pooled = settings["boundaries"] is None
+
+    def build(items: Iterator[Any], track: Track) -> Iterator[Any]:
+        batches = track.reading(measured_batches(items, path), row_count)
+        if pooled:
+            return pooled_rows(batches, batch_size, buffer_size, track, drop_last)
+        if track.boundaries is None and fixed is not None:
+            track.boundaries = fixed
+        return bucketed_rows(batches, batch_size, buffer_size or 0, track, drop_last)
+
+    return Bucketing(stream, settings, build, _rng, pooled, every)
+
+
+def _rng(seed: int, pool: int) -> np.random.Generator:
+    return np.random.default_rng([seed, pool])
+
+
 def ragged_at(batch: Any, path: KeyPath, index: int | None = None) -> Ragged:
-    """The Ragged at ``path`` in ``batch`` (``index``: the stream item, for messages)."""
-    value = batch
+    """The Ragged at ``path`` in ``batch`` (``index``: the stream item, for messages): a
+    key path as ``pad_collate``'s ``keys`` takes it (mapping keys, namedtuple field names,
+    tuple positions)."""
+    value, where = batch, ""
+    item = "" if index is None else f" (stream item {index})"
+    shown = path[0] if len(path) == 1 else path
     for key in path:
-        try:
-            value = value[key]
-        except (KeyError, IndexError, TypeError):
-            value = None
-            break
+        if isinstance(value, cabc.Mapping) and key in value:
+            value, where = value[key], f"{where}[{key!r}]"
+        elif isinstance(value, tuple) and hasattr(value, "_fields") and key in value._fields:
+            value, where = getattr(value, key), f"{where}.{key}"
+        elif (
+            isinstance(value, tuple | list)
+            and isinstance(key, int)
+            and not isinstance(key, bool)
+            and -len(value) <= key < len(value)
+        ):
+            value, where = value[key], f"{where}[{key}]"
+        else:
+            raise TypeError(
+                f"key={shown!r}: the batch{item}{' at ' + where if where else ''} has no "
+                f"{key!r} ({_has(value)}); name the variable-length column of batches such "
+                "as ParquetStream(batch_size=N) yields, e.g. key='tokens'"
+            )
     if not isinstance(value, Ragged):
-        item = "" if index is None else f" (stream item {index})"
         raise TypeError(
-            f"key={path[0] if len(path) == 1 else path!r}: the batch{item} holds "
-            f"{type(value).__name__} there, not a fastdata.Ragged; name the variable-length "
-            "column of batches such as ParquetStream(batch_size=N) yields, e.g. key='tokens'"
+            f"key={shown!r}: the batch{item} holds {type(value).__name__} there, not a "
+            "fastdata.Ragged; name the variable-length column of batches such as "
+            "ParquetStream(batch_size=N) yields, e.g. key='tokens'"
         )
     return value
+
+
+def _has(value: Any) -> str:
+    """What a key path can name in ``value``, for a message."""
+    if isinstance(value, cabc.Mapping):
+        return "its keys: " + ", ".join(map(repr, value)) if value else "it is empty"
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return f"its fields: {', '.join(value._fields)}, or positions 0..{len(value) - 1}"
+    if isinstance(value, tuple | list):
+        return f"its positions: 0..{len(value) - 1}" if value else "it is empty"
+    return f"it is a {type(value).__name__}"
 
 
 def take(batch: Any, index: torch.Tensor) -> Any:
@@ -105,9 +157,41 @@ class _Rows:
 
 
 def measured_batches(stream: Iterable[Any], path: KeyPath) -> Iterator[tuple[Any, np.ndarray]]:
-    """Each batch of ``stream`` with the lengths of its rows (from the Ragged at ``path``)."""
+    """Each batch of ``stream`` with the lengths of its rows (from the Ragged at ``path``),
+    once every column is checked to have as many rows as that Ragged."""
     for i, batch in enumerate(stream):
-        yield batch, ragged_at(batch, path, i).lengths.cpu().numpy()
+        ragged = ragged_at(batch, path, i)
+        _check_rows(batch, path, len(ragged), i)
+        yield batch, ragged.lengths.cpu().numpy()
+
+
+def _check_rows(batch: Any, path: KeyPath, rows: int, index: int) -> None:
+    """Refuse a batch whose columns do not all have ``rows`` rows: its rows could not be
+    regrouped (a longer column would lose its extra rows, a shorter one fail in ``take``)."""
+    wrong = [(where, n) for where, n in _column_rows(batch, "") if n != rows]
+    if wrong:
+        key = path[0] if len(path) == 1 else path
+        columns = ", ".join(f"batch{where} has {n}" for where, n in wrong)
+        raise ValueError(
+            f"the batch (stream item {index}) has columns of different row counts: the Ragged "
+            f"at key={key!r} has {rows} rows, but {columns}; every column of a batch must "
+            "have one row per row of the Ragged (as a pyarrow.RecordBatch), so fix the "
+            "transform that built it"
+        )
+
+
+def _column_rows(batch: Any, where: str) -> Iterator[tuple[str, int | str]]:
+    """``(position, row count)`` of every column of ``batch`` (a 0-d tensor has none)."""
+    if isinstance(batch, Ragged | list):
+        yield where, len(batch)
+    elif isinstance(batch, torch.Tensor | np.ndarray):
+        yield where, batch.shape[0] if batch.ndim else "no rows (0-d)"
+    elif isinstance(batch, cabc.Mapping):
+        for k, v in batch.items():
+            yield from _column_rows(v, f"{where}[{k!r}]")
+    elif isinstance(batch, tuple):
+        for k, v in enumerate(batch):
+            yield from _column_rows(v, f"{where}[{k}]")
 
 
 def row_count(item: tuple[Any, np.ndarray]) -> int:

@@ -26,6 +26,8 @@ While the bucketing holds rows read from a fastdata DataLoader, that loader's ow
 from __future__ import annotations
 
 import copy
+import functools
+import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
@@ -205,18 +207,22 @@ class Bucketing(Generic[T]):
         stream: Iterable[Any],
         settings: dict[str, Any],
         build: Callable[[Iterator[Any], Track], Iterator[T]],
-        make_rng: Callable[[int], Any],
+        rng: Callable[[int, int], Any],
         pooled: bool,
         every: int,
     ) -> None:
         self._stream = stream
-        self._settings = settings
+        self._settings = settings  # seed: the user's (None: drawn here, saved in the state)
+        self._seed = settings["seed"]
+        if self._seed is None:
+            self._seed = random.SystemRandom().getrandbits(63)
+        self._rng = rng  # (seed, pool) -> the pool's generator
         self._build = build
         self._loader = hold(stream, self)  # a fastdata DataLoader (or its iterator), or None
         upstream = self._loader
         if upstream is None and callable(getattr(stream, "state_dict", None)):
             upstream = stream
-        self._track = Track(upstream, make_rng, pooled, every)
+        self._track = Track(upstream, functools.partial(rng, self._seed), pooled, every)
         self._pooled = pooled
         self._iterator: Iterator[T] | None = None
         self._finished = False
@@ -281,6 +287,7 @@ class Bucketing(Generic[T]):
         return {
             "bucket_by_length": _VERSION,
             "settings": dict(self._settings),
+            "seed": self._seed,
             "ended": ended,
             **body,
         }
@@ -320,8 +327,13 @@ class Bucketing(Generic[T]):
                 "load_state_dict() of a bucketing over an iterator of a DataLoader: the "
                 "iterator was made before the state was loaded; bucket the DataLoader itself"
             )
+        if self._settings["seed"] is None and "seed" not in state:
+            raise ResumeError("a state saved with seed=None before seeds were saved")
         cast(Any, upstream).load_state_dict(copy.deepcopy(state["loader"]))
-        track = Track(upstream, self._track.make_rng, self._pooled, self._track.every)
+        if self._settings["seed"] is None:  # the seed drawn by the saved run
+            self._seed = int(state["seed"])
+        make_rng = functools.partial(self._rng, self._seed)
+        track = Track(upstream, make_rng, self._pooled, self._track.every)
         track.read = track.out = int(state["row"])
         track.skip_rows = int(state["start"]) - track.read
         track.start = int(state["start"])

@@ -31,8 +31,9 @@ def pad_collate(
     ``batch`` is either form (see the module docs):
 
     * a list of samples: every field is collated as ``default_collate`` would (numbers,
-      strings, dicts, tuples, 0-d tensors), except tensors and numeric numpy arrays of at
-      least one dim, which are padded, whatever their sizes in this batch;
+      strings, dicts, tuples, 0-d tensors; a None among strings stays in the list), except
+      tensors and numeric numpy arrays of at least one dim, which are padded, whatever their
+      sizes in this batch;
     * an already batched item: a :class:`~fastdata.Ragged`, or a dict (or a tuple holding a
       Ragged) of columns such as a :class:`fastdata.ParquetStream` batch: its numeric Ragged
       columns are padded from values + offsets in one scatter; other columns (tensors,
@@ -57,7 +58,8 @@ def pad_collate(
 
     Args:
         batch: a list of samples, or one already batched item.
-        pad_value: the value written into the padding; it must fit the field's dtype.
+        pad_value: the number written into the padding; it must fit each padded field's
+            dtype (an integer dtype's range, a float dtype's largest finite value).
         pad_to_multiple_of: round each padded dim up to a multiple of this (8 suits tensor
             cores); a sequence gives one multiple per dim of the items, None leaving that dim
             alone, e.g. ``(None, 32, 32)`` for ``C x H x W`` images.
@@ -79,7 +81,7 @@ def pad_collate(
             ``batch[3]['tokens']``.
         TypeError: items of different dtypes, or a value of another type (a string where a
             tensor is expected) at the same position; a dict holding no Ragged (a single
-            sample rather than a batch).
+            sample rather than a batch); a ``pad_value`` that is not a number.
 
     Examples:
         >>> import torch

@@ -210,6 +210,9 @@ def _collate(items: Sequence[Any], path: KeyPath, where: str, walk: Walk) -> Any
     elem = items[0]
     kind = _kind(elem)
     if len({type(item) for item in items}) > 1:  # types may differ within a kind (int, bool)
+        kinds = {"none" if item is None else _kind(item) for item in items}
+        if kinds == {"string", "none"}:  # an optional text field: the list, None kept
+            return items  # (default_collate: when batch[0] is a string; here wherever)
         for i, item in enumerate(items):
             if _kind(item) != kind:
                 fix = "Fix the dataset (or its transform) that produced this sample"

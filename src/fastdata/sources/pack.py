@@ -117,7 +117,9 @@ class Packer:
         once and the batches cut from it (:mod:`fastdata.sources._packing`)."""
         source = SOURCE if self.sources else ""
         docs = (
-            documents(table, self.column, self.seq_len, self.overlong, context, source)
+            self._pad_fits(
+                documents(table, self.column, self.seq_len, self.overlong, context, source)
+            )
             for table in tables
             if table.num_rows
         )
@@ -150,6 +152,12 @@ class Packer:
             yield batch, position
             if last:
                 return
+
+    def _pad_fits(self, docs: Any) -> Any:
+        """``docs``, once ``pad_id`` is known to fit their tokens' dtype (a reader with no
+        schema: checked at the first batch rather than at the first padded one)."""
+        check_pad_id(self.pad_id, docs.values.dtype, self.column)
+        return docs
 
     def _drop_short(self, window: Window, size: int) -> bool:
         """Whether the reader's share ends after the batch just cut, with at most a short
@@ -229,6 +237,18 @@ class _PackedMix(PackedStream):
         return dict(zip(self.sources, self.decoder.tally.totals()[5:], strict=True))
 
 
+def check_pad_id(pad_id: int, dtype: Any, column: str) -> None:
+    """Refuse a ``pad_id`` that the token column's integer ``dtype`` cannot hold."""
+    info = np.iinfo(dtype)
+    if not info.min <= pad_id <= info.max:
+        raise ValueError(
+            f"pad_id={pad_id} cannot be stored in column {column!r}, whose dtype is "
+            f"{np.dtype(dtype)} (integers {info.min}..{info.max}): the padding is written "
+            "in the tokens' dtype; pass a pad_id in that range (e.g. 0) or store the column "
+            "as a wider integer type"
+        )
+
+
 @keywords_checked(StreamOptions)
 def pack(
     source: PlannedStream,
@@ -257,10 +277,16 @@ def pack(
     is refused: the ranks' batch counts are known only once packed, and can differ by more
     than one. Use it with ``fastdata.DataLoader(packed, batch_size=None)``.
 
+    ``pad_id`` (default 0) is the token written into the padding of ``tokens`` (the rest of
+    a row under ``split_documents=False``, the rows of a reader's last batch). It is written
+    in the column's integer dtype, so it must fit it: ``-100`` does not fit a ``uint16``
+    column. That is checked here when the reader has a schema (a ParquetStream), else at the
+    first batch. Padding is also marked by ``document_ids == -1``, whatever ``pad_id`` is.
+
     Raises:
         SchemaError: ``column`` is not a list of integers.
-        ValueError: a bad option, ``even_batches``, or a source with stream options (pass
-            them to ``pack()``).
+        ValueError: a bad option, ``even_batches``, a source with stream options (pass
+            them to ``pack()``), or a ``pad_id`` the column's dtype cannot hold.
     """
     if not isinstance(source, PlannedStream):
         raise TypeError(f"source={source!r}: expected a fastdata stream, e.g. a ParquetStream")
@@ -282,6 +308,7 @@ def pack(
             "without them and pass them to pack() instead (batch_size as rows=)"
         )
     drop_last = check_bool("drop_last", options.pop("drop_last", False))
+    pad_id = check_int("pad_id", pad_id)
     if declares(source.reader, SchemaReader):
         schema = cast(SchemaReader, source.reader).schema
         kind = schema.field(column).type if column in schema.names else None
@@ -292,13 +319,14 @@ def pack(
                 f"column {column!r} is {kind}: expected a list of integers (token ids)",
                 column=column,
             )
+        check_pad_id(pad_id, kind.value_type.to_pandas_dtype(), column)
     packer = Packer(
         column,
         seq_len=check_int("seq_len", seq_len, minimum=1),
         rows=check_int("rows", rows, minimum=1),
         overlong=check_choice("overlong", overlong, ("split", "drop", "truncate")),
         split_documents=check_bool("split_documents", split_documents),
-        pad_id=check_int("pad_id", pad_id),
+        pad_id=pad_id,
         drop_last=drop_last,
         sources=len(source.sources) if isinstance(source, MixedStream) else 0,
     )
