@@ -37,14 +37,14 @@ def normalize_on_this_thread(
     ``batch`` of any memory layout and an ``out`` of the same shape, float32, float16 or
     bfloat16, channels-last in memory when ``channels_last``.
 
-    float32 and float16 are computed in their own precision, as torch's ``mul_``/``add_``
-    would; bfloat16 in float32, rounded once."""
+    Every dtype is computed in float32, as the CUDA kernel does, and float16 and bfloat16 are
+    rounded once, at the end (float16 arithmetic in numpy rounds at each step, and is 5x
+    slower: it converts every element to float32 and back)."""
     b, c, h, w = out.shape
     if out.numel() == 0:
         return
     native = out.dtype != torch.bfloat16  # numpy has float32 and float16
-    dtype = np.float16 if out.dtype == torch.float16 else np.float32
-    scale, shift = np.asarray(multiplier, dtype), np.asarray(offset, dtype)
+    scale, shift = np.asarray(multiplier, np.float32), np.asarray(offset, np.float32)
     src = batch.numpy()
     if channels_last:  # rows of (W * C) values, the constants repeated along a row
         src, target = src.transpose(0, 2, 3, 1), out.permute(0, 2, 3, 1)
@@ -56,12 +56,17 @@ def normalize_on_this_thread(
     target = target.reshape(shape)  # a view: out is laid out this way
     dst = target.numpy() if native else None
     step = max(1, (_SLICE_ELEMENTS if native else _SERIAL_ELEMENTS) // shape[1])
+    # float32 is computed in place in out, float16 and bfloat16 in a float32 scratch slice
+    work = (min(step, shape[0]), shape[1])
+    scratch = None if out.dtype == torch.float32 else np.empty(work, np.float32)
     for start in range(0, shape[0], step):
         part = slice(start, start + step)
         a, z = (v if len(v) == 1 else v[part] for v in (scale, shift))
-        piece = dst[part] if dst is not None else np.empty(rows[part].shape, np.float32)
+        piece = dst[part] if scratch is None else scratch[: len(rows[part])]
         np.copyto(piece, rows[part])  # one cast, then same-type passes numpy vectorises
         np.multiply(piece, a, out=piece)
         np.add(piece, z, out=piece)
-        if dst is None:
+        if dst is None:  # bfloat16: torch's cast, of fewer elements than its grain size
             target[part].copy_(torch.from_numpy(piece))
+        elif scratch is not None:  # float16: numpy's cast rounds to nearest, on this thread
+            np.copyto(dst[part], piece)
