@@ -288,6 +288,21 @@ def test_pins_and_moves_to_cuda() -> None:
     assert padded.values.cpu().tolist() == [[1, 2], [0, 0], [3, 0]]
 
 
+@pytest.mark.parametrize(
+    "index", [torch.tensor([1.7, 3.9]), np.array([1.0]), [0.5], 1.5, torch.tensor(1.0)]
+)
+def test_float_indices_are_refused_as_torch_refuses_them(index: Any) -> None:
+    """They were truncated: take(tensor([1.7, 3.9])) gave rows 1 and 3 (rcol #7)."""
+    r = Ragged.from_rows([[1, 2, 3], [9], [], [4], [5, 6]])
+    with pytest.raises(IndexError, match=r"must be integers or a bool mask, got torch\.float"):
+        r[index]
+    if not isinstance(index, float):
+        with pytest.raises(IndexError, match="must be integers or a bool mask"):
+            r.take(index)
+    assert r.take([]).tolist() == r[np.array([])].tolist() == []  # no value to truncate
+    assert r.take(torch.tensor([1, 3], dtype=torch.int32)).tolist() == [[9], [4]]
+
+
 def test_numpy_index_and_empty() -> None:
     r = Ragged.from_rows([[1], [2, 3]])
     assert r[np.int64(1)].tolist() == [2, 3]

@@ -225,6 +225,9 @@ class Ragged:
         """The rows at ``index`` (ints, or a bool mask of ``B``), in that order, as a new
         Ragged: one gather of the values, no per-row work."""
         idx = torch.as_tensor(index, device=self.device)
+        if (idx.dtype.is_floating_point or idx.dtype.is_complex) and idx.numel():
+            got = f"{idx.dtype} {reprlib.repr(idx.tolist())}"  # as torch: no truncating
+            raise IndexError(f"row indices must be integers or a bool mask, got {got}")
         if idx.dtype == torch.bool:
             if idx.shape != (len(self),):
                 raise IndexError(f"a bool index must have {len(self)} entries, got {idx.shape}")
