@@ -88,7 +88,8 @@ def test_from_rows_dtype_comes_from_the_rows_that_have_one(
     r = Ragged.from_rows(rows)
     assert r.values.dtype == dtype
     assert r.lengths.tolist() == [0 if x is None else len(x) for x in rows]
-    assert Ragged.from_rows(rows, dtype=torch.int16).values.dtype == torch.int16
+    cast = torch.float64 if dtype == torch.float32 else torch.int16  # 1.5 is no int16
+    assert Ragged.from_rows(rows, dtype=cast).values.dtype == cast
 
 
 def _numeric(rows: list[Any]) -> bool:
@@ -285,6 +286,21 @@ def test_pins_and_moves_to_cuda() -> None:
     padded = fd.pad_collate(on_gpu["tokens"])
     assert padded.values.device.type == "cuda"
     assert padded.values.cpu().tolist() == [[1, 2], [0, 0], [3, 0]]
+
+
+@pytest.mark.parametrize(
+    "index", [torch.tensor([1.7, 3.9]), np.array([1.0]), [0.5], 1.5, torch.tensor(1.0)]
+)
+def test_float_indices_are_refused_as_torch_refuses_them(index: Any) -> None:
+    """They were truncated: take(tensor([1.7, 3.9])) gave rows 1 and 3 (rcol #7)."""
+    r = Ragged.from_rows([[1, 2, 3], [9], [], [4], [5, 6]])
+    with pytest.raises(IndexError, match=r"must be integers or a bool mask, got torch\.float"):
+        r[index]
+    if not isinstance(index, float):
+        with pytest.raises(IndexError, match="must be integers or a bool mask"):
+            r.take(index)
+    assert r.take([]).tolist() == r[np.array([])].tolist() == []  # no value to truncate
+    assert r.take(torch.tensor([1, 3], dtype=torch.int32)).tolist() == [[9], [4]]
 
 
 def test_numpy_index_and_empty() -> None:

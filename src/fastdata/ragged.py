@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from fastdata._padding import Padded, pad_ragged, pad_spec
+from fastdata._ragged_rows import numeric_values
 from fastdata._validate import check_choice, constructor_keywords_checked
 
 __all__ = ["Ragged", "RaggedKind"]
@@ -146,6 +147,10 @@ class Ragged:
         ``None`` is a null row. The kind comes from the first row that is not None (all None
         or no rows: ``"list"``). ``dtype`` casts numeric rows; else torch promotes the rows'
         dtypes, an empty list having none (``[[5], []]``: int64, as pyarrow; ``[[]]``: float32).
+
+        Raises:
+            ValueError: naming the row, for a value ``dtype`` cannot hold (40000 as int16, 1.7
+                as int64: :mod:`fastdata._ragged_rows`), where ``.to()`` would wrap it.
         """
         present = [row for row in rows if row is not None]
         first = present[0] if present else None
@@ -153,15 +158,7 @@ class Ragged:
             "str" if isinstance(first, str) else "bytes" if isinstance(first, bytes) else "list"
         )
         if kind == "list":
-            parts = [torch.as_tensor(row, dtype=dtype) for row in present]
-            typed: list[torch.Tensor] = []  # all but empty lists (a tensor or array has a dtype)
-            for part, row in zip(parts, present, strict=True):
-                if part.ndim == 0:
-                    raise TypeError(f"a row is a scalar ({part.item()!r}); rows are sequences")
-                if len(part) or hasattr(row, "dtype"):
-                    typed.append(part)
-            values = torch.cat(typed) if typed else torch.empty(0, dtype=dtype or torch.float32)
-            lengths = [len(p) for p in parts]
+            values, lengths = numeric_values(rows, dtype)
         else:
             want = str if kind == "str" else bytes
             if any(not isinstance(row, want) for row in present):
@@ -228,6 +225,9 @@ class Ragged:
         """The rows at ``index`` (ints, or a bool mask of ``B``), in that order, as a new
         Ragged: one gather of the values, no per-row work."""
         idx = torch.as_tensor(index, device=self.device)
+        if (idx.dtype.is_floating_point or idx.dtype.is_complex) and idx.numel():
+            got = f"{idx.dtype} {reprlib.repr(idx.tolist())}"  # as torch: no truncating
+            raise IndexError(f"row indices must be integers or a bool mask, got {got}")
         if idx.dtype == torch.bool:
             if idx.shape != (len(self),):
                 raise IndexError(f"a bool index must have {len(self)} entries, got {idx.shape}")

@@ -43,9 +43,10 @@ class DeviceNormalize(nn.Module):
     per-channel ``a = 1 / (scale * std)`` and ``b = -mean / std`` precomputed in float64 and
     written straight into the one output tensor: no float copy of the input is ever made. On
     CUDA that is a single kernel that reads uint8 and computes in float32 (one rounding to
-    ``dtype``). On the CPU it runs on the calling thread, a few images at a time so the data
-    stays in the CPU cache: torch's intra-op threads would wait on cores busy with the
-    DataLoader's workers (see :mod:`fastdata.device._normalize_cpu`).
+    ``dtype``). On the CPU it computes in float32 too, rounded once, on the calling thread, a
+    few images at a time so the data stays in the CPU cache: torch's intra-op threads would
+    wait on cores busy with the DataLoader's workers (see
+    :mod:`fastdata.device._normalize_cpu`).
 
     It is an ``nn.Module`` so it can sit in an ``nn.Sequential`` in front of a model. It works on
     whatever device the input is on: its constants are made once per device, so ``.to()`` is

@@ -5,9 +5,9 @@ each operation ends at a barrier that waits for all of them. In the process that
 batches the cores are busy (DataLoader workers decode on each of them), so a thread of that
 team waits to be scheduled at every barrier, and a batch takes several times as long as on one
 thread (see "Measurements behind implementation choices" in docs/benchmarks.md). Here the
-arithmetic is numpy's, which runs on the calling thread, and what is left to torch (the cast
-to bfloat16) is cut into pieces below torch's grain size, which it runs on the calling thread
-too.
+arithmetic is numpy's, in float32, which runs on the calling thread, and what is left to
+torch (the one cast to float16 or bfloat16) is cut into pieces below torch's grain size,
+which it runs on the calling thread too.
 """
 
 from __future__ import annotations
@@ -37,14 +37,13 @@ def normalize_on_this_thread(
     ``batch`` of any memory layout and an ``out`` of the same shape, float32, float16 or
     bfloat16, channels-last in memory when ``channels_last``.
 
-    float32 and float16 are computed in their own precision, as torch's ``mul_``/``add_``
-    would; bfloat16 in float32, rounded once."""
+    Every dtype is computed in float32, as the CUDA kernel does; float16 and bfloat16 are
+    rounded once, at the end, by torch's cast (numpy's float16 arithmetic would round at each
+    step, and its float16 cast is 2x slower than torch's)."""
     b, c, h, w = out.shape
     if out.numel() == 0:
         return
-    native = out.dtype != torch.bfloat16  # numpy has float32 and float16
-    dtype = np.float16 if out.dtype == torch.float16 else np.float32
-    scale, shift = np.asarray(multiplier, dtype), np.asarray(offset, dtype)
+    scale, shift = np.asarray(multiplier, np.float32), np.asarray(offset, np.float32)
     src = batch.numpy()
     if channels_last:  # rows of (W * C) values, the constants repeated along a row
         src, target = src.transpose(0, 2, 3, 1), out.permute(0, 2, 3, 1)
@@ -54,14 +53,16 @@ def normalize_on_this_thread(
         shape, scale, shift = (b * c, h * w), np.tile(scale, b)[:, None], np.tile(shift, b)[:, None]
     rows = np.ascontiguousarray(src).reshape(shape)  # a copy only when the layouts differ
     target = target.reshape(shape)  # a view: out is laid out this way
-    dst = target.numpy() if native else None
-    step = max(1, (_SLICE_ELEMENTS if native else _SERIAL_ELEMENTS) // shape[1])
+    # float32 is computed in place in out, float16 and bfloat16 in a float32 scratch slice
+    dst = target.numpy() if out.dtype == torch.float32 else None
+    step = max(1, (_SLICE_ELEMENTS if dst is not None else _SERIAL_ELEMENTS) // shape[1])
+    scratch = np.empty((min(step, shape[0]), shape[1]) if dst is None else (0, 0), np.float32)
     for start in range(0, shape[0], step):
         part = slice(start, start + step)
         a, z = (v if len(v) == 1 else v[part] for v in (scale, shift))
-        piece = dst[part] if dst is not None else np.empty(rows[part].shape, np.float32)
+        piece = dst[part] if dst is not None else scratch[: len(rows[part])]
         np.copyto(piece, rows[part])  # one cast, then same-type passes numpy vectorises
         np.multiply(piece, a, out=piece)
         np.add(piece, z, out=piece)
-        if dst is None:
+        if dst is None:  # torch's cast, of fewer elements than its grain size
             target[part].copy_(torch.from_numpy(piece))
