@@ -64,22 +64,27 @@ def resolve_files(
         files = list(source.files)
         infos = _reached(files[0] if files else "", source.filesystem.get_file_info, files)
         return Listing(source.filesystem, files, [int(i.size or 0) for i in infos])
-    fs = as_filesystem(filesystem)
+    given = as_filesystem(filesystem)
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not items:
         raise SourceError("source is an empty list: pass at least one path, directory or glob")
     found: list[tuple[str, int]] = []
     reached_by: dict[str, str] = {}
     others: list[str] | None = [] if warn_others else None
+    fs, first = given, ""
     for item in items:
         name = os.fspath(item)
-        item_fs, entries = _reached(name, _expand, name, fs, suffixes, others)
+        # Without filesystem=, every item is resolved on its own (a URI's ?region=... or
+        # ?endpoint_override=... is its filesystem's, not part of its path).
+        item_fs, entries = _reached(name, _expand, name, given, suffixes, others)
         if fs is None:
-            fs = item_fs
-        elif type(item_fs) is not type(fs):
+            fs, first = item_fs, name
+        elif item_fs is not fs and not _same(item_fs, fs):
             raise SourceError(
-                "all paths of one source must be on the same filesystem; "
-                f"{item!r} is on {type(item_fs).__name__}, earlier ones on {type(fs).__name__}",
+                f"all paths of one source must be on one filesystem; {first!r} and {name!r} "
+                f"resolve to different ones ({type(fs).__name__} and {type(item_fs).__name__}"
+                ", or the same kind with other options: endpoint, region, scheme); give "
+                "both the same URI options, or pass filesystem= and paths",
                 path=name,
             )
         for path, size in entries:
@@ -100,6 +105,14 @@ def resolve_files(
             "except names starting with . or _)"
         )
     return Listing(fs, [p for p, _ in found], [s for _, s in found])
+
+
+def _same(a: pafs.FileSystem, b: pafs.FileSystem) -> bool:
+    """Whether two filesystems resolved from URIs are one (same kind and options)."""
+    try:
+        return type(a) is type(b) and bool(a.equals(b))
+    except (TypeError, pa.ArrowException):
+        return False
 
 
 def _files(count: int) -> str:
