@@ -125,3 +125,53 @@ def test_a_column_of_type_null_in_one_file_reads_as_nulls_of_the_others_type(
     with pytest.raises(SourceError, match="null") as caught:
         list(ParquetStream(tmp_path, batch_size=5))
     assert caught.value.column == "k" and caught.value.row == 0
+
+
+@pytest.mark.parametrize("empty", [True, False])
+@pytest.mark.parametrize("null_first", [False, True])
+def test_isin_on_a_column_of_type_null_in_one_file_reads_as_equality_does(
+    tmp_path: Path, empty: bool, null_first: bool
+) -> None:
+    """A zero-row file (an empty chunk) or pandas' all-None chunk stores the column as type
+    null: ``isin`` needs its value set's type there, and reads as ``==`` and as pyarrow's
+    dataset with the unified schema read it (it was refused, the empty file as corrupt)."""
+    typed = pa.table({"id": pa.array([0, 1, 2], pa.int64()), "tag": ["a", "b", "c"]})
+    rows = 0 if empty else 2
+    untyped = pa.table({"id": pa.array(range(10, 10 + rows), pa.int64()), "tag": pa.nulls(rows)})
+    pq.write_table(untyped if null_first else typed, tmp_path / "a.parquet")
+    pq.write_table(typed if null_first else untyped, tmp_path / "b.parquet")
+    unified = pa.schema([("id", pa.int64()), ("tag", pa.string())])
+    for kept in (pc.field("tag").isin(["a", "b"]), pc.field("tag") == "b"):
+        expected = ds.dataset(tmp_path, schema=unified).to_table(filter=kept)["id"].to_pylist()
+        stream = ParquetStream(tmp_path, columns=["id"], filter=kept, batch_size=10)
+        assert _ids(stream) == sorted(expected) and expected
+
+
+def test_a_datasets_schema_is_the_columns_read_and_missing_ones_are_nulls(tmp_path: Path) -> None:
+    """As pyarrow's scan: a dataset built with ``schema=`` reads that schema's columns (not
+    every column of the files), a column a file lacks comes as nulls, and one only later
+    files have is not read unless the schema names it."""
+    pq.write_table(
+        pa.table({"id": pa.array([0, 1], pa.int32()), "x": [0.5, 1.5]}), tmp_path / "a.parquet"
+    )
+    later = {"id": pa.array([2, 3], pa.int64()), "x": [2.5, 3.5], "extra": pa.array([7, None])}
+    pq.write_table(pa.table(later), tmp_path / "b.parquet")
+    narrow = ds.dataset(tmp_path, schema=pa.schema([("id", pa.int64())]))
+    assert narrow.to_table().column_names == ["id"]
+    stream = ParquetStream(narrow, batch_size=10)
+    assert stream.schema.names == ["id"] and _ids(stream) == [0, 1, 2, 3]
+    full = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("extra", pa.int64())])
+    expected = ds.dataset(tmp_path, schema=full).to_table().to_pydict()
+    assert expected["extra"] == [None, None, 7, None]
+    for kept in (None, pc.field("x") > 1.0, pc.field("extra").is_null()):
+        dataset = ds.dataset(tmp_path, schema=full)
+        stream = ParquetStream(dataset, batch_size=10, filter=kept, fill_null={"extra": -1})
+        [batch] = list(stream)
+        assert list(batch) == ["id", "x", "extra"]
+        table = ds.dataset(tmp_path, schema=full).to_table(filter=kept).to_pydict()
+        assert batch["id"].tolist() == table["id"]
+        assert batch["extra"].tolist() == [-1 if v is None else v for v in table["extra"]]
+    narrowed = ParquetStream(ds.dataset(tmp_path, schema=full), columns=["extra"], batch_size=10)
+    assert narrowed.schema.names == ["extra"]
+    with pytest.raises(SchemaError, match="'x' does not exist"):
+        ParquetStream(narrow, columns=["x"])  # not a column of the dataset, as in pyarrow
