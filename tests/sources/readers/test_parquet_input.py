@@ -9,6 +9,7 @@ error and what it names.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from fastdata import ParquetStream, SchemaError, SourceError
+from fastdata.sources.readers._parquet_input import read_failure
 
 
 # --------------------------------------------------------------------------- datasets
@@ -175,3 +177,44 @@ def test_a_datasets_schema_is_the_columns_read_and_missing_ones_are_nulls(tmp_pa
     assert narrowed.schema.names == ["extra"]
     with pytest.raises(SchemaError, match="'x' does not exist"):
         ParquetStream(narrow, columns=["x"])  # not a column of the dataset, as in pyarrow
+
+
+# --------------------------------------------------------------------------- read errors
+def test_a_file_deleted_after_planning_is_not_called_corrupt(tmp_path: Path) -> None:
+    for name, first in (("a", 0), ("b", 10)):
+        pq.write_table(pa.table({"id": range(first, first + 10)}), tmp_path / f"{name}.parquet")
+    stream = ParquetStream(tmp_path, batch_size=5)
+    (tmp_path / "b.parquet").unlink()
+    with pytest.raises(SourceError, match=r"not there now .*deleted or moved") as caught:
+        list(stream)
+    assert "corrupt" not in str(caught.value)
+    assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
+
+
+S3_DENIED = (
+    "When reading information for key 't/a.parquet' in bucket 'locked': AWS Error "
+    "ACCESS_DENIED during HeadObject operation: No response body."
+)
+S3_UNREACHED = (
+    "When reading information for key 't/a.parquet' in bucket 'b': AWS Error "
+    "NETWORK_CONNECTION during GetObject operation: curlCode: 7, Could not connect to server"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        (OSError(S3_DENIED), "refused access .*credentials have not expired"),
+        (PermissionError(13, "Permission denied"), "refused access"),
+        (OSError("[Errno 2] Path does not exist 'b/t/a.parquet'"), "not there now"),
+        (FileNotFoundError(2, "No such file or directory"), "not there now"),
+        (OSError(S3_UNREACHED), "could not be reached .*network"),
+        (pa.ArrowInvalid("Couldn't deserialize thrift"), "corrupt or truncated"),
+    ],
+)
+def test_a_row_group_that_cannot_be_read_says_why_by_the_error(error: Exception, says: str) -> None:
+    """Refused credentials mid-epoch (an expired session token: moto's denial's own text),
+    a deleted object or an unreachable store were all "the file may be corrupt"."""
+    assert re.search(says, read_failure(error))
+    if not isinstance(error, pa.ArrowInvalid):
+        assert "corrupt" not in read_failure(error)

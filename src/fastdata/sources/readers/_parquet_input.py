@@ -285,3 +285,47 @@ class FilterSchemas:
                 "each column with a value of its type",
                 path=path,
             ) from exc
+
+
+_DENIED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "SignatureDoesNotMatch",
+    "HTTP response code: 403",
+)
+_GONE = ("NoSuchKey", "NO_SUCH_KEY", "NoSuchBucket", "Path does not exist", "No such file")
+_UNREACHED = (
+    "NETWORK_CONNECTION",
+    "Could not connect",
+    "curlCode",
+    "Connection reset",
+    "timed out",
+)
+
+
+def read_failure(exc: BaseException) -> str:
+    """What a row group that cannot be read says, by pyarrow's error: refused credentials
+    (an expired session token), a file deleted since the stream was made and storage that
+    stopped answering are told apart from a corrupt file, each with what to check."""
+    text = str(exc)
+    if isinstance(exc, PermissionError) or any(mark in text for mark in _DENIED):
+        return (
+            f"cannot read row group: the storage refused access ({exc}); the stream was "
+            "made with access, so check that the credentials have not expired (a session "
+            "token, a role's lease) and that they may still read this object"
+        )
+    if isinstance(exc, FileNotFoundError) or any(mark in text for mark in _GONE):
+        return (
+            f"cannot read row group: the file is not there now ({exc}); it was deleted or "
+            "moved after the stream was made: make a new stream over the files there now"
+        )
+    if isinstance(exc, ConnectionError | TimeoutError) or any(m in text for m in _UNREACHED):
+        return (
+            f"cannot read row group: the storage could not be reached ({exc}); check the "
+            "network and the endpoint (a checkpoint's state_dict resumes where it stopped)"
+        )
+    return f"cannot read row group ({exc}); the file may be corrupt or truncated"

@@ -258,7 +258,7 @@ class ParquetRowGroups:
             return read()
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(
-                f"cannot read row group ({exc}); the file may be corrupt or truncated",
+                given.read_failure(exc),
                 path=self.files[f],
                 row_group=rg,
             ) from exc
