@@ -85,10 +85,11 @@ def test_a_value_beyond_the_datasets_narrower_type_names_file_and_row_group(
     a value beyond int32 is an error, here naming where it is and what to do."""
     pq.write_table(pa.table({"id": pa.array([1], pa.int32())}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"id": pa.array([3_000_000_000])}), tmp_path / "b.parquet")
-    stream = ParquetStream(ds.dataset(tmp_path), batch_size=4)
-    with pytest.raises(SourceError, match="do not cast to the stream's schema") as caught:
-        list(stream)
-    assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
+    for kept in (None, pc.field("id") > 0):  # a filter's scan too
+        stream = ParquetStream(ds.dataset(tmp_path), batch_size=4, filter=kept)
+        with pytest.raises(SourceError, match="do not cast to the stream's schema") as caught:
+            list(stream)
+        assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
 
 
 def test_a_union_dataset_is_refused_naming_what_to_pass(hive: Path) -> None:

@@ -25,8 +25,10 @@ __all__ = [
     "FilterSchemas",
     "conformed",
     "dataset_parts",
+    "read_failure",
     "refuse_later_column",
     "refuse_partition_column",
+    "scanned",
 ]
 
 _PICK_FILES = "[f.path for f in dataset.get_fragments(filter=...)]"
@@ -188,6 +190,19 @@ def refuse_later_column(
         path=ref_path,
         column=name,
     ) from exc
+
+
+def scanned(physical: pa.Schema, target: pa.Schema) -> pa.Schema:
+    """The schema a file of a dataset is scanned with: the dataset's columns, each of the
+    file's type where the file has it (:func:`conformed` then casts it, saying where a value
+    does not fit), of the dataset's type where the file lacks it or stores it as type null."""
+    held = set(physical.names)
+    return pa.schema(
+        physical.field(field.name)
+        if field.name in held and not pat.is_null(physical.field(field.name).type)
+        else field
+        for field in target
+    )
 
 
 def conformed(table: pa.Table, schema: pa.Schema, path: str, row_group: int) -> pa.Table:

@@ -203,9 +203,11 @@ class ParquetRowGroups:
         return self._guarded(count, f, rg)
 
     def _scan_schema(self, f: int) -> pa.Schema | None:
-        """The schema file ``f`` is scanned with under a filter (None: its own): a dataset's,
-        or with the other files' types for its null-typed columns."""
-        return self._target if self._target is not None else self._scans.get(f)
+        """The schema file ``f`` is scanned with under a filter (None: its own): a dataset's
+        columns, or with the other files' types for its null-typed columns."""
+        if self._target is None:
+            return self._scans.get(f)
+        return given.scanned(self._fragment(self.files[f]).physical_schema, self._target)
 
     def _present(self, f: int) -> list[str]:
         """The columns read that file ``f`` has (a dataset's others are filled with nulls)."""
