@@ -144,3 +144,34 @@ def test_parquet_folders_warn_of_files_without_a_suffix_and_globs_read_them(
     (tmp_path / "000001_0.parquet").unlink()
     with pytest.raises(SourceError, match=r"it holds 1 file with other names \(000000_0\)"):
         resolve_files(str(tmp_path), suffixes=suffixes, warn_others=True)
+
+
+def test_a_list_of_uris_with_query_strings_resolves_each_item(
+    s3fs_pyarrow: pafs.S3FileSystem, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each item's ``?endpoint_override=...`` belongs to its filesystem, not its path (the
+    second used to keep it and become a glob matching nothing); items on filesystems with
+    other options are refused naming both."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    s3fs_pyarrow.create_dir("uri-list")
+    for name in ("a/x.parquet", "b/y.parquet", "b/z.parquet"):
+        with s3fs_pyarrow.open_output_stream(f"uri-list/{name}") as f:
+            f.write(b"PAR1")
+    host = s3_endpoint.split("://", 1)[1]
+
+    def uri(path: str, region: str = "us-east-1") -> str:
+        return f"s3://uri-list/{path}?endpoint_override={host}&scheme=http&region={region}"
+
+    for items in ([uri("a"), uri("b")], [uri("b/*.parquet"), uri("a/x.parquet")]):
+        listing = resolve_files(items)
+        assert sorted(listing.paths) == [
+            "uri-list/a/x.parquet",
+            "uri-list/b/y.parquet",
+            "uri-list/b/z.parquet",
+        ]
+        assert isinstance(listing.fs, pafs.S3FileSystem)
+    with pytest.raises(
+        SourceError, match=r"one filesystem; .*'s3://uri-list/a\?.*'s3://uri-list/b\?"
+    ):
+        resolve_files([uri("a"), uri("b", region="eu-west-1")])

@@ -64,22 +64,27 @@ def resolve_files(
         files = list(source.files)
         infos = _reached(files[0] if files else "", source.filesystem.get_file_info, files)
         return Listing(source.filesystem, files, [int(i.size or 0) for i in infos])
-    fs = as_filesystem(filesystem)
+    given = as_filesystem(filesystem)
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not items:
         raise SourceError("source is an empty list: pass at least one path, directory or glob")
     found: list[tuple[str, int]] = []
     reached_by: dict[str, str] = {}
     others: list[str] | None = [] if warn_others else None
+    fs, first = given, ""
+    known: dict[str, pafs.FileSystem] = {}
     for item in items:
         name = os.fspath(item)
-        item_fs, entries = _reached(name, _expand, name, fs, suffixes, others)
+        item_fs, path = _reached(name, _located, name, given, known)
+        entries = _reached(name, _expand, name, item_fs, path, suffixes, others)
         if fs is None:
-            fs = item_fs
-        elif type(item_fs) is not type(fs):
+            fs, first = item_fs, name
+        elif item_fs is not fs and not _same(item_fs, fs):
             raise SourceError(
-                "all paths of one source must be on the same filesystem; "
-                f"{item!r} is on {type(item_fs).__name__}, earlier ones on {type(fs).__name__}",
+                f"all paths of one source must be on one filesystem; {first!r} and {name!r} "
+                f"resolve to different ones ({type(fs).__name__} and {type(item_fs).__name__}"
+                ", or the same kind with other options: endpoint, region, scheme); give "
+                "both the same URI options, or pass filesystem= and paths",
                 path=name,
             )
         for path, size in entries:
@@ -102,6 +107,14 @@ def resolve_files(
     return Listing(fs, [p for p, _ in found], [s for _, s in found])
 
 
+def _same(a: pafs.FileSystem, b: pafs.FileSystem) -> bool:
+    """Whether two filesystems resolved from URIs are one (same kind and options)."""
+    try:
+        return type(a) is type(b) and bool(a.equals(b))
+    except (TypeError, pa.ArrowException):
+        return False
+
+
 def _files(count: int) -> str:
     return f"{count} file" if count == 1 else f"{count} files"
 
@@ -119,24 +132,39 @@ def _reached(item: str, listing: Callable[..., T], *args: Any) -> T:
         ) from exc
 
 
+def _located(
+    item: str, given: pafs.FileSystem | None, known: dict[str, pafs.FileSystem]
+) -> tuple[pafs.FileSystem, str]:
+    """The filesystem and path ``item`` names: on ``given`` (filesystem=) as written; else
+    a path on the local disk, or a URI as ``FileSystem.from_uri`` reads it (its ?region=...
+    or ?endpoint_override=... is its filesystem's, not part of its path), parsed once per
+    bucket and options (``known``: a list of many URIs asks a bucket's region once)."""
+    if given is not None:
+        return given, item.split("://", 1)[1] if "://" in item else item
+    if "://" not in item:
+        return pafs.LocalFileSystem(), os.path.abspath(item)
+    scheme, rest = item.split("://", 1)
+    plain, _, query = rest.partition("?")
+    key = f"{scheme}://{plain.split('/', 1)[0]}?{query}"
+    if key in known:
+        return known[key], plain
+    fs, path = pafs.FileSystem.from_uri(item)
+    if path == plain:  # the path is the URI's own: later items of the key need no parse
+        known[key] = fs
+    return fs, path
+
+
 def _expand(
-    item: str, fs: pafs.FileSystem | None, suffixes: tuple[str, ...], others: list[str] | None
-) -> tuple[pafs.FileSystem, list[tuple[str, int]]]:
-    """The files ``item`` names; with ``others`` (a list), the files a directory holds
-    without ``suffixes`` are added to it, and a glob's own matches are kept whatever their
-    suffix."""
-    if fs is None:
-        if "://" in item:
-            fs, path = pafs.FileSystem.from_uri(item)
-        else:
-            fs, path = pafs.LocalFileSystem(), os.path.abspath(item)
-    else:
-        path = item.split("://", 1)[1] if "://" in item else item
+    item: str, fs: pafs.FileSystem, path: str, suffixes: tuple[str, ...], others: list[str] | None
+) -> list[tuple[str, int]]:
+    """The files ``item`` (``path`` on ``fs``) names; with ``others`` (a list), the files a
+    directory holds without ``suffixes`` are added to it, and a glob's own matches are kept
+    whatever their suffix."""
     if _has_glob(path):
-        return fs, _glob(fs, path, suffixes, item, others)
+        return _glob(fs, path, suffixes, item, others)
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.File:
-        return fs, [(path, int(info.size or 0))]
+        return [(path, int(info.size or 0))]
     if info.type == pafs.FileType.Directory:
         found = walk(fs, path, () if others is not None else suffixes)
         if others is not None:
@@ -158,7 +186,7 @@ def _expand(
                 path=item,
             )
         listed = _check_finished(fs, path, found, item)
-        return fs, found if listed is None else _listed_only(found, path, listed, item)
+        return found if listed is None else _listed_only(found, path, listed, item)
     raise SourceError("no such file or directory", path=item)
 
 

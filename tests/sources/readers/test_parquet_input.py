@@ -9,6 +9,7 @@ error and what it names.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from fastdata import ParquetStream, SchemaError, SourceError
+from fastdata.sources.readers._parquet_input import read_failure
 
 
 # --------------------------------------------------------------------------- datasets
@@ -83,10 +85,11 @@ def test_a_value_beyond_the_datasets_narrower_type_names_file_and_row_group(
     a value beyond int32 is an error, here naming where it is and what to do."""
     pq.write_table(pa.table({"id": pa.array([1], pa.int32())}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"id": pa.array([3_000_000_000])}), tmp_path / "b.parquet")
-    stream = ParquetStream(ds.dataset(tmp_path), batch_size=4)
-    with pytest.raises(SourceError, match="do not cast to the stream's schema") as caught:
-        list(stream)
-    assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
+    for kept in (None, pc.field("id") > 0):  # a filter's scan too
+        stream = ParquetStream(ds.dataset(tmp_path), batch_size=4, filter=kept)
+        with pytest.raises(SourceError, match="do not cast to the stream's schema") as caught:
+            list(stream)
+        assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
 
 
 def test_a_union_dataset_is_refused_naming_what_to_pass(hive: Path) -> None:
@@ -125,3 +128,94 @@ def test_a_column_of_type_null_in_one_file_reads_as_nulls_of_the_others_type(
     with pytest.raises(SourceError, match="null") as caught:
         list(ParquetStream(tmp_path, batch_size=5))
     assert caught.value.column == "k" and caught.value.row == 0
+
+
+@pytest.mark.parametrize("empty", [True, False])
+@pytest.mark.parametrize("null_first", [False, True])
+def test_isin_on_a_column_of_type_null_in_one_file_reads_as_equality_does(
+    tmp_path: Path, empty: bool, null_first: bool
+) -> None:
+    """A zero-row file (an empty chunk) or pandas' all-None chunk stores the column as type
+    null: ``isin`` needs its value set's type there, and reads as ``==`` and as pyarrow's
+    dataset with the unified schema read it (it was refused, the empty file as corrupt)."""
+    typed = pa.table({"id": pa.array([0, 1, 2], pa.int64()), "tag": ["a", "b", "c"]})
+    rows = 0 if empty else 2
+    untyped = pa.table({"id": pa.array(range(10, 10 + rows), pa.int64()), "tag": pa.nulls(rows)})
+    pq.write_table(untyped if null_first else typed, tmp_path / "a.parquet")
+    pq.write_table(typed if null_first else untyped, tmp_path / "b.parquet")
+    unified = pa.schema([("id", pa.int64()), ("tag", pa.string())])
+    for kept in (pc.field("tag").isin(["a", "b"]), pc.field("tag") == "b"):
+        expected = ds.dataset(tmp_path, schema=unified).to_table(filter=kept)["id"].to_pylist()
+        stream = ParquetStream(tmp_path, columns=["id"], filter=kept, batch_size=10)
+        assert _ids(stream) == sorted(expected) and expected
+
+
+def test_a_datasets_schema_is_the_columns_read_and_missing_ones_are_nulls(tmp_path: Path) -> None:
+    """As pyarrow's scan: a dataset built with ``schema=`` reads that schema's columns (not
+    every column of the files), a column a file lacks comes as nulls, and one only later
+    files have is not read unless the schema names it."""
+    pq.write_table(
+        pa.table({"id": pa.array([0, 1], pa.int32()), "x": [0.5, 1.5]}), tmp_path / "a.parquet"
+    )
+    later = {"id": pa.array([2, 3], pa.int64()), "x": [2.5, 3.5], "extra": pa.array([7, None])}
+    pq.write_table(pa.table(later), tmp_path / "b.parquet")
+    narrow = ds.dataset(tmp_path, schema=pa.schema([("id", pa.int64())]))
+    assert narrow.to_table().column_names == ["id"]
+    stream = ParquetStream(narrow, batch_size=10)
+    assert stream.schema.names == ["id"] and _ids(stream) == [0, 1, 2, 3]
+    full = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("extra", pa.int64())])
+    expected = ds.dataset(tmp_path, schema=full).to_table().to_pydict()
+    assert expected["extra"] == [None, None, 7, None]
+    for kept in (None, pc.field("x") > 1.0, pc.field("extra").is_null()):
+        dataset = ds.dataset(tmp_path, schema=full)
+        stream = ParquetStream(dataset, batch_size=10, filter=kept, fill_null={"extra": -1})
+        [batch] = list(stream)
+        assert list(batch) == ["id", "x", "extra"]
+        table = ds.dataset(tmp_path, schema=full).to_table(filter=kept).to_pydict()
+        assert batch["id"].tolist() == table["id"]
+        assert batch["extra"].tolist() == [-1 if v is None else v for v in table["extra"]]
+    narrowed = ParquetStream(ds.dataset(tmp_path, schema=full), columns=["extra"], batch_size=10)
+    assert narrowed.schema.names == ["extra"]
+    with pytest.raises(SchemaError, match="'x' does not exist"):
+        ParquetStream(narrow, columns=["x"])  # not a column of the dataset, as in pyarrow
+
+
+# --------------------------------------------------------------------------- read errors
+def test_a_file_deleted_after_planning_is_not_called_corrupt(tmp_path: Path) -> None:
+    for name, first in (("a", 0), ("b", 10)):
+        pq.write_table(pa.table({"id": range(first, first + 10)}), tmp_path / f"{name}.parquet")
+    stream = ParquetStream(tmp_path, batch_size=5)
+    (tmp_path / "b.parquet").unlink()
+    with pytest.raises(SourceError, match=r"not there now .*deleted or moved") as caught:
+        list(stream)
+    assert "corrupt" not in str(caught.value)
+    assert caught.value.path == str(tmp_path / "b.parquet") and caught.value.row_group == 0
+
+
+S3_DENIED = (
+    "When reading information for key 't/a.parquet' in bucket 'locked': AWS Error "
+    "ACCESS_DENIED during HeadObject operation: No response body."
+)
+S3_UNREACHED = (
+    "When reading information for key 't/a.parquet' in bucket 'b': AWS Error "
+    "NETWORK_CONNECTION during GetObject operation: curlCode: 7, Could not connect to server"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "says"),
+    [
+        (OSError(S3_DENIED), "refused access .*credentials have not expired"),
+        (PermissionError(13, "Permission denied"), "refused access"),
+        (OSError("[Errno 2] Path does not exist 'b/t/a.parquet'"), "not there now"),
+        (FileNotFoundError(2, "No such file or directory"), "not there now"),
+        (OSError(S3_UNREACHED), "could not be reached .*network"),
+        (pa.ArrowInvalid("Couldn't deserialize thrift"), "corrupt or truncated"),
+    ],
+)
+def test_a_row_group_that_cannot_be_read_says_why_by_the_error(error: Exception, says: str) -> None:
+    """Refused credentials mid-epoch (an expired session token: moto's denial's own text),
+    a deleted object or an unreachable store were all "the file may be corrupt"."""
+    assert re.search(says, read_failure(error))
+    if not isinstance(error, pa.ArrowInvalid):
+        assert "corrupt" not in read_failure(error)

@@ -6,6 +6,8 @@ later files have)."""
 
 from __future__ import annotations
 
+import re
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,14 +18,17 @@ import pyarrow.types as pat
 
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow_types import delivered_type
-from fastdata.sources.readers._footers import SchemaAgreement
+from fastdata.sources.readers._footers import SchemaAgreement, refuse_encrypted
 
 __all__ = [
     "Agreement",
+    "FilterSchemas",
     "conformed",
     "dataset_parts",
+    "read_failure",
     "refuse_later_column",
     "refuse_partition_column",
+    "scanned",
 ]
 
 _PICK_FILES = "[f.path for f in dataset.get_fragments(filter=...)]"
@@ -55,14 +60,20 @@ def dataset_parts(source: Any) -> tuple[pc.Expression | None, pa.Schema | None]:
     # it there, _scanner_options); no public accessor exists.
     options = getattr(source, "_scan_options", None)
     attached = options.get("filter") if isinstance(options, dict) else None
-    return attached, source.schema
+    # The columns read are the schema's (as pyarrow's scan reads them), less the partition
+    # columns, whose values are in directory names, not in the files.
+    partitioning = getattr(getattr(source, "partitioning", None), "schema", None)
+    parted = set(getattr(partitioning, "names", ()))
+    return attached, pa.schema([field for field in source.schema if field.name not in parted])
 
 
 class Agreement(SchemaAgreement):
     """:class:`SchemaAgreement`, plus: a column of Arrow type null in a file (pandas writes
     a chunk whose values are all None so) reads as nulls of the other files' type, as
-    ``pyarrow.dataset`` reads it; and with ``target`` (a dataset's schema), a file whose
-    type differs is cast to the target's type where pyarrow has a cast for it."""
+    ``pyarrow.dataset`` reads it; and with ``target`` (a dataset's schema), each file is
+    seen as pyarrow's scan sees it (:meth:`view`: the schema's columns, one a file lacks
+    read as nulls, one it has beyond them not read), and a file whose type differs is cast
+    to the target's type where pyarrow has a cast for it."""
 
     def __init__(
         self,
@@ -73,7 +84,8 @@ class Agreement(SchemaAgreement):
         every: bool = False,
         target: pa.Schema | None = None,
     ) -> None:
-        super().__init__(ref_path, ref, names, every=every)
+        self.whole = target
+        super().__init__(ref_path, self.view(ref), names, every=every and target is None)
         self.target = {
             name: delivered_type(target.field(name).type)
             for name in names
@@ -82,9 +94,19 @@ class Agreement(SchemaAgreement):
         for name, kind in self.target.items():  # the reference file's type, as cast
             self.fields[name] = self._cast(ref_path, self.fields[name], kind)
 
+    def view(self, schema: pa.Schema) -> pa.Schema:
+        """A file's ``schema`` as read: with a dataset's schema, its columns (a file's type
+        where the file has the column, else the schema's, as nulls)."""
+        if self.whole is None:
+            return schema
+        return pa.schema(
+            schema.field(f.name) if f.name in schema.names else f.with_nullable(True)
+            for f in self.whole
+        )
+
     def check(self, path: str, schema: pa.Schema) -> None:
         fields = []
-        for field in schema:
+        for field in self.view(schema):
             ref = self.fields.get(field.name)
             if ref is not None and pat.is_null(ref.type) and not pat.is_null(field.type):
                 ref = self.fields[field.name] = field.with_nullable(True)  # typed at last
@@ -170,6 +192,19 @@ def refuse_later_column(
     ) from exc
 
 
+def scanned(physical: pa.Schema, target: pa.Schema) -> pa.Schema:
+    """The schema a file of a dataset is scanned with: the dataset's columns, each of the
+    file's type where the file has it (:func:`conformed` then casts it, saying where a value
+    does not fit), of the dataset's type where the file lacks it or stores it as type null."""
+    held = set(physical.names)
+    return pa.schema(
+        physical.field(field.name)
+        if field.name in held and not pat.is_null(physical.field(field.name).type)
+        else field
+        for field in target
+    )
+
+
 def conformed(table: pa.Table, schema: pa.Schema, path: str, row_group: int) -> pa.Table:
     """``table`` cast to ``schema``, the one schema of every file.
 
@@ -180,6 +215,16 @@ def conformed(table: pa.Table, schema: pa.Schema, path: str, row_group: int) -> 
     """
     if table.schema.equals(schema):
         return table
+    if table.column_names != schema.names:  # a dataset's column this file lacks: nulls
+        table = pa.table(
+            [
+                table.column(f.name)
+                if f.name in table.column_names
+                else pa.nulls(len(table), f.type)
+                for f in schema
+            ],
+            names=schema.names,
+        )
     try:
         return table.cast(schema)
     except (pa.ArrowException, ValueError) as exc:
@@ -190,3 +235,112 @@ def conformed(table: pa.Table, schema: pa.Schema, path: str, row_group: int) -> 
             path=path,
             row_group=row_group,
         ) from exc
+
+
+_MISSING_FIELD = re.compile(r"No match for FieldRef\.Name\((.*?)\) in")
+
+
+class FilterSchemas:
+    """Binds ``filter`` to each file's columns as read (:meth:`Agreement.view`), once per
+    distinct schema, so that a column it names that a file lacks (or holds encrypted), or
+    a comparison its types do not allow, is refused while planning, not mid-epoch. A file
+    whose column has Arrow type null (pandas' all-None chunk) is bound, and scanned
+    (:attr:`scans`), with the other files' type there, as ``pyarrow.dataset`` with the
+    unified schema reads it (``isin`` needs the value set's type)."""
+
+    def __init__(self, filter: pc.Expression) -> None:
+        self.filter = filter
+        self.scans: dict[int, pa.Schema] = {}  # file index -> its scan schema, where typed
+        self._typed: dict[str, pa.DataType] = {}
+        self._checked: deque[tuple[pa.Schema, frozenset[str]]] = deque(maxlen=8)
+        self._untyped: list[tuple[int, str, pa.Schema, frozenset[str]]] = []
+
+    def add(self, f: int, path: str, schema: pa.Schema, encrypted: frozenset[str]) -> None:
+        for field in schema:
+            if not pat.is_null(field.type):
+                self._typed.setdefault(field.name, field.type)
+        if any(pat.is_null(field.type) for field in schema):
+            self._untyped.append((f, path, schema, encrypted))  # typed by later files, too
+        elif (schema, encrypted) not in self._checked:
+            self._check(path, schema, encrypted)
+            self._checked.append((schema, encrypted))
+
+    def finish(self) -> dict[int, pa.Schema]:
+        """:attr:`scans`, once every file was added."""
+        for f, path, schema, encrypted in self._untyped:
+            typed = pa.schema(
+                field.with_type(self._typed[field.name])
+                if pat.is_null(field.type) and field.name in self._typed
+                else field
+                for field in schema
+            )
+            self._check(path, typed, encrypted)
+            self.scans[f] = typed
+        self._untyped.clear()
+        return self.scans
+
+    def _check(self, path: str, schema: pa.Schema, encrypted: frozenset[str]) -> None:
+        readable = pa.schema([field for field in schema if field.name not in encrypted])
+        try:
+            readable.empty_table().filter(self.filter)
+        except (pa.ArrowException, TypeError) as exc:
+            missing = _MISSING_FIELD.search(str(exc))
+            if missing and missing.group(1) in encrypted:
+                refuse_encrypted(path, encrypted, [missing.group(1)])
+            if missing:
+                raise SchemaError(
+                    f"filter {self.filter} uses column {missing.group(1)!r}, which does not "
+                    f"exist; available columns: {', '.join(schema.names)}",
+                    path=path,
+                    column=missing.group(1),
+                ) from exc
+            reason = str(exc).splitlines()[0]
+            raise SchemaError(
+                f"filter {self.filter} does not fit the columns' types ({reason}); compare "
+                "each column with a value of its type",
+                path=path,
+            ) from exc
+
+
+_DENIED = (
+    "ACCESS_DENIED",
+    "AccessDenied",
+    "Forbidden",
+    "InvalidAccessKeyId",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "SignatureDoesNotMatch",
+    "HTTP response code: 403",
+)
+_GONE = ("NoSuchKey", "NO_SUCH_KEY", "NoSuchBucket", "Path does not exist", "No such file")
+_UNREACHED = (
+    "NETWORK_CONNECTION",
+    "Could not connect",
+    "curlCode",
+    "Connection reset",
+    "timed out",
+)
+
+
+def read_failure(exc: BaseException) -> str:
+    """What a row group that cannot be read says, by pyarrow's error: refused credentials
+    (an expired session token), a file deleted since the stream was made and storage that
+    stopped answering are told apart from a corrupt file, each with what to check."""
+    text = str(exc)
+    if isinstance(exc, PermissionError) or any(mark in text for mark in _DENIED):
+        return (
+            f"cannot read row group: the storage refused access ({exc}); the stream was "
+            "made with access, so check that the credentials have not expired (a session "
+            "token, a role's lease) and that they may still read this object"
+        )
+    if isinstance(exc, FileNotFoundError) or any(mark in text for mark in _GONE):
+        return (
+            f"cannot read row group: the file is not there now ({exc}); it was deleted or "
+            "moved after the stream was made: make a new stream over the files there now"
+        )
+    if isinstance(exc, ConnectionError | TimeoutError) or any(m in text for m in _UNREACHED):
+        return (
+            f"cannot read row group: the storage could not be reached ({exc}); check the "
+            "network and the endpoint (a checkpoint's state_dict resumes where it stopped)"
+        )
+    return f"cannot read row group ({exc}); the file may be corrupt or truncated"

@@ -12,14 +12,14 @@ any file's is), dictionary encoding, and string / binary / list against their la
 forms. Every table read is cast to one schema (:attr:`ParquetRowGroups.schema`), so tables of
 different files concatenate. Other type differences are a :class:`~fastdata.SchemaError`, and
 so, when no ``columns`` are named, is a column that only some files have (whichever file comes
-first: nothing is dropped depending on the order).
+first: nothing is dropped depending on the order). A ``pyarrow.dataset``'s schema names the
+columns read instead, as pyarrow's scan: one a file lacks reads as nulls.
 """
 
 from __future__ import annotations
 
-import re
 import threading
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -45,7 +45,6 @@ SUFFIXES = (".parquet", ".parq", ".pq")
 _METADATA_THREADS = 8
 _FOOTER_BATCH = _METADATA_THREADS  # footers parsed and held at once while planning
 _OPEN_FILES = 4  # parsed footers a process keeps for reading (the files read most recently)
-_MISSING_FIELD = re.compile(r"No match for FieldRef\.Name\((.*?)\) in")
 
 
 class ParquetRowGroups:
@@ -98,6 +97,8 @@ class ParquetRowGroups:
         self.verify_checksums = check_bool("verify_checksums", verify_checksums)
         self._open: OrderedDict[str, ds.ParquetFileFragment] = OrderedDict()
         self._lock = threading.Lock()
+        self._target = target  # a dataset's schema: the columns read, as pyarrow reads them
+        self._scans: dict[int, pa.Schema] = {}  # files scanned with the other files' types
         try:
             self.schema, self._groups, self._content = self._survey(
                 check_names("columns", columns), target
@@ -134,7 +135,7 @@ class ParquetRowGroups:
         column's metadata (megabytes for wide files), so holding all at once would make
         construction memory grow with files x all columns."""
         ref_path, ref = self._reference()  # its footer read once (a wide one takes a while)
-        names = ref.schema.names if columns is None else columns
+        names = (ref.schema if target is None else target).names if columns is None else columns
         try:
             agreement = given.Agreement(
                 ref_path, ref.schema, names, every=columns is None, target=target
@@ -144,8 +145,7 @@ class ParquetRowGroups:
             raise
         content = ContentDigest()
         groups: list[tuple[int, int, int]] = []
-        # file schemas (with their encrypted columns) the filter was checked on
-        checked: deque[tuple[pa.Schema, frozenset[str]]] = deque(maxlen=8)
+        bound = None if self.filter is None else given.FilterSchemas(self.filter)
         # Local footers are read in line: each takes well under a millisecond, less than
         # starting the threads that fetch remote ones several at a time.
         local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -158,14 +158,14 @@ class ParquetRowGroups:
                     if footer.num_rows:
                         refuse_encrypted(self.files[f], encrypted, names)
                         agreement.check(self.files[f], schema)
-                        if self.filter is not None and (schema, encrypted) not in checked:
-                            self._check_filter(self.files[f], schema, encrypted)
-                            checked.append((schema, encrypted))
+                        if bound is not None:
+                            bound.add(f, self.files[f], agreement.view(schema), encrypted)
                     content.add(self.sizes[f], footer, schema, names)
                     groups += [
                         (f, rg, footer.row_group(rg).num_rows)
                         for rg in range(footer.num_row_groups)
                     ]
+        self._scans = {} if bound is None else bound.finish()
         return agreement.schema(), groups, content.hexdigest()
 
     def _reference(self) -> tuple[str, Footer]:
@@ -177,32 +177,6 @@ class ParquetRowGroups:
             if footer.metadata.num_rows:
                 return path, footer
         return self.files[0], self._footer(self.files[0])
-
-    def _check_filter(self, path: str, schema: pa.Schema, encrypted: frozenset[str]) -> None:
-        """Bind the filter to a file's columns (on no rows): a column it names that the file
-        lacks (or holds encrypted), or a comparison its types do not allow, is refused here,
-        not mid-epoch."""
-        assert self.filter is not None
-        readable = pa.schema([field for field in schema if field.name not in encrypted])
-        try:
-            readable.empty_table().filter(self.filter)
-        except (pa.ArrowException, TypeError) as exc:
-            missing = _MISSING_FIELD.search(str(exc))
-            if missing and missing.group(1) in encrypted:
-                refuse_encrypted(path, encrypted, [missing.group(1)])
-            if missing:
-                raise SchemaError(
-                    f"filter {self.filter} uses column {missing.group(1)!r}, which does not "
-                    f"exist; available columns: {', '.join(schema.names)}",
-                    path=path,
-                    column=missing.group(1),
-                ) from exc
-            reason = str(exc).splitlines()[0]
-            raise SchemaError(
-                f"filter {self.filter} does not fit the columns' types ({reason}); compare "
-                "each column with a value of its type",
-                path=path,
-            ) from exc
 
     @cached_property
     def units(self) -> list[tuple[int, int, int]]:
@@ -217,8 +191,30 @@ class ParquetRowGroups:
         return [u for u in units if u[2] > 0]
 
     def _count_matching(self, unit: tuple[int, int, int]) -> int:
-        f, rg, _ = unit
-        return self._guarded(lambda: self._row_group(f, rg).count_rows(filter=self.filter), f, rg)
+        f, rg, rows = unit
+        if rows == 0:  # an empty file contributes no rows, whatever its schema says
+            return 0
+        scan = self._scan_schema(f)
+        if scan is None:
+            return self._guarded(
+                lambda: self._row_group(f, rg).count_rows(filter=self.filter), f, rg
+            )
+        count = lambda: self._row_group(f, rg).scanner(schema=scan, filter=self.filter).count_rows()  # noqa: E731
+        return self._guarded(count, f, rg)
+
+    def _scan_schema(self, f: int) -> pa.Schema | None:
+        """The schema file ``f`` is scanned with under a filter (None: its own): a dataset's
+        columns, or with the other files' types for its null-typed columns."""
+        if self._target is None:
+            return self._scans.get(f)
+        return given.scanned(self._fragment(self.files[f]).physical_schema, self._target)
+
+    def _present(self, f: int) -> list[str]:
+        """The columns read that file ``f`` has (a dataset's others are filled with nulls)."""
+        if self._target is None:
+            return self.schema.names
+        held = set(self._fragment(self.files[f]).physical_schema.names)
+        return [name for name in self.schema.names if name in held]
 
     def unit_rows(self) -> list[int]:
         return [rows for _, _, rows in self.units]
@@ -264,7 +260,7 @@ class ParquetRowGroups:
             return read()
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(
-                f"cannot read row group ({exc}); the file may be corrupt or truncated",
+                given.read_failure(exc),
                 path=self.files[f],
                 row_group=rg,
             ) from exc
@@ -318,8 +314,10 @@ class ParquetRowGroups:
         through ``ParquetFile``: about a fifth less CPU per row group than a dataset scan of
         the fragment, which sets up a scanner, projection and filter for every read."""
         if self.filter is None:
-            return self._file(f).read_row_group(rg, columns=self.schema.names)
-        return self._row_group(f, rg).to_table(columns=self.schema.names, filter=self.filter)
+            return self._file(f).read_row_group(rg, columns=self._present(f))
+        return self._row_group(f, rg).to_table(
+            schema=self._scan_schema(f), columns=self.schema.names, filter=self.filter
+        )
 
     def _file(self, f: int) -> pq.ParquetFile:
         """File ``f`` opened for one read, on the footer already parsed: a ``ParquetFile``
@@ -334,12 +332,14 @@ class ParquetRowGroups:
 
     def _head(self, f: int, rg: int, stop: int) -> pa.Table:
         """The first ``stop`` rows of a row group, decoding no further."""
-        columns = self.schema.names
+        columns = self._present(f)
         batches = self._file(f).iter_batches(
             batch_size=max(stop, 1), row_groups=[rg], columns=columns
         )
         first = next(batches, None)  # None: the row group is gone (the file changed)
-        return self.schema.empty_table() if first is None else pa.table(first).slice(0, stop)
+        if first is None:
+            return pa.schema([self.schema.field(name) for name in columns]).empty_table()
+        return pa.table(first).slice(0, stop)
 
     def _conform(self, table: pa.Table, f: int, rg: int) -> pa.Table:
         """The table in :attr:`schema` (one schema for every file), nulls filled or refused
