@@ -304,8 +304,11 @@ def with_cache(
         return source, filesystem
     limit = check_bytes("cache_limit", cache_limit, none="None for no limit")
     if hasattr(source, "files") and hasattr(source, "filesystem"):  # a pyarrow dataset
-        source, filesystem = list(source.files), source.filesystem
-    fs = as_filesystem(filesystem)
+        # Kept whole (its filter, schema and partitioning hold); its files are read through
+        # the cache of its own filesystem (resolve_files takes a dataset's filesystem= so).
+        fs = source.filesystem
+    else:
+        fs = as_filesystem(filesystem)
     if fs is None:
         fs, source = _from_uris(source)
     if _is_local(fs):
