@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+from fsspec.implementations.memory import MemoryFileSystem
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,3 +98,51 @@ def test_a_datasets_schema_casts_through_the_cache(memory: Any, tmp_path: Path) 
     plain = outcome(typed)
     assert plain[0] == "rows" and plain[1][0] == list(range(90))
     assert outcome(typed, cache_dir=tmp_path / "cache") == plain
+
+
+# --------------------------------------------------------------------------- versions
+def test_a_rewritten_file_of_the_same_size_is_fetched_again(memory: Any, tmp_path: Path) -> None:
+    fs, root = memory  # fsspec's memory filesystem reports no mtime, only 'created'
+    path = f"{root}/t/part-0.parquet"
+    sizes = [put(fs, path, pa.table({"v": pa.array([1, 2, 3, 4], pa.int64())}))]
+
+    def read() -> tuple[list[int], dict[str, float]]:
+        stream = fd.ParquetStream(
+            f"{root}/t", filesystem=fs, batch_size=10, cache_dir=tmp_path / "cache"
+        )
+        return rows(stream, "v"), cache_stats(stream)["cache"]
+
+    assert read()[0] == [1, 2, 3, 4]
+    sizes.append(put(fs, path, pa.table({"v": pa.array([5, 6, 7, 8], pa.int64())})))
+    assert sizes[0] == sizes[1]  # the same size: only a version tells them apart
+    values, counts = read()
+    assert values == [5, 6, 7, 8]
+    assert (counts["misses"], counts["invalid"]) == (1, 0)  # another version, not damage
+    values, counts = read()  # and that version is then reused
+    assert (values, counts["misses"]) == ([5, 6, 7, 8], 0) and counts["hits"] > 0
+
+
+class Unversioned(MemoryFileSystem):  # type: ignore[misc]
+    """A store whose listing says nothing of a file's version (no mtime, ETag, ...)."""
+
+    protocol = "fd-unversioned"
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        found = super().info(path, **kwargs)
+        return {key: found[key] for key in ("name", "size", "type")}
+
+
+def test_a_store_without_versions_is_warned_of_once_per_stream(
+    memory: Any, tmp_path: Path
+) -> None:
+    _, root = memory
+    fs = Unversioned()
+    for part in range(3):
+        put(fs, f"{root}/u/part-{part}.parquet", pa.table({"v": pa.array([part], pa.int64())}))
+    with pytest.warns(UserWarning, match="cannot tell") as caught:
+        stream = fd.ParquetStream(
+            f"{root}/u", filesystem=fs, batch_size=10, cache_dir=tmp_path / "cache"
+        )
+        assert rows(stream, "v") == [0, 1, 2]
+    assert sum("cannot tell" in str(w.message) for w in caught) == 1
+    assert "cache_dir" in str(caught[0].message)

@@ -53,7 +53,7 @@ import pyarrow.fs as pafs
 
 from fastdata._stats import CACHE_COUNTS, CacheCounts
 from fastdata._validate import check_bytes
-from fastdata.errors import SourceError
+from fastdata.errors import SourceError, warn_user
 from fastdata.sources._cache_disk import (
     Entry,
     Lock,
@@ -62,6 +62,7 @@ from fastdata.sources._cache_disk import (
     discard,
     download,
     entry_of,
+    fsspec_tag,
     on_disk,
     open_here,
     scan,
@@ -88,6 +89,7 @@ class CachingHandler(pafs.FileSystemHandler):
         self.limit = limit
         self.fetch = False  # False while planning: read through (start_fetching)
         self.counts = CacheCounts()
+        self.unversioned = False  # warned that the remote gives no file versions
         self._listed: dict[str, Remote] = {}  # as the remote listed them, sent to workers
         self._process_state()
 
@@ -132,8 +134,23 @@ class CachingHandler(pafs.FileSystemHandler):
     def _remember(self, infos: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
         for info in infos:
             if info.type == pafs.FileType.File:
-                self._listed[info.path] = Remote(info.size, info.mtime_ns)
+                self._listed[info.path] = self._version(info)
         return infos
+
+    def _version(self, info: pafs.FileInfo) -> Remote:
+        """The file as listed: its size and version (mtime, or an fsspec info's ETag, ...).
+        A store that gives no version is warned of once per stream (this handler)."""
+        tag = None if info.mtime_ns is not None else fsspec_tag(self.remote, info.path)
+        if info.mtime_ns is None and tag is None and not self.unversioned:
+            self.unversioned = True  # pickled to the workers: they need not warn again
+            warn_user(
+                f"cache_dir={self.cache_dir!r} cannot tell versions of a file of this "
+                f"{self.remote.type_name} filesystem apart ({info.path}): it reports no "
+                "modification time, ETag or other version, so a cached copy of the listed "
+                "size is used as it is. After rewriting files in the store, delete the "
+                "cache folder (or pass another cache_dir=)"
+            )
+        return Remote(info.size, info.mtime_ns, tag)
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
         raise OSError(
@@ -203,7 +220,7 @@ class CachingHandler(pafs.FileSystemHandler):
             info = self.remote.get_file_info(path)
             if info.type != pafs.FileType.File:
                 raise FileNotFoundError(f"no such file: {path}")
-            known = self._listed[path] = Remote(info.size, info.mtime_ns)
+            known = self._listed[path] = self._version(info)
         return known
 
     def _open_cached(
