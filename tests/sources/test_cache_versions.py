@@ -8,11 +8,11 @@ from __future__ import annotations
 import io
 import os
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
 import fsspec
-from fsspec.implementations.memory import MemoryFileSystem
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,9 +20,12 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 import fastdata as fd
 from fastdata.sources._cache import cache_stats
+from fastdata.sources._cache_disk import Remote, download, entry_of
+from fastdata.sources._cache_versions import drop_damaged, fsspec_tag
 
 
 @pytest.fixture
@@ -94,7 +97,8 @@ def test_a_datasets_schema_casts_through_the_cache(memory: Any, tmp_path: Path) 
     put(fsspec_fs, f"{root}/a.parquet", pa.table({"id": pa.array(range(50), pa.int32())}))
     put(fsspec_fs, f"{root}/b.parquet", pa.table({"id": pa.array(range(50, 90), pa.int64())}))
     fs = pafs.PyFileSystem(pafs.FSSpecHandler(fsspec_fs))
-    typed = ds.dataset(root, filesystem=fs, format="parquet", schema=pa.schema([("id", pa.int64())]))
+    schema = pa.schema([("id", pa.int64())])
+    typed = ds.dataset(root, filesystem=fs, format="parquet", schema=schema)
     plain = outcome(typed)
     assert plain[0] == "rows" and plain[1][0] == list(range(90))
     assert outcome(typed, cache_dir=tmp_path / "cache") == plain
@@ -132,17 +136,60 @@ class Unversioned(MemoryFileSystem):  # type: ignore[misc]
         return {key: found[key] for key in ("name", "size", "type")}
 
 
-def test_a_store_without_versions_is_warned_of_once_per_stream(
-    memory: Any, tmp_path: Path
-) -> None:
+def test_a_store_without_versions_is_warned_of_once_per_stream(memory: Any, tmp_path: Path) -> None:
     _, root = memory
     fs = Unversioned()
     for part in range(3):
         put(fs, f"{root}/u/part-{part}.parquet", pa.table({"v": pa.array([part], pa.int64())}))
-    with pytest.warns(UserWarning, match="cannot tell") as caught:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         stream = fd.ParquetStream(
             f"{root}/u", filesystem=fs, batch_size=10, cache_dir=tmp_path / "cache"
         )
         assert rows(stream, "v") == [0, 1, 2]
-    assert sum("cannot tell" in str(w.message) for w in caught) == 1
-    assert "cache_dir" in str(caught[0].message)
+    said = [str(w.message) for w in caught if "cannot tell" in str(w.message)]
+    assert len(said) == 1 and "delete the cache folder" in said[0]
+
+
+# --------------------------------------------------------------------------- damage on disk
+def test_a_cached_copy_damaged_with_its_metadata_kept_is_fetched_again_not_blamed_on_the_file(
+    memory: Any, tmp_path: Path
+) -> None:
+    fs, root = memory
+    values = np.arange(20_000, dtype=np.int64)
+    put(fs, f"{root}/d/a.parquet", pa.table({"v": values}), compression="snappy")
+    cache = tmp_path / "cache"
+
+    def read() -> tuple[list[int], dict[str, float]]:
+        stream = fd.ParquetStream(f"{root}/d", filesystem=fs, batch_size=50_000, cache_dir=cache)
+        return rows(stream, "v"), cache_stats(stream)["cache"]
+
+    assert read()[0] == values.tolist()
+    (copy,) = cache.rglob("*.data")
+    stat = copy.stat()
+    with open(copy, "r+b") as f:  # the pages, not the footer: bit rot, a restore's damage
+        f.seek(8)
+        f.write(b"\xff" * 4096)
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the metadata says nothing
+    assert copy.stat().st_ino == stat.st_ino
+    got, counts = read()
+    assert got == values.tolist()
+    assert (counts["invalid"], counts["misses"]) == (1, 1)
+    assert read()[1]["invalid"] == 0  # fetched again whole
+
+
+def test_only_a_copy_whose_bytes_differ_from_its_download_is_dropped(tmp_path: Path) -> None:
+    remote = tmp_path / "remote.bin"
+    remote.write_bytes(os.urandom(10_000))
+    local = pafs.LocalFileSystem()
+    cache = str(tmp_path / "cache")
+    entry = entry_of(cache, "s3", str(remote))
+    os.makedirs(os.path.dirname(entry.data))
+    download(local, entry, str(remote), Remote(10_000, 1))
+    assert drop_damaged(cache, "s3", str(remote)) is None  # intact: the remote is at fault
+    assert drop_damaged(cache, "s3", str(tmp_path / "never-cached")) is None
+    with open(entry.data, "r+b") as f:
+        f.write(b"\x00" * 16)
+    assert drop_damaged(cache, "s3", str(remote)) == (entry.data, "its checksum does not match")
+    assert not os.path.exists(entry.data) and not os.path.exists(entry.meta)
+    assert fsspec_tag(local, str(remote)) is None  # pyarrow's own filesystems give mtimes

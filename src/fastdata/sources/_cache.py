@@ -14,12 +14,11 @@ The contract, for every process sharing one ``cache_dir`` (ranks and workers of 
 - **Atomic.** A file is downloaded to a temporary name and renamed into place, under an
   exclusive lock (``flock``) on its entry, so one process downloads it while the others
   wait, and no process ever opens a partial file.
-- **Verified.** An entry is reused only when the size and modification time recorded at
-  download match what the remote listed when the stream was built and its size on disk is
-  the recorded one. A file changed on disk since it was downloaded (its inode or
-  modification time differ from those recorded) must also match the CRC-32 recorded while
-  downloading (checked once per process). A truncated or corrupted entry is logged,
-  counted (``invalid``) and fetched again, never read.
+- **Verified.** An entry is reused only when the size and version (mtime; an fsspec
+  info's ETag, ...) recorded at download match what the remote listed, and its size on
+  disk is the recorded one; a file whose inode or mtime changed on disk, or whose read
+  failed, must match its download's CRC-32 (:mod:`~fastdata.sources._cache_versions`).
+  A damaged entry found so is logged, counted (``invalid``) and fetched again.
 - **Bounded.** With ``cache_limit``, after a download takes the cache over the limit, the
   least recently opened entries are deleted until it is under 90% of the limit; never a
   file this process has open (on Linux, where ``/proc/self/fd`` lists them), nor one
@@ -62,15 +61,15 @@ from fastdata.sources._cache_disk import (
     discard,
     download,
     entry_of,
-    fsspec_tag,
     on_disk,
     open_here,
     scan,
 )
+from fastdata.sources._cache_versions import drop_damaged, fsspec_tag, unversioned
 from fastdata.sources.base import FileBacked, declares
 from fastdata.sources.filesystem import as_filesystem, unlink
 
-__all__ = ["CachingHandler", "handlers", "start_fetching", "with_cache"]
+__all__ = ["CachingHandler", "handlers", "refetched", "start_fetching", "with_cache"]
 
 log = logging.getLogger("fastdata")
 
@@ -138,18 +137,11 @@ class CachingHandler(pafs.FileSystemHandler):
         return infos
 
     def _version(self, info: pafs.FileInfo) -> Remote:
-        """The file as listed: its size and version (mtime, or an fsspec info's ETag, ...).
-        A store that gives no version is warned of once per stream (this handler)."""
+        """The file as listed (a store with no versions is warned of once per stream)."""
         tag = None if info.mtime_ns is not None else fsspec_tag(self.remote, info.path)
         if info.mtime_ns is None and tag is None and not self.unversioned:
             self.unversioned = True  # pickled to the workers: they need not warn again
-            warn_user(
-                f"cache_dir={self.cache_dir!r} cannot tell versions of a file of this "
-                f"{self.remote.type_name} filesystem apart ({info.path}): it reports no "
-                "modification time, ETag or other version, so a cached copy of the listed "
-                "size is used as it is. After rewriting files in the store, delete the "
-                "cache folder (or pass another cache_dir=)"
-            )
+            warn_user(unversioned(self.cache_dir, self.remote, info.path))
         return Remote(info.size, info.mtime_ns, tag)
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
@@ -226,10 +218,9 @@ class CachingHandler(pafs.FileSystemHandler):
     def _open_cached(
         self, entry: Entry, path: str, remote: Remote
     ) -> tuple[pa.NativeFile | None, str | None]:
-        """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact;
-        else ``(None, what is wrong with it)``, or ``(None, None)`` without such an entry.
-        An entry is checked once per process while its file stays the same (inode, mtime,
-        size): later opens cost a ``stat``."""
+        """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact,
+        else ``(None, what is wrong)`` (``(None, None)``: no such entry); checked once per
+        process while its file stays the same (inode, mtime, size): later opens cost a stat."""
         try:
             stat = os.stat(entry.data)
         except FileNotFoundError:
@@ -247,6 +238,15 @@ class CachingHandler(pafs.FileSystemHandler):
         with contextlib.suppress(OSError):  # the access time orders eviction
             os.utime(entry.data, ns=(time.time_ns(), stat.st_mtime_ns))
         return opened, None
+
+    def drop_damaged(self, path: str) -> bool:
+        """After a read of ``path`` failed: whether its cached copy was damaged (deleted)."""
+        dropped = drop_damaged(self.cache_dir, self.remote.type_name, path)
+        if dropped is not None:
+            log.warning("fastdata: reading the cache entry %s of %s failed and it is corrupt "
+                        "(%s): fetching it again", dropped[0], path, dropped[1])  # fmt: skip
+            self.counts.add("invalid")
+        return dropped is not None
 
     # ----------------------------------------------------------------- eviction
     def _account(self, size: int) -> None:
@@ -321,9 +321,7 @@ def with_cache(
         return source, filesystem
     limit = check_bytes("cache_limit", cache_limit, none="None for no limit")
     if hasattr(source, "files") and hasattr(source, "filesystem"):  # a pyarrow dataset
-        # Kept whole (its filter, schema and partitioning hold); its files are read through
-        # the cache of its own filesystem (resolve_files takes a dataset's filesystem= so).
-        fs = source.filesystem
+        fs = source.filesystem  # kept whole (filter, schema...): read through a cache of fs
     else:
         fs = as_filesystem(filesystem)
     if fs is None:
@@ -360,6 +358,13 @@ def _is_local(fs: pafs.FileSystem) -> bool:
         protocol = fs.handler.fs.protocol
         return bool({"file", "local"} & set([protocol] if isinstance(protocol, str) else protocol))
     return isinstance(fs, pafs.LocalFileSystem)
+
+
+def refetched(fs: pafs.FileSystem, path: str) -> bool:
+    """After a read of ``path`` through ``fs`` failed: whether ``fs`` is a cache whose copy
+    of it was damaged, now deleted: read it again, once, not blaming the remote file."""
+    handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
+    return isinstance(handler, CachingHandler) and handler.drop_damaged(path)
 
 
 def handlers(stream: Any) -> list[CachingHandler]:

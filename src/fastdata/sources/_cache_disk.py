@@ -35,7 +35,6 @@ __all__ = [
     "discard",
     "download",
     "entry_of",
-    "fsspec_tag",
     "on_disk",
     "open_here",
     "scan",
@@ -47,33 +46,11 @@ __all__ = [
 class Remote(NamedTuple):
     """What the remote says about a file: its size and modification time (None: unknown),
     and where it gives no modification time, what its fsspec info says of the version
-    (:func:`fsspec_tag`; None: nothing)."""
+    (:func:`~fastdata.sources._cache_versions.fsspec_tag`; None: nothing)."""
 
     size: int | None
     mtime_ns: int | None
     tag: str | None = None
-
-
-# What an fsspec filesystem's info may say of a file's version, where pyarrow's FSSpecHandler
-# finds no 'mtime' (s3fs: ETag, LastModified; gcsfs: generation, updated; adlfs:
-# last_modified, etag; memory: created).
-_VERSION_KEYS = (
-    "ETag", "etag", "LastModified", "last_modified", "updated", "generation", "VersionId",
-    "version_id", "mtime", "created",
-)  # fmt: skip
-
-
-def fsspec_tag(fs: pafs.FileSystem, path: str) -> str | None:
-    """The version of ``path`` as an fsspec filesystem's info gives it (its ETag,
-    LastModified, ... as JSON); None for other filesystems or where it gives none."""
-    if not (isinstance(fs, pafs.PyFileSystem) and isinstance(fs.handler, pafs.FSSpecHandler)):
-        return None
-    try:
-        info = fs.handler.fs.info(path)
-    except OSError:  # gone: reading it says so
-        return None
-    found = {key: str(info[key]) for key in _VERSION_KEYS if info.get(key) is not None}
-    return json.dumps(found, sort_keys=True) if found else None
 
 
 class Entry(NamedTuple):
@@ -109,10 +86,10 @@ def check(entry: Entry, path: str, remote: Remote, stat: os.stat_result) -> tupl
     except (OSError, ValueError):
         return False, "its metadata is unreadable"
     if (meta.get("path"), meta.get("mtime_ns"), meta.get("tag")) != (
-        path, remote.mtime_ns, remote.tag,
-    ) or (
-        remote.size is not None and meta.get("size") != remote.size
-    ):
+        path,
+        remote.mtime_ns,
+        remote.tag,
+    ) or (remote.size is not None and meta.get("size") != remote.size):
         return False, None
     if stat.st_size != meta["size"]:
         return False, f"{stat.st_size} bytes, not {meta['size']}"
