@@ -23,7 +23,7 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 import fastdata as fd
-from fastdata.sources._cache import cache_stats
+from fastdata.sources._cache import CachingHandler, cache_stats
 from fastdata.sources._cache_disk import Remote, download, entry_of
 from fastdata.sources._cache_versions import drop_damaged, fsspec_tag
 
@@ -193,3 +193,28 @@ def test_only_a_copy_whose_bytes_differ_from_its_download_is_dropped(tmp_path: P
     assert drop_damaged(cache, "s3", str(remote)) == (entry.data, "its checksum does not match")
     assert not os.path.exists(entry.data) and not os.path.exists(entry.meta)
     assert fsspec_tag(local, str(remote)) is None  # pyarrow's own filesystems give mtimes
+
+
+class Counted(MemoryFileSystem):  # type: ignore[misc]
+    """The memory filesystem, counting its info() calls (a HEAD request each on s3fs)."""
+
+    protocol = "fd-counted"
+    asked = 0
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        Counted.asked += 1
+        return super().info(path, **kwargs)
+
+
+def test_the_version_of_a_listed_path_costs_no_request_more(memory: Any, tmp_path: Path) -> None:
+    _, root = memory
+    fs = Counted()
+    paths = [f"{root}/c/part-{i}.parquet" for i in range(4)]
+    for path in paths:
+        fs.pipe(path, b"PAR1")
+    handler = CachingHandler(pafs.PyFileSystem(pafs.FSSpecHandler(fs)), str(tmp_path), None)
+    Counted.asked = 0
+    infos = handler.get_file_info(paths)
+    assert Counted.asked == len(paths)  # one info() a path, as pyarrow's FSSpecHandler asks
+    assert [info.size for info in infos] == [4] * 4
+    assert all(handler._listed[path].tag for path in paths)  # 'created' of each file

@@ -65,7 +65,7 @@ from fastdata.sources._cache_disk import (
     open_here,
     scan,
 )
-from fastdata.sources._cache_versions import drop_damaged, fsspec_tag, unversioned
+from fastdata.sources._cache_versions import drop_damaged, unversioned, versioned
 from fastdata.sources.base import FileBacked, declares
 from fastdata.sources.filesystem import as_filesystem, unlink
 
@@ -125,20 +125,20 @@ class CachingHandler(pafs.FileSystemHandler):
         return self.remote.normalize_path(path)
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        return self._remember(self.remote.get_file_info(paths))
+        return self._remember(paths)
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        return self._remember(self.remote.get_file_info(selector))
+        return self._remember(selector)
 
-    def _remember(self, infos: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
-        for info in infos:
+    def _remember(self, what: list[str] | pafs.FileSelector) -> list[pafs.FileInfo]:
+        found = versioned(self.remote, what)
+        for info, tag in found:
             if info.type == pafs.FileType.File:
-                self._listed[info.path] = self._version(info)
-        return infos
+                self._listed[info.path] = self._version(info, tag)
+        return [info for info, _ in found]
 
-    def _version(self, info: pafs.FileInfo) -> Remote:
+    def _version(self, info: pafs.FileInfo, tag: str | None) -> Remote:
         """The file as listed (a store with no versions is warned of once per stream)."""
-        tag = None if info.mtime_ns is not None else fsspec_tag(self.remote, info.path)
         if info.mtime_ns is None and tag is None and not self.unversioned:
             self.unversioned = True  # pickled to the workers: they need not warn again
             warn_user(unversioned(self.cache_dir, self.remote, info.path))
@@ -209,10 +209,10 @@ class CachingHandler(pafs.FileSystemHandler):
     def _remote(self, path: str) -> Remote:
         known = self._listed.get(path)
         if known is None:
-            info = self.remote.get_file_info(path)
+            ((info, tag),) = versioned(self.remote, [path])
             if info.type != pafs.FileType.File:
                 raise FileNotFoundError(f"no such file: {path}")
-            known = self._listed[path] = self._version(info)
+            known = self._listed[path] = self._version(info, tag)
         return known
 
     def _open_cached(

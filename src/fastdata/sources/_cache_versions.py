@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import pyarrow.fs as pafs
 
 from fastdata.sources._cache_disk import Entry, Lock, crc32_file, discard, entry_of, on_disk
 
-__all__ = ["damaged", "drop_damaged", "fsspec_tag", "unversioned"]
+__all__ = ["damaged", "drop_damaged", "fsspec_tag", "unversioned", "versioned"]
 
 # What an fsspec filesystem's info may say of a file's version, where pyarrow's FSSpecHandler
 # finds no 'mtime' (s3fs: ETag, LastModified; gcsfs: generation, updated; adlfs:
@@ -36,9 +37,44 @@ def fsspec_tag(fs: pafs.FileSystem, path: str) -> str | None:
     if not (isinstance(fs, pafs.PyFileSystem) and isinstance(fs.handler, pafs.FSSpecHandler)):
         return None
     try:
-        info = fs.handler.fs.info(path)
+        return _tag(fs.handler.fs.info(path))
     except OSError:  # gone: reading it says so
         return None
+
+
+def versioned(
+    fs: pafs.FileSystem, what: list[str] | pafs.FileSelector
+) -> list[tuple[pafs.FileInfo, str | None]]:
+    """``fs``'s info of each file of ``what`` (paths, or a selector), with its version where
+    it has no mtime (:func:`fsspec_tag`). Paths on an fsspec filesystem are asked once
+    each for both, their infos made as pyarrow's ``FSSpecHandler`` makes them: s3fs keeps
+    no answer of a HEAD request, so asking again would be a request more a file."""
+    handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
+    if not isinstance(what, pafs.FileSelector) and isinstance(handler, pafs.FSSpecHandler):
+        return [_fsspec_info(handler.fs, path) for path in what]
+    return [
+        (info, None if info.mtime_ns is not None else fsspec_tag(fs, info.path))
+        if info.type == pafs.FileType.File
+        else (info, None)
+        for info in fs.get_file_info(what)
+    ]
+
+
+def _fsspec_info(fs: Any, path: str) -> tuple[pafs.FileInfo, str | None]:
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        return pafs.FileInfo(path, pafs.FileType.NotFound), None
+    kind = _KINDS.get(info["type"], pafs.FileType.Unknown)
+    size = None if kind == pafs.FileType.Directory else info["size"]
+    found = pafs.FileInfo(path, kind, size=size, mtime=info.get("mtime"))
+    return found, _tag(info) if found.mtime_ns is None else None
+
+
+_KINDS = {"file": pafs.FileType.File, "directory": pafs.FileType.Directory}
+
+
+def _tag(info: dict[str, Any]) -> str | None:
     found = {key: str(info[key]) for key in _VERSION_KEYS if info.get(key) is not None}
     return json.dumps(found, sort_keys=True) if found else None
 
