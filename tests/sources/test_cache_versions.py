@@ -218,3 +218,26 @@ def test_the_version_of_a_listed_path_costs_no_request_more(memory: Any, tmp_pat
     assert Counted.asked == len(paths)  # one info() a path, as pyarrow's FSSpecHandler asks
     assert [info.size for info in infos] == [4] * 4
     assert all(handler._listed[path].tag for path in paths)  # 'created' of each file
+
+
+def test_a_cached_copy_whose_footer_is_damaged_is_fetched_again_while_planning(
+    memory: Any, tmp_path: Path
+) -> None:
+    fs, root = memory
+    put(fs, f"{root}/f/a.parquet", pa.table({"v": np.arange(1_000, dtype=np.int64)}))
+    cache = tmp_path / "cache"
+
+    def read() -> tuple[list[int], dict[str, float]]:
+        stream = fd.ParquetStream(f"{root}/f", filesystem=fs, batch_size=5_000, cache_dir=cache)
+        return rows(stream, "v"), cache_stats(stream)["cache"]
+
+    assert read()[0] == list(range(1_000))
+    (copy,) = cache.rglob("*.data")
+    stat = copy.stat()
+    with open(copy, "r+b") as f:  # the footer's Thrift, ahead of its length and magic
+        f.seek(stat.st_size - 60)
+        f.write(b"\xff" * 40)
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    got, counts = read()
+    assert got == list(range(1_000))
+    assert counts["invalid"] == 1
