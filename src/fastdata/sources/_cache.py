@@ -14,12 +14,11 @@ The contract, for every process sharing one ``cache_dir`` (ranks and workers of 
 - **Atomic.** A file is downloaded to a temporary name and renamed into place, under an
   exclusive lock (``flock``) on its entry, so one process downloads it while the others
   wait, and no process ever opens a partial file.
-- **Verified.** An entry is reused only when the size and modification time recorded at
-  download match what the remote listed when the stream was built and its size on disk is
-  the recorded one. A file changed on disk since it was downloaded (its inode or
-  modification time differ from those recorded) must also match the CRC-32 recorded while
-  downloading (checked once per process). A truncated or corrupted entry is logged,
-  counted (``invalid``) and fetched again, never read.
+- **Verified.** An entry is reused only when the size and version (mtime; an fsspec
+  info's ETag, ...) recorded at download match what the remote listed, and its size on
+  disk is the recorded one; a file whose inode or mtime changed on disk, or whose read
+  failed, must match its download's CRC-32 (:mod:`~fastdata.sources._cache_versions`).
+  A damaged entry found so is logged, counted (``invalid``) and fetched again.
 - **Bounded.** With ``cache_limit``, after a download takes the cache over the limit, the
   least recently opened entries are deleted until it is under 90% of the limit; never a
   file this process has open (on Linux, where ``/proc/self/fd`` lists them), nor one
@@ -53,7 +52,7 @@ import pyarrow.fs as pafs
 
 from fastdata._stats import CACHE_COUNTS, CacheCounts
 from fastdata._validate import check_bytes
-from fastdata.errors import SourceError
+from fastdata.errors import SourceError, warn_user
 from fastdata.sources._cache_disk import (
     Entry,
     Lock,
@@ -66,10 +65,11 @@ from fastdata.sources._cache_disk import (
     open_here,
     scan,
 )
+from fastdata.sources._cache_versions import drop_damaged, unversioned, versioned
 from fastdata.sources.base import FileBacked, declares
 from fastdata.sources.filesystem import as_filesystem, unlink
 
-__all__ = ["CachingHandler", "handlers", "start_fetching", "with_cache"]
+__all__ = ["CachingHandler", "handlers", "refetched", "start_fetching", "with_cache"]
 
 log = logging.getLogger("fastdata")
 
@@ -88,6 +88,7 @@ class CachingHandler(pafs.FileSystemHandler):
         self.limit = limit
         self.fetch = False  # False while planning: read through (start_fetching)
         self.counts = CacheCounts()
+        self.unversioned = False  # warned that the remote gives no file versions
         self._listed: dict[str, Remote] = {}  # as the remote listed them, sent to workers
         self._process_state()
 
@@ -124,16 +125,24 @@ class CachingHandler(pafs.FileSystemHandler):
         return self.remote.normalize_path(path)
 
     def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
-        return self._remember(self.remote.get_file_info(paths))
+        return self._remember(paths)
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        return self._remember(self.remote.get_file_info(selector))
+        return self._remember(selector)
 
-    def _remember(self, infos: list[pafs.FileInfo]) -> list[pafs.FileInfo]:
-        for info in infos:
+    def _remember(self, what: list[str] | pafs.FileSelector) -> list[pafs.FileInfo]:
+        found = versioned(self.remote, what)
+        for info, tag in found:
             if info.type == pafs.FileType.File:
-                self._listed[info.path] = Remote(info.size, info.mtime_ns)
-        return infos
+                self._listed[info.path] = self._version(info, tag)
+        return [info for info, _ in found]
+
+    def _version(self, info: pafs.FileInfo, tag: str | None) -> Remote:
+        """The file as listed (a store with no versions is warned of once per stream)."""
+        if info.mtime_ns is None and tag is None and not self.unversioned:
+            self.unversioned = True  # pickled to the workers: they need not warn again
+            warn_user(unversioned(self.cache_dir, self.remote, info.path))
+        return Remote(info.size, info.mtime_ns, tag)
 
     def _read_only(self, *args: Any, **kwargs: Any) -> Any:
         raise OSError(
@@ -200,19 +209,18 @@ class CachingHandler(pafs.FileSystemHandler):
     def _remote(self, path: str) -> Remote:
         known = self._listed.get(path)
         if known is None:
-            info = self.remote.get_file_info(path)
+            ((info, tag),) = versioned(self.remote, [path])
             if info.type != pafs.FileType.File:
                 raise FileNotFoundError(f"no such file: {path}")
-            known = self._listed[path] = Remote(info.size, info.mtime_ns)
+            known = self._listed[path] = self._version(info, tag)
         return known
 
     def _open_cached(
         self, entry: Entry, path: str, remote: Remote
     ) -> tuple[pa.NativeFile | None, str | None]:
-        """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact;
-        else ``(None, what is wrong with it)``, or ``(None, None)`` without such an entry.
-        An entry is checked once per process while its file stays the same (inode, mtime,
-        size): later opens cost a ``stat``."""
+        """``(the entry opened, None)`` if it holds ``remote``'s version of ``path`` intact,
+        else ``(None, what is wrong)`` (``(None, None)``: no such entry); checked once per
+        process while its file stays the same (inode, mtime, size): later opens cost a stat."""
         try:
             stat = os.stat(entry.data)
         except FileNotFoundError:
@@ -230,6 +238,15 @@ class CachingHandler(pafs.FileSystemHandler):
         with contextlib.suppress(OSError):  # the access time orders eviction
             os.utime(entry.data, ns=(time.time_ns(), stat.st_mtime_ns))
         return opened, None
+
+    def drop_damaged(self, path: str) -> bool:
+        """After a read of ``path`` failed: whether its cached copy was damaged (deleted)."""
+        dropped = drop_damaged(self.cache_dir, self.remote.type_name, path)
+        if dropped is not None:
+            log.warning("fastdata: reading the cache entry %s of %s failed and it is corrupt "
+                        "(%s): fetching it again", dropped[0], path, dropped[1])  # fmt: skip
+            self.counts.add("invalid")
+        return dropped is not None
 
     # ----------------------------------------------------------------- eviction
     def _account(self, size: int) -> None:
@@ -304,8 +321,9 @@ def with_cache(
         return source, filesystem
     limit = check_bytes("cache_limit", cache_limit, none="None for no limit")
     if hasattr(source, "files") and hasattr(source, "filesystem"):  # a pyarrow dataset
-        source, filesystem = list(source.files), source.filesystem
-    fs = as_filesystem(filesystem)
+        fs = source.filesystem  # kept whole (filter, schema...): read through a cache of fs
+    else:
+        fs = as_filesystem(filesystem)
     if fs is None:
         fs, source = _from_uris(source)
     if _is_local(fs):
@@ -340,6 +358,13 @@ def _is_local(fs: pafs.FileSystem) -> bool:
         protocol = fs.handler.fs.protocol
         return bool({"file", "local"} & set([protocol] if isinstance(protocol, str) else protocol))
     return isinstance(fs, pafs.LocalFileSystem)
+
+
+def refetched(fs: pafs.FileSystem, path: str) -> bool:
+    """After a read of ``path`` through ``fs`` failed: whether ``fs`` is a cache whose copy
+    of it was damaged, now deleted: read it again, once, not blaming the remote file."""
+    handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
+    return isinstance(handler, CachingHandler) and handler.drop_damaged(path)
 
 
 def handlers(stream: Any) -> list[CachingHandler]:

@@ -44,10 +44,13 @@ __all__ = [
 
 
 class Remote(NamedTuple):
-    """What the remote says about a file: its size and modification time (None: unknown)."""
+    """What the remote says about a file: its size and modification time (None: unknown),
+    and where it gives no modification time, what its fsspec info says of the version
+    (:func:`~fastdata.sources._cache_versions.fsspec_tag`; None: nothing)."""
 
     size: int | None
     mtime_ns: int | None
+    tag: str | None = None
 
 
 class Entry(NamedTuple):
@@ -82,9 +85,11 @@ def check(entry: Entry, path: str, remote: Remote, stat: os.stat_result) -> tupl
         return False, None
     except (OSError, ValueError):
         return False, "its metadata is unreadable"
-    if (meta.get("path"), meta.get("mtime_ns")) != (path, remote.mtime_ns) or (
-        remote.size is not None and meta.get("size") != remote.size
-    ):
+    if (meta.get("path"), meta.get("mtime_ns"), meta.get("tag")) != (
+        path,
+        remote.mtime_ns,
+        remote.tag,
+    ) or (remote.size is not None and meta.get("size") != remote.size):
         return False, None
     if stat.st_size != meta["size"]:
         return False, f"{stat.st_size} bytes, not {meta['size']}"
@@ -130,6 +135,8 @@ def download(fs: pafs.FileSystem, entry: Entry, path: str, remote: Remote) -> in
         with contextlib.suppress(OSError):
             unlink(staged)
     meta = {"path": path, "size": size, "mtime_ns": remote.mtime_ns, "crc32": crc}
+    if remote.tag is not None:
+        meta["tag"] = remote.tag
     meta["written"] = [stat.st_ino, stat.st_mtime_ns]
     with on_disk(entry.cache_dir, path, entry.meta):
         write_atomically(entry.meta, json.dumps(meta).encode())

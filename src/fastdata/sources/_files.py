@@ -61,9 +61,10 @@ def resolve_files(
             more than once on purpose).
     """
     if hasattr(source, "files") and hasattr(source, "filesystem"):  # pyarrow FileSystemDataset
-        files = list(source.files)
-        infos = _reached(files[0] if files else "", source.filesystem.get_file_info, files)
-        return Listing(source.filesystem, files, [int(i.size or 0) for i in infos])
+        files = list(source.files)  # read through filesystem= where given (a cache of its own)
+        dataset_fs = as_filesystem(filesystem) or source.filesystem
+        infos = _reached(files[0] if files else "", dataset_fs.get_file_info, files)
+        return Listing(dataset_fs, files, [int(i.size or 0) for i in infos])
     given = as_filesystem(filesystem)
     items = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not items:

@@ -37,7 +37,8 @@ class ParquetStream(PlannedStream):
         columns: columns to read (all when None); only these are read from storage.
         filter: a ``pyarrow.compute`` expression, e.g. ``pc.field("label") < 5``, pushed down
             to the scan (row groups whose statistics exclude it are never read).
-        filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem for ``source``.
+        filesystem: a ``pyarrow.fs.FileSystem`` or fsspec filesystem for ``source`` (for a
+            ``pyarrow.dataset``: its own filesystem unless one is given here).
         fill_null: ``{column: value}`` to fill nulls in columns that become tensors (nulls
             there are an error otherwise).
         cache_dir: a local folder caching the files of a remote ``source`` (S3, GCS, ...):

@@ -13,8 +13,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pyarrow.types as pat
 
-from fastdata.errors import SchemaError, SourceError
+from fastdata.errors import CacheError, SchemaError, SourceError
 from fastdata.sources._arrow_types import delivered_type, relaxed
+from fastdata.sources._cache import refetched
 from fastdata.sources.readers._thrift import footer_facts
 
 __all__ = [
@@ -45,6 +46,17 @@ class Footer(NamedTuple):
 
 
 def read_footer(fs: pafs.FileSystem, path: str) -> Footer:
+    """:func:`_footer_of` the file; a cached copy found damaged when its footer cannot be
+    read is deleted and the file read again (:func:`~fastdata.sources._cache.refetched`)."""
+    try:
+        return _footer_of(fs, path)
+    except SourceError as exc:
+        if isinstance(exc, CacheError) or not refetched(fs, path):
+            raise
+    return _footer_of(fs, path)
+
+
+def _footer_of(fs: pafs.FileSystem, path: str) -> Footer:
     """The footer of one Parquet file, read from the file's last bytes (in one read when it
     is under 64 KiB) and parsed by pyarrow from those bytes.
 

@@ -35,6 +35,7 @@ from fastdata._validate import check_bool, check_names
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow import converter, first_null_inside
 from fastdata.sources._arrow_types import refuses_nulls_inside
+from fastdata.sources._cache import refetched
 from fastdata.sources._files import paths_digest, resolve_files
 from fastdata.sources.readers import _parquet_input as given
 from fastdata.sources.readers._footers import ContentDigest, Footer, read_footer, refuse_encrypted
@@ -255,10 +256,12 @@ class ParquetRowGroups:
     def _row_group(self, f: int, rg: int) -> ds.ParquetFileFragment:
         return self._fragment(self.files[f]).subset(row_group_ids=[rg])
 
-    def _guarded(self, read: Callable[[], Any], f: int, rg: int) -> Any:
+    def _guarded(self, read: Callable[[], Any], f: int, rg: int, again: bool = True) -> Any:
         try:
             return read()
         except (pa.ArrowException, OSError) as exc:
+            if again and refetched(self.fs, self.files[f]):  # a damaged cached copy, deleted
+                return self._guarded(read, f, rg, again=False)
             raise SourceError(
                 given.read_failure(exc),
                 path=self.files[f],
