@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 LOADERS = """
+import signal
 import time
 
 import torch
@@ -39,6 +40,23 @@ def slow_loader():
 def timeout_loader():  # a user's loader with a worker timeout, as many training scripts have
     data = torch.utils.data.TensorDataset(torch.arange(4096.0))
     return torch.utils.data.DataLoader(data, batch_size=16, num_workers=1, timeout=60)
+
+def raises():
+    raise RuntimeError("my factory is broken: cannot open bucket")
+
+def not_a_loader():
+    return [1, 2, 3]
+
+CALLS = []
+
+def interrupted():  # Ctrl-C swallowed while the second loader is built
+    CALLS.append(1)
+    if len(CALLS) == 2:
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+    return torch.utils.data.DataLoader(list(range(256)), batch_size=4)
 """
 
 

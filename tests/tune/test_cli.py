@@ -1,7 +1,8 @@
 """Tests of ``fastdata tune`` and ``fastdata bench`` on the command line (fastdata.tune.cli):
 the help shows the defaults, the demo and a user's factory run end to end (short budgets) and
 end with how to apply the answer, a failing loader is exit status 1, bench prints both rates
-and the ratio. Argument errors: test_cli_args; the loaders built: test_cli_data."""
+and the ratio, a no-argument factory's failures name it, Ctrl-C is exit status 130. Argument
+errors: test_cli_args; the loaders built: test_cli_data."""
 
 from __future__ import annotations
 
@@ -151,3 +152,31 @@ def test_a_factory_given_as_a_file_path_is_imported_from_it(
     status = main(["bench", "--factory", f"../{loaders}.py:torch_loader", "--config",
                    "../tuned.json", "--rounds", "2", *quick])  # fmt: skip
     assert status == 0 and "fastdata / yours: " in capsys.readouterr().out
+
+
+def test_a_no_argument_factorys_failures_name_it(
+    loaders: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rtun 5: "the loader failed with num_workers=0, prefetch_factor=None, pin_memory=False:
+    RuntimeError(...)" blamed a setting; bench said "TypeError: expected a
+    torch.utils.data.DataLoader to rebuild, got GilHeavy", an internal step."""
+    LoaderConfig().save(tmp_path / "c.json")
+    for command in (["tune", "--budget-s", "1"], ["bench", "--config", "c.json"]):
+        status, err = exits(capsys, *command, "--factory", f"{loaders}:raises", "-q")
+        assert status == 1
+        assert f"the loader factory {loaders}:raises() raised RuntimeError: my factory " in err
+        assert "num_workers" not in err
+        status, err = exits(capsys, *command, "--factory", f"{loaders}:not_a_loader", "-q")
+        assert status == 1
+        assert f"{loaders}:not_a_loader() returned a list, not a torch DataLoader" in err
+        assert "rebuild" not in err
+
+
+def test_bench_ctrl_c_exits_130_even_where_it_was_swallowed(
+    loaders: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    LoaderConfig().save(tmp_path / "c.json")
+    status, err = exits(capsys, "bench", "--factory", f"{loaders}:interrupted",
+                        "--config", "c.json", "--budget-s", "0.6", "-q")  # fmt: skip
+    assert status == 130 and "interrupted" in err
+    assert capsys.readouterr().out == ""  # no report of rounds it did not finish

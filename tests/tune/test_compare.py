@@ -1,10 +1,13 @@
 """Tests of fastdata.tune.compare: rebuilding a torch DataLoader as a fastdata one with other
 settings (same batches), the ratio and its interval on made-up rounds, and one short real
-comparison."""
+comparison; Ctrl-C ends it even where its KeyboardInterrupt was swallowed, and its
+rounds use their share of the budget."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import signal
 
 import pytest
 import torch
@@ -177,3 +180,39 @@ def test_compare_alternates_real_rounds_and_checks_its_arguments() -> None:
         compare(make, config={}, rounds=1)
     with pytest.raises(TypeError, match=r"num_workers='2'"):
         compare(make, config={"num_workers": "2"})
+
+
+def test_ctrl_c_swallowed_during_a_round_still_ends_the_comparison() -> None:
+    """rtun 4: the SIGINT landed where its KeyboardInterrupt was printed as "Exception
+    ignored" and dropped, and bench ran all its rounds and exited 0. Here the second loader
+    built swallows it the same way; compare ends at that round's end."""
+    calls: list[int] = []
+    before = signal.getsignal(signal.SIGINT)
+
+    def make() -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
+        calls.append(1)
+        if len(calls) == 2:
+            with contextlib.suppress(KeyboardInterrupt):  # as torch's __del__ or at-fork does
+                signal.raise_signal(signal.SIGINT)
+        return torch.utils.data.DataLoader(list(range(256)), batch_size=4)
+
+    with pytest.raises(KeyboardInterrupt):
+        compare(make, config=LoaderConfig(), rounds=3, budget_s=0.6)
+    assert len(calls) == 2
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_bench_rounds_use_their_share_of_the_budget_unless_the_pass_ends() -> None:
+    """rtun 6: each round stopped at about 6 batches (0.24 s) whatever --budget-s was."""
+
+    def long() -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
+        return torch.utils.data.DataLoader(list(range(100_000)), batch_size=8)
+
+    result = compare(long, config=LoaderConfig(), rounds=2, budget_s=1.6, step_ms=1)
+    assert all(t.seconds >= 0.38 for t in result.yours + result.fastdata)  # shares of 0.4 s
+
+    def short() -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
+        return torch.utils.data.DataLoader(list(range(80)), batch_size=8)  # 10 batches a pass
+
+    result = compare(short, config=LoaderConfig(), rounds=2, budget_s=40, step_ms=1)
+    assert all(t.batches == 9 and t.seconds < 2 for t in result.yours + result.fastdata)

@@ -11,8 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import torch
 
-from fastdata.tune import Trial
+from fastdata.tune import Trial, TuneError, tune
 from fastdata.tune._nvml import open_nvml
 from fastdata.tune.measure import STEP_FAILED, MemoryGuard, Sampler, measure
 
@@ -252,3 +253,15 @@ def test_an_error_of_the_step_propagates_marked_as_the_steps() -> None:
         measure(loader_fails, {"num_workers": 0}, step=None, time_limit=60,
                 memory=lambda: 1.0, clock=clock)  # fmt: skip
     assert not getattr(raised.value, STEP_FAILED, False)
+
+
+def test_too_few_batches_is_said_without_a_dict_in_a_repr() -> None:
+    with pytest.raises(ValueError, match="yielded 1 batch") as raised:
+        measure(lambda **p: [1], {"num_workers": 0, "pin_memory": False}, step=None,
+                time_limit=1.0)  # fmt: skip
+    assert "the loader built with num_workers=0, pin_memory=False yielded 1 batch(es)" in str(
+        raised.value
+    )
+    with pytest.raises(TuneError, match=r"failed with num_workers=0.*: ValueError: the loader "):
+        tune(lambda **p: torch.utils.data.DataLoader([1], batch_size=None), budget_s=1,
+             search_space={"num_workers": [0]})  # fmt: skip

@@ -79,10 +79,13 @@ def settings_factory(function: Any) -> Any:
         return function
     if any(p.kind is p.VAR_KEYWORD or p.name == "num_workers" for p in parameters):
         return function
+    from fastdata.tune._factory import made
     from fastdata.tune.compare import rebuild
 
+    make = made(function)  # its failures name it, not the setting measured
+
     def rebuilt(*, worker_method: str = "multiprocessing", **settings: Any) -> Any:
-        return rebuild(function(), worker_method=worker_method, **settings)
+        return rebuild(make(), worker_method=worker_method, **settings)
 
     return rebuilt
 

@@ -19,7 +19,7 @@ from typing import Any
 from fastdata.tune.space import PARAMS, given_lists
 from fastdata.tune.words import argument
 
-__all__ = ["as_factory", "checked", "describe_data", "loader_facts", "worker_methods"]
+__all__ = ["as_factory", "checked", "describe_data", "loader_facts", "made", "worker_methods"]
 
 
 def describe_data(obj: Any) -> str:
@@ -155,6 +155,33 @@ def checked(
         return loader
 
     return build
+
+
+def made(function: Callable[[], Any]) -> Callable[[], Any]:
+    """``function`` (a no-argument factory: ``function()`` returns your DataLoader), each
+    call checked: what it raises, or returns that is not a torch DataLoader, is a
+    :class:`~fastdata.tune.TuneError` naming it (``MODULE:FUNCTION``), not a failure of the
+    settings the loader is measured with."""
+    import torch
+
+    from fastdata.tune._run import TuneError
+
+    who = _name(function)
+
+    def make() -> Any:
+        try:
+            loader = function()
+        except Exception as exc:
+            raise TuneError(f"{who}() raised {type(exc).__name__}: {exc}") from exc
+        if not isinstance(loader, torch.utils.data.DataLoader):
+            raise TuneError(
+                f"{who}() returned a {type(loader).__name__}, not a torch DataLoader: return "
+                "your DataLoader as you build it, e.g. "
+                "torch.utils.data.DataLoader(dataset, batch_size=...)"
+            )
+        return loader
+
+    return make
 
 
 def loader_facts(loader: Any, seen: Mapping[str, Any]) -> dict[str, Any]:

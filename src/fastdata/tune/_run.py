@@ -22,6 +22,7 @@ from typing import Any
 
 from fastdata.errors import FastDataError
 from fastdata.tune._interrupt import Interrupts
+from fastdata.tune._replicas import failure_hint
 from fastdata.tune._trial import Trial
 from fastdata.tune.decide import Decision, decide
 from fastdata.tune.measure import STEP_FAILED
@@ -138,10 +139,10 @@ class Run:
             except Exception as exc:
                 if getattr(exc, STEP_FAILED, False) or isinstance(exc, TuneError):
                     raise  # the user's step failed (as in training), or the factory is wrong
+                error = f"{type(exc).__name__}: {exc}{failure_hint(exc)}"
                 if not any(t.ok for t in self.trials):
-                    raise TuneError(f"the loader failed with {describe(params)}: {exc!r}") from exc
-                trial = Trial(params=dict(params), seconds=self.clock() - begun,
-                              error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                    raise TuneError(f"the loader failed with {describe(params)}: {error}") from exc
+                trial = Trial(params=dict(params), seconds=self.clock() - begun, error=error)
             trial = self._step_alone(trial)
             if trial.ok and self.max_memory is not None and trial.peak_rss > self.max_memory:
                 trial = replace(trial, refused=f"peak {format_size(trial.peak_rss)}, over the "

@@ -37,6 +37,9 @@ class Trial:
             started because it would have gone over); None otherwise.
         pair: for a paired round, the number of the pair of back-to-back rounds it belongs
             to (see :mod:`fastdata.tune.search`); None for the search's trials.
+        repeats: whether the loader's first batches showed a dataset that repeats its items
+            once per worker (see :mod:`fastdata.tune._replicas`): its batches are not all
+            distinct data, so its rate overstates what it delivers.
     """
 
     params: dict[str, Any]
@@ -53,6 +56,7 @@ class Trial:
     error: str | None = None
     refused: str | None = None
     pair: int | None = None
+    repeats: bool = False
 
     @property
     def ok(self) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from statistics import median
 from typing import Any
 
@@ -21,6 +23,7 @@ from fastdata.tune._consumer import Transfer, consumer_step, cuda_sync, describe
 from fastdata.tune._factory import as_factory, checked, describe_data, worker_methods
 from fastdata.tune._memory import MemoryGuard
 from fastdata.tune._nvml import nvml_for_device
+from fastdata.tune._replicas import REPEATS, TUNE_RATES, RepeatedItemsWarning, repeats_advice
 from fastdata.tune._trial import Trial
 from fastdata.tune.measure import measure
 from fastdata.tune.report import TuneResult
@@ -130,7 +133,7 @@ def tune(
 
     def evaluate(params: dict[str, Any], time_limit: float) -> Trial:
         per_round = max(params["num_workers"], 1)
-        return measure(
+        trial = measure(
             factory,
             params,
             step=consumer,
@@ -141,7 +144,10 @@ def tune(
             sync=sync,
             gpu=gpu,
             guard=guard,
+            stop_on_repeats=True,
         )
+        # its batches repeat per worker: a rate of repeated batches is no evidence for workers
+        return replace(trial, error=REPEATS) if trial.repeats and trial.ok else trial
 
     start = time.monotonic()
     try:
@@ -158,6 +164,8 @@ def tune(
     finally:
         if gpu is not None:
             gpu.close()
+    if any(t.repeats for t in outcome.trials):
+        warnings.warn(repeats_advice(TUNE_RATES), RepeatedItemsWarning, stacklevel=2)
     chosen = outcome.trials[outcome.chosen].params
     intervals = [t.rel_ci for t in outcome.trials if t.ok and t.pair is None]
     noise = {

@@ -14,7 +14,10 @@ pipeline, so ``num_workers`` matters.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +164,17 @@ def _add_quiet(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """Without the Python API's warning of a dataset that repeats its items per worker: the
+    command's report says it."""
+    from fastdata.tune._replicas import RepeatedItemsWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RepeatedItemsWarning)
+        yield
+
+
 def run_tune(args: argparse.Namespace) -> int:
     """Run ``fastdata tune``; returns the exit status (0 done, 1 the loader failed, 2 bad
     arguments, 130 interrupted before any measurement). Bad arguments exit through
@@ -180,6 +194,7 @@ def run_tune(args: argparse.Namespace) -> int:
         with (
             command_line_words(),  # messages name the options given, not tune()'s arguments
             tempfile.TemporaryDirectory(prefix="fastdata-tune-") as scratch,
+            reported(),
         ):
             factory, source = loader_factory(args, Path(scratch))
             if not args.quiet:
@@ -222,23 +237,25 @@ def run_bench(args: argparse.Namespace) -> int:
     make_loader, config = args.factory_function, args.loaded_config
     from fastdata.errors import FastDataError
     from fastdata.tune import TuneError, tune
+    from fastdata.tune._factory import made
     from fastdata.tune.compare import compare, rebuild
     from fastdata.tune.progress import Progress
 
+    make = made(make_loader)  # its failures name it, not the setting measured
     try:
         if config is None:
             if not args.quiet:
                 say(f"tuning fastdata's settings for {args.factory} (--tune-budget-s)")
-            with Progress(args.tune_budget_s, quiet=args.quiet) as progress:
+            with Progress(args.tune_budget_s, quiet=args.quiet) as progress, reported():
                 config = tune(
-                    lambda **settings: rebuild(make_loader(), **settings),
+                    lambda **settings: rebuild(make(), **settings),
                     step_ms=args.step_ms,
                     budget_s=args.tune_budget_s,
                     on_trial=progress,
                 ).config
         if not args.quiet:
             say(f"timing {args.rounds} rounds of each loader, alternating")
-        with Progress(args.budget_s, quiet=args.quiet) as progress:
+        with Progress(args.budget_s, quiet=args.quiet) as progress, reported():
             comparison = compare(
                 make_loader,
                 config=config,

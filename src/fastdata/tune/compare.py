@@ -15,6 +15,8 @@ ratio is exactly the ratio of the two rates.
 from __future__ import annotations
 
 import math
+import textwrap
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from statistics import fmean, stdev
@@ -22,7 +24,9 @@ from typing import Any
 
 from fastdata.config import LoaderConfig, load_config
 from fastdata.tune._consumer import consumer_step, describe_step
-from fastdata.tune._factory import loader_facts
+from fastdata.tune._factory import loader_facts, made
+from fastdata.tune._interrupt import Interrupts
+from fastdata.tune._replicas import RepeatedItemsWarning, repeats_advice
 from fastdata.tune._statistics import t95
 from fastdata.tune._trial import Trial
 from fastdata.tune.measure import measure
@@ -45,6 +49,9 @@ class Comparison:
         step: the consumer's step in words.
         worker_init_fn: the name of your loader's ``worker_init_fn``, or None: with thread
             workers it runs inside the training process, which the report warns about.
+        repeats: the sides (``"your loader"``, ``"fastdata"``) whose loader repeated its
+            items once per worker (:mod:`fastdata.tune._replicas`): their rates count the
+            repeated batches, which the report warns about.
     """
 
     yours: tuple[Trial, ...]
@@ -52,6 +59,7 @@ class Comparison:
     config: LoaderConfig
     step: str
     worker_init_fn: str | None = None
+    repeats: tuple[str, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -89,7 +97,18 @@ class Comparison:
             lines.append("  the interval includes 1x: no difference these rounds can show")
         if self.config.num_workers and self.config.worker_method == "thread":
             lines.append(thread_caveat(self.worker_init_fn))
+        if self.repeats:
+            advice = repeats_advice(self._repeated_rates())
+            lines.append("\n".join(textwrap.wrap(f"warning: {advice}", 96)))
         return "\n".join(lines)
+
+    def _repeated_rates(self) -> str:
+        """What the repeats did to the numbers above, for :func:`repeats_advice`."""
+        which = " and ".join(f"{side}'s" for side in self.repeats)
+        return (
+            f"the rates of {which} rounds above count every repeated batch (and so does the "
+            "ratio): they overstate the data it delivers"
+        )
 
 
 def rebuild(loader: Any, /, **settings: Any) -> Any:
@@ -157,8 +176,18 @@ def compare(
         budget_s: seconds for all rounds together, split equally (start-up included).
         on_trial: called with each round's :class:`Trial`, as it completes.
 
+    Each round runs for its share of ``budget_s`` (so that what a loader does now and then,
+    a new file, a collection, is sampled), or to the end of the loader's pass if that comes
+    first. A round whose loader repeats its items once per worker (an IterableDataset that
+    does not split them between workers) is kept, and the report and a
+    :class:`~fastdata.tune._replicas.RepeatedItemsWarning` say its rate counts the repeats.
+    Ctrl-C ends it (a ``KeyboardInterrupt``) at the latest when the round under way ends,
+    even where its ``KeyboardInterrupt`` was swallowed (:mod:`fastdata.tune._interrupt`).
+
     Raises:
-        TypeError, ValueError: invalid arguments; ``make_loader()`` not a torch DataLoader.
+        TypeError, ValueError: invalid arguments.
+        TuneError: ``make_loader()`` raised, or returned something other than a torch
+            DataLoader (the message names it).
     """
     from fastdata._validate import check_int, check_number
 
@@ -166,27 +195,37 @@ def compare(
     rounds = check_int("rounds", rounds, minimum=2)
     check_number("budget_s", budget_s, minimum=0, exclusive_minimum=True)
     consumer = consumer_step(step, step_ms)
+    make = made(make_loader)
     share = budget_s / (2 * rounds)
     sides: dict[str, list[Trial]] = {"yours": [], "fastdata": []}
     seen: dict[str, Any] = {}
-    for i in range(rounds):
-        order = ("yours", "fastdata") if i % 2 == 0 else ("fastdata", "yours")
-        for side in order:
-            loader = make_loader()
-            seen = loader_facts(loader, seen)
-            if side == "fastdata":
-                loader = rebuild(loader, **settings)
-            trial = _time(loader, consumer, share)
-            sides[side].append(trial)
-            if on_trial is not None:
-                on_trial(trial)
-    return Comparison(
+    with Interrupts() as interrupts:
+        for i in range(rounds):
+            order = ("yours", "fastdata") if i % 2 == 0 else ("fastdata", "yours")
+            for side in order:
+                interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed ends it
+                loader = make()
+                seen = loader_facts(loader, seen)
+                if side == "fastdata":
+                    loader = rebuild(loader, **settings)
+                trial = _time(loader, consumer, share)
+                sides[side].append(trial)
+                if on_trial is not None:
+                    on_trial(trial)
+        interrupts.check()
+    names = {"yours": "your loader", "fastdata": "fastdata"}
+    comparison = Comparison(
         yours=tuple(sides["yours"]),
         fastdata=tuple(sides["fastdata"]),
         config=LoaderConfig.from_dict(settings),
         step=describe_step(step, step_ms),
         worker_init_fn=seen.get("worker_init_fn"),
+        repeats=tuple(names[s] for s, trials in sides.items() if any(t.repeats for t in trials)),
     )
+    if comparison.repeats:
+        advice = repeats_advice(comparison._repeated_rates())
+        warnings.warn(advice, RepeatedItemsWarning, stacklevel=2)
+    return comparison
 
 
 def _time(loader: Any, step: Callable[[Any], Any] | None, time_limit: float) -> Trial:
@@ -201,6 +240,8 @@ def _time(loader: Any, step: Callable[[Any], Any] | None, time_limit: float) -> 
         time_limit=time_limit,
         warmup=per_round,
         block=per_round,
+        rel_ci=0.0,  # never precise enough to stop early: the round runs for its share
+        one_pass=True,
     )
 
 

@@ -32,6 +32,7 @@ CUDA device (:class:`NvmlUtilization`); where it is measured it is the trial's
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -42,8 +43,10 @@ from typing import Any
 
 from fastdata.tune._memory import MemoryGuard, rss_reader
 from fastdata.tune._nvml import NvmlUtilization
+from fastdata.tune._replicas import Replicas
 from fastdata.tune._statistics import MIN_BLOCKS, BlockStats
 from fastdata.tune._trial import Trial
+from fastdata.tune.words import describe
 
 STEP_FAILED = "_fastdata_raised_by_step"
 """The attribute set on an exception of the consumer's step, which propagates unchanged: the
@@ -119,6 +122,8 @@ def measure(
     memory: Callable[[], float | None] | None = None,
     guard: MemoryGuard | None = None,
     sample_interval: float = 0.05,
+    one_pass: bool = False,
+    stop_on_repeats: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Trial:
     """Measure the loader ``loader_factory(**params)`` as the module docstring describes.
@@ -141,6 +146,11 @@ def measure(
         guard: keeps the trial under a memory ceiling (its reading replaces ``memory``); a
             trial it stops is returned with ``refused`` set, whatever the loader raised.
         sample_interval: seconds between background samples.
+        one_pass: end the trial when the loader's first pass ends (once it has measured a
+            steady batch), rather than iterating it again.
+        stop_on_repeats: end the trial as soon as the loader shows a dataset that repeats its
+            items once per worker (:class:`~fastdata.tune._replicas.Replicas`; the trial's
+            ``repeats`` is set either way).
         clock: the time source (injectable, so tests can make the arithmetic exact).
 
     Raises:
@@ -159,17 +169,23 @@ def measure(
     startup: float | None = None
     stats = BlockStats(block)
     gpu_sampler = None if gpu is None else Sampler(gpu.read, sample_interval)
+    replicas: Replicas | None = None
     try:
         with Sampler(read_memory, sample_interval) as mem, warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=WORKER_COUNT_WARNING, category=UserWarning)
             try:
                 loader = loader_factory(**params)
+                replicas = Replicas(loader)
                 done = False
                 while not done:
                     iterator = iter(loader)
                     in_pass = 0
-                    for t0, t1, t2 in _timed_batches(iterator, step, transfer, sync, clock):
+                    batches = _timed_batches(iterator, step, transfer, sync, clock, replicas.see)
+                    for t0, t1, t2 in batches:
                         in_pass += 1
+                        if stop_on_repeats and replicas.found:
+                            done = True
+                            break
                         if startup is None:
                             startup = t1 - start
                         if in_pass > warmup:
@@ -186,13 +202,14 @@ def measure(
                         if _trial_done(stats, t2, deadlines, rel_ci, min_blocks):
                             done = True
                             break
-                    del iterator  # a multi-process iterator shuts its workers down
+                    del batches, iterator  # a multi-process iterator shuts its workers down
                     if not done and in_pass <= warmup:  # the pass ran out in its warm-up
                         raise ValueError(
-                            f"the loader built with {dict(params)} yielded {in_pass} batch(es) "
+                            f"the loader built with {describe(params)} yielded {in_pass} batch(es) "
                             f"in a pass, all warm-up (the first {warmup}): too few to measure "
                             "a steady state; give it more data or smaller batches"
                         )
+                    done = done or (one_pass and bool(waits))
             except Exception:
                 if guard is None or guard.tripped is None:
                     raise  # stopped by the guard: the loader's error is its killed workers
@@ -215,6 +232,7 @@ def measure(
         rel_ci=stats.relative_ci(),
         seconds=clock() - start,
         refused=None if guard is None else guard.tripped,
+        repeats=replicas is not None and replicas.found,
     )
 
 
@@ -253,9 +271,11 @@ def _timed_batches(
     transfer: Callable[[Any], Any] | None,
     sync: Callable[[], None] | None,
     clock: Callable[[], float],
+    see: Callable[[int, Any], None],
 ) -> Iterator[tuple[float, float, float]]:
-    """Consume ``iterator``, yielding ``(asked, got, stepped)`` times for each batch."""
-    while True:
+    """Consume ``iterator``, yielding ``(asked, got, stepped)`` times for each batch; each
+    batch is shown to ``see`` with its number in the pass first."""
+    for index in itertools.count():
         asked = clock()
         try:
             batch = next(iterator)
@@ -264,6 +284,7 @@ def _timed_batches(
         if transfer is not None:
             batch = transfer(batch)
         got = clock()
+        see(index, batch)
         if step is not None:
             try:
                 step(batch)

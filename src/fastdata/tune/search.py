@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 from fastdata.tune._explain import describe_refused, explain
 from fastdata.tune._interrupt import Interrupts
 from fastdata.tune._line import coarse, line, processes_left_out, thread_workers, varying
+from fastdata.tune._replicas import TUNE_RATES, repeats_advice
 from fastdata.tune._run import Evaluate, Run, StopSearch, TuneError
 from fastdata.tune._statistics import attempts, pairs_of
 from fastdata.tune._trial import Trial
@@ -269,6 +270,8 @@ def _reason(
     failed = sum(1 for t in trials if t.error is not None)
     if failed:
         lines.append(f"{failed} trial(s) failed (see the table).")
+    if any(t.repeats for t in trials):
+        lines.append(repeats_advice(TUNE_RATES))
     lines += _processes_left_out(run, space)
     lines += _left_out(run, decision, space)
     n = f"{len(trials)} trial{'' if len(trials) == 1 else 's'}"
