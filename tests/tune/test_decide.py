@@ -88,7 +88,9 @@ def test_recorded_case_2_an_interval_containing_the_line_is_never_called_slower(
         cut_short
     )
     assert "37%-114%, which contains 95%) before the search ended" in cut_short
-    assert "slower" not in cut_short
+    assert "114%): slower" not in cut_short  # the pairs' interval is never called slower
+    # The trials alone (14 +-5% against 20 +-5%) are apart: the fallback passes it over
+    assert "passed over when its trial is slower than another's" in cut_short
     final = choose(table, max_pairs=3)
     assert final.next is None and final.chosen == 0
     text = reason(table, max_pairs=3)
@@ -322,6 +324,27 @@ def test_a_load_spike_late_in_a_run_keeps_no_setting_half_as_fast() -> None:
         "a setting is passed over when its trial is slower than another's by more than "
         "the tolerance beyond both 95% intervals (num_workers=0, prefetch_factor=None, "
         "pin_memory=False: 13.4 batches/s, against the fastest's 32.5)" in text
+    )
+
+
+def test_a_fastest_trial_without_an_interval_counts_as_its_rate() -> None:
+    """rdc's slow loader (150 ms items, batches of 8, 15 s): 2 workers measured 1.63
+    batches/s on 2 batches (no interval), and their paired rounds too (1.61, 1.59), against 0
+    workers' 0.83. Their rates are all there is, and they say 2 workers are twice as fast: 0
+    workers are not kept, and the reason says which rate had no interval."""
+    search = [trial(0, 0.83, 0.024), trial(2, 1.63, math.inf)]
+    table = [*search]
+    for k, (cheap, fast) in enumerate([(0.83, 1.61), (0.82, 1.59)]):
+        table += [Trial(params=settings(0), throughput=cheap, rel_ci=math.inf, pair=k),
+                  Trial(params=settings(2), throughput=fast, rel_ci=math.inf, pair=k)]  # fmt: skip
+    decision = choose(table)
+    assert decision.chosen == 1 and not decision.fallback
+    assert decision.verdicts == (Verdict(0, "apart", against=1),)
+    text = reason(table)
+    assert (
+        "(num_workers=0, prefetch_factor=None, pin_memory=False: 0.8 batches/s, against the "
+        "fastest's 1.6; 1.6 measured too few batches for an interval, so the rate alone "
+        "counts)." in text
     )
 
 

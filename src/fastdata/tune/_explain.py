@@ -10,6 +10,7 @@ so a bound under the line never reads as the line. The search adds the memory re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from statistics import median
 
@@ -51,6 +52,7 @@ def explain(
     cut = ""
     if unfinished is not None:
         cut = _cut_short(trials, unfinished, decision.fastest, by_outcome, line)
+    over = "; ".join(_apart_words(v, trials, decision.fastest) for v in decision.passed)
     if decision.fallback:
         kept = (
             "so it is kept" if decision.chosen == unfinished else
@@ -58,7 +60,6 @@ def explain(
             "is kept"
         )  # fmt: skip
         if decision.passed:
-            over = "; ".join(_apart_words(v, trials, decision.fastest) for v in decision.passed)
             kept = (
                 f"and without a finished comparison a setting is passed over when its trial is "
                 f"slower than another's by more than the tolerance beyond both 95% intervals "
@@ -70,7 +71,13 @@ def explain(
             f"{cut}. A cheaper setting is given up only when shown slower, {kept}."
         )
     elif mine is None:
-        if unfinished is not None:
+        if unfinished is not None and decision.passed:
+            lines.append(
+                f"It measured fastest; {cut}. Without a finished comparison a setting is passed "
+                "over when its trial is slower than another's by more than the tolerance beyond "
+                f"both 95% intervals ({over}), so the fastest is kept."
+            )
+        elif unfinished is not None:
             lines.append(f"It measured fastest; {cut}, so the fastest is kept.")
         elif decision.verdicts:
             lines.append(
@@ -189,9 +196,16 @@ def _apart_words(verdict: Verdict, trials: Sequence[Trial], fastest: int) -> str
     assert verdict.against is not None
     slow, other = trials[verdict.trial], trials[verdict.against]
     than = "the fastest" if verdict.against == fastest else describe(other.params)
+    bare = [t for t in (slow, other) if math.isinf(t.rel_ci)]
+    alone = (
+        f"; {' and '.join(f'{t.throughput:.1f}' for t in bare)} measured too few batches for "
+        "an interval, so the rate alone counts"
+        if bare
+        else ""
+    )
     return (
         f"{describe(slow.params)}: {slow.throughput:.1f} batches/s, against {than}'s "
-        f"{other.throughput:.1f}"
+        f"{other.throughput:.1f}{alone}"
     )
 
 

@@ -136,10 +136,10 @@ def apart(trial: Trial, fastest: Trial, tolerance: float, drift: float) -> bool:
     """Whether ``trial`` is slower than ``fastest`` by more than ``tolerance`` beyond both
     intervals, each widened by ``drift``: the top of its interval, times ``1 + drift``, is
     below ``1 - tolerance`` of the bottom of the fastest's, over ``1 + drift``. A trial with
-    no interval (too few batches: :attr:`~fastdata.tune.measure.Trial.interval` is its point
-    estimate alone) is apart from nothing: one batch or two tell no rate to within anything."""
-    if math.isinf(trial.rel_ci) or math.isinf(fastest.rel_ci):
-        return False
+    no interval (too few batches) counts as its rate alone
+    (:attr:`~fastdata.tune.measure.Trial.interval`): with a slow loader the trials of many
+    workers rarely get one, and the rate measured is then the best there is to go by (the
+    reason says which rates had no interval)."""
     top = trial.interval[1] * (1 + drift)
     return top < (1 - tolerance) * fastest.interval[0] / (1 + drift)
 

@@ -116,9 +116,10 @@ class Decision:
         refused: trials refused for memory.
         fallback: the comparisons did not finish, and ``chosen`` is the cheaper setting whose
             comparison was cut short (see the module docstring).
-        passed: with ``fallback``, the cheaper settings whose comparisons did not finish
-            either, passed over because their trials are slower than ``against``'s beyond both
-            intervals (their own, without the drift).
+        passed: where the comparisons did not finish, the cheaper settings passed over
+            because their trials are slower than ``against``'s beyond both intervals (their
+            own, without the drift): before ``chosen`` with ``fallback``, or all of them where
+            the fastest is kept.
     """
 
     chosen: int
@@ -209,7 +210,7 @@ def decide(
         reached=tuple(i for i in pool if trials[i].utilization >= target),
         refused=tuple(over),
         fallback=fallback,
-        passed=tuple(passed) if fallback else (),
+        passed=tuple(passed),
     )
 
 
