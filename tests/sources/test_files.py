@@ -175,3 +175,15 @@ def test_a_list_of_uris_with_query_strings_resolves_each_item(
         SourceError, match=r"one filesystem; .*'s3://uri-list/a\?.*'s3://uri-list/b\?"
     ):
         resolve_files([uri("a"), uri("b", region="eu-west-1")])
+
+
+def test_a_later_percent_encoded_uri_of_a_list_is_decoded_as_from_uri_decodes_it(
+    tmp_path: Path,
+) -> None:
+    """The second item shares the first's filesystem (parsed once), and its path is
+    decoded as ``FileSystem.from_uri`` decodes it: it kept ``%20`` and was not found."""
+    for name in ("a.parquet", "c d.parquet"):
+        (tmp_path / name).write_bytes(b"PAR1")
+    items = [f"file://{tmp_path}/a.parquet", f"file://{tmp_path}/c%20d.parquet"]
+    assert resolve_files(items).paths == [f"{tmp_path}/a.parquet", f"{tmp_path}/c d.parquet"]
+    assert resolve_files(items[::-1]).paths == [f"{tmp_path}/c d.parquet", f"{tmp_path}/a.parquet"]

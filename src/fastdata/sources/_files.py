@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -147,10 +148,10 @@ def _located(
     scheme, rest = item.split("://", 1)
     plain, _, query = rest.partition("?")
     key = f"{scheme}://{plain.split('/', 1)[0]}?{query}"
-    if key in known:
-        return known[key], plain
+    if key in known:  # its path percent-decoded (c%20d.parquet is 'c d.parquet'), as from_uri
+        return known[key], unquote(plain)
     fs, path = pafs.FileSystem.from_uri(item)
-    if path == plain:  # the path is the URI's own: later items of the key need no parse
+    if path == unquote(plain):  # the path is the URI's own: later items of the key need no parse
         known[key] = fs
     return fs, path
 

@@ -30,10 +30,13 @@ class ParquetStream(PlannedStream):
 
     Args:
         source: a file, directory, glob, URI (``s3://bucket/data/*.parquet``), a list of
-            these, or a ``pyarrow.dataset.FileSystemDataset`` (its files' columns: hive
-            partition columns are not read; its ``.filter()`` holds, and its schema is the
-            type each file is cast to). A file reached twice (by overlapping items) is
-            an error.
+            these, or a ``pyarrow.dataset.FileSystemDataset``, whose schema decides the
+            columns read, as in pyarrow: a column a file lacks reads as nulls, and a column
+            only later files have is not read unless the schema names it (build the dataset
+            with ``schema=``); a path instead refuses files whose columns differ. Its schema
+            is also the type each file is cast to, its ``.filter()`` holds, and a hive
+            partition column is read where the files store it (not where its values are in
+            directory names only). A file reached twice (by overlapping items) is an error.
         columns: columns to read (all when None); only these are read from storage.
         filter: a ``pyarrow.compute`` expression, e.g. ``pc.field("label") < 5``, pushed down
             to the scan (row groups whose statistics exclude it are never read).
@@ -64,12 +67,15 @@ class ParquetStream(PlannedStream):
         SourceError: a missing file, an empty glob, a file that is not Parquet, a corrupt
             footer (naming the row group and column), a file reached twice, storage that
             cannot be reached (naming the URI); when reading:
-            a corrupt row group, a page whose checksum fails (``verify_checksums``), nulls
-            where a tensor is needed (naming the file, row group, row and column).
+            a corrupt row group, a store that failed or throttled the request (S3's 503
+            SlowDown, 500; retry later, with fewer concurrent readers), a page whose checksum
+            fails (``verify_checksums``), nulls where a tensor is needed (naming the file, row
+            group, row and column).
         SchemaError: unknown columns, files whose types differ (beyond nullability), files
             whose columns differ when ``columns`` is None (name the columns to read), a
             filter naming a column the files lack (a dataset's partition column, too) or
-            comparing it to another type.
+            comparing it to another type, a partition column some files store and others
+            do not.
     """
 
     reader: ParquetRowGroups

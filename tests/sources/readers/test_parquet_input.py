@@ -100,12 +100,62 @@ def test_a_union_dataset_is_refused_naming_what_to_pass(hive: Path) -> None:
     assert ParquetStream(files).num_rows == 200
 
 
+def _stored_partitions(root: Path, years: tuple[int, ...], stored: tuple[int, ...]) -> None:
+    """``year=...`` folders whose files store the year too (those in ``stored``), as a
+    Spark job that kept the column writes them."""
+    for year in years:
+        (root / f"year={year}").mkdir()
+        table = pa.table({"id": [year * 10, year * 10 + 1]})
+        if year in stored:
+            table = table.append_column("year", pa.array([year, year], pa.int32()))
+        pq.write_table(table, root / f"year={year}" / "p.parquet")
+
+
+def test_a_partition_column_the_files_store_is_read_from_them_as_pyarrow_reads_it(
+    tmp_path: Path,
+) -> None:
+    """It was dropped from every batch without an error, and refused with columns= or a
+    filter as "its values are in directory names, not in the files" (8 Dec review)."""
+    _stored_partitions(tmp_path, (2020, 2021), stored=(2020, 2021))
+    dataset = ds.dataset(tmp_path, partitioning="hive")
+    expected = dataset.to_table().to_pydict()
+    for columns in (None, ["id", "year"]):
+        stream = ParquetStream(dataset, batch_size=10, columns=columns)
+        assert stream.schema.names == ["id", "year"]
+        rows = [b for b in stream]
+        assert {k: v.tolist() for k, v in rows[0].items()} == expected
+    chosen = ParquetStream(dataset, batch_size=10, filter=pc.field("year") == 2020)
+    assert _ids(chosen) == dataset.to_table(filter=pc.field("year") == 2020)["id"].to_pylist()
+
+
+def test_a_partition_column_only_some_files_store_is_refused_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    """pyarrow reads the folder's value where a file lacks it; nulls there would be wrong."""
+    _stored_partitions(tmp_path, (2020, 2021), stored=(2020,))
+    with pytest.raises(SchemaError, match=r"partition column 'year' is stored .*not in") as caught:
+        ParquetStream(ds.dataset(tmp_path, partitioning="hive"))
+    assert caught.value.path is not None and "year=2021" in caught.value.path
+
+
 # --------------------------------------------------------------------------- schemas
 def test_a_column_only_later_files_have_names_both_files(tmp_path: Path) -> None:
     pq.write_table(pa.table({"id": [1]}), tmp_path / "p0.parquet")
     pq.write_table(pa.table({"id": [2], "new": [0.5]}), tmp_path / "p1.parquet")
     with pytest.raises(SchemaError, match=r"'new' is missing in .*p0\.parquet .* present in .*p1"):
         ParquetStream(tmp_path, columns=["id", "new"])
+
+
+def test_a_column_only_later_files_of_a_dataset_have_says_to_build_it_with_schema(
+    tmp_path: Path,
+) -> None:
+    """A dataset's schema names the columns read; ``schema=`` is its fix (8 Dec review)."""
+    pq.write_table(pa.table({"id": [1]}), tmp_path / "p0.parquet")
+    pq.write_table(pa.table({"id": [2], "new": [0.5]}), tmp_path / "p1.parquet")
+    with pytest.raises(
+        SchemaError, match=r"present in .*p1\.parquet.*build the dataset with schema="
+    ):
+        ParquetStream(ds.dataset(tmp_path), columns=["id", "new"])
 
 
 @pytest.mark.parametrize("null_first", [False, True])
@@ -196,6 +246,11 @@ S3_DENIED = (
     "When reading information for key 't/a.parquet' in bucket 'locked': AWS Error "
     "ACCESS_DENIED during HeadObject operation: No response body."
 )
+S3_THROTTLED = (
+    "Could not open Parquet input source 'b/a.parquet': AWS Error SLOW_DOWN during "
+    "GetObject operation: Please reduce your request rate."
+)
+S3_FAILED = "AWS Error INTERNAL_FAILURE during GetObject operation: We encountered an error"
 S3_UNREACHED = (
     "When reading information for key 't/a.parquet' in bucket 'b': AWS Error "
     "NETWORK_CONNECTION during GetObject operation: curlCode: 7, Could not connect to server"
@@ -210,6 +265,9 @@ S3_UNREACHED = (
         (OSError("[Errno 2] Path does not exist 'b/t/a.parquet'"), "not there now"),
         (FileNotFoundError(2, "No such file or directory"), "not there now"),
         (OSError(S3_UNREACHED), "could not be reached .*network"),
+        (OSError(S3_THROTTLED), "failed or throttled .*retry later.*fewer concurrent"),
+        (OSError(S3_FAILED), "failed or throttled .*retry later"),
+        (OSError("AWS Error SERVICE_UNAVAILABLE during GetObject"), "failed or throttled"),
         (pa.ArrowInvalid("Couldn't deserialize thrift"), "corrupt or truncated"),
     ],
 )

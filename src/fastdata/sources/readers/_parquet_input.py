@@ -18,7 +18,7 @@ import pyarrow.types as pat
 
 from fastdata.errors import SchemaError, SourceError
 from fastdata.sources._arrow_types import delivered_type
-from fastdata.sources.readers._footers import SchemaAgreement, refuse_encrypted
+from fastdata.sources.readers._footers import Footer, SchemaAgreement, refuse_encrypted
 
 __all__ = [
     "Agreement",
@@ -29,22 +29,26 @@ __all__ = [
     "refuse_later_column",
     "refuse_partition_column",
     "scanned",
+    "stored",
 ]
 
 _PICK_FILES = "[f.path for f in dataset.get_fragments(filter=...)]"
 
 
-def dataset_parts(source: Any) -> tuple[pc.Expression | None, pa.Schema | None]:
-    """The filter a ``pyarrow.dataset`` carries (``dataset.filter(...)``; None if none) and
-    its schema, whose types every file is cast to (as pyarrow's scan casts them); ``(None,
-    None)`` for other sources.
+def dataset_parts(
+    source: Any,
+) -> tuple[pc.Expression | None, pa.Schema | None, frozenset[str]]:
+    """The filter a ``pyarrow.dataset`` carries (``dataset.filter(...)``; None if none), its
+    schema, whose types every file is cast to (as pyarrow's scan casts them), and its
+    partition columns (:func:`stored` keeps those the files store); ``(None, None, {})`` for
+    other sources.
 
     Raises:
         TypeError: a dataset fastdata cannot read file by file (a ``UnionDataset``, an
             ``InMemoryDataset``), with what to pass instead.
     """
     if not isinstance(source, ds.Dataset):
-        return None, None
+        return None, None, frozenset()
     if isinstance(source, ds.UnionDataset):
         raise TypeError(
             "a pyarrow UnionDataset is not supported as a source: pass its children's files, "
@@ -60,11 +64,18 @@ def dataset_parts(source: Any) -> tuple[pc.Expression | None, pa.Schema | None]:
     # it there, _scanner_options); no public accessor exists.
     options = getattr(source, "_scan_options", None)
     attached = options.get("filter") if isinstance(options, dict) else None
-    # The columns read are the schema's (as pyarrow's scan reads them), less the partition
-    # columns, whose values are in directory names, not in the files.
     partitioning = getattr(getattr(source, "partitioning", None), "schema", None)
-    parted = set(getattr(partitioning, "names", ()))
-    return attached, pa.schema([field for field in source.schema if field.name not in parted])
+    return attached, source.schema, frozenset(getattr(partitioning, "names", ()))
+
+
+def stored(target: pa.Schema | None, parted: frozenset[str], ref: pa.Schema) -> pa.Schema | None:
+    """The columns a dataset's scan reads (``target``, its schema), less the partition
+    columns (``parted``) the first file with rows (``ref``) does not store: their values
+    are in directory names only. A partition column the files also store is read from
+    them, as pyarrow reads it (:class:`Agreement` refuses a later file that lacks it)."""
+    if target is None:
+        return None
+    return pa.schema([f for f in target if f.name not in parted or f.name in ref.names])
 
 
 class Agreement(SchemaAgreement):
@@ -83,8 +94,10 @@ class Agreement(SchemaAgreement):
         *,
         every: bool = False,
         target: pa.Schema | None = None,
+        parted: frozenset[str] = frozenset(),
     ) -> None:
         self.whole = target
+        self.parted = parted & set(target.names if target is not None else ())
         super().__init__(ref_path, self.view(ref), names, every=every and target is None)
         self.target = {
             name: delivered_type(target.field(name).type)
@@ -105,6 +118,16 @@ class Agreement(SchemaAgreement):
         )
 
     def check(self, path: str, schema: pa.Schema) -> None:
+        lacking = sorted(self.parted - set(schema.names))  # pyarrow reads the folder's value
+        if lacking:
+            name = lacking[0]
+            raise SchemaError(
+                f"partition column {name!r} is stored in the dataset's first file but not "
+                "in this one, whose values are in its folder's name only: rewrite the files "
+                "to store it in all or none of them, or build the dataset without it",
+                path=path,
+                column=name,
+            )
         fields = []
         for field in self.view(schema):
             ref = self.fields.get(field.name)
@@ -142,7 +165,7 @@ def refuse_partition_column(
     that column is a partition column: of a dataset's partitioning, or a ``name=value``
     folder above the files of a path. Returns where it is not one."""
     name = exc.column
-    if name is None:
+    if name is None or exc.reason.startswith("partition column"):
         return
     partitioning = getattr(getattr(source, "partitioning", None), "schema", None)
     if name in getattr(partitioning, "names", ()):
@@ -173,20 +196,31 @@ def refuse_partition_column(
 
 
 def refuse_later_column(
-    exc: SchemaError, ref_path: str, files: Sequence[str], schema_of: Callable[[str], pa.Schema]
+    exc: SchemaError,
+    ref_path: str,
+    files: Sequence[str],
+    footer_of: Callable[[str], Footer],
+    target: pa.Schema | None = None,
 ) -> None:
     """For ``exc``, a selected column the first file with rows (``ref_path``) lacks, raise
-    the error naming a later file that has it. Returns if no file has it."""
+    the error naming a later file that has it; of a dataset (``target``, its schema), say
+    to build it with ``schema=``. Returns if no file has it."""
     name = exc.column
-    if name is None or exc.path != ref_path or name in schema_of(ref_path).names:
+    if name is None or exc.path != ref_path or name in footer_of(ref_path).schema.names:
         return
-    holder = next((path for path in files if name in schema_of(path).names), None)
+    holder = next((path for path in files if name in footer_of(path).schema.names), None)
     if holder is None:
         return
+    fix = (
+        "pass columns=[...] that every file has, or rewrite the files to one schema"
+        if target is None
+        else "the dataset's schema names the columns read (pyarrow took it from one file): "
+        "build the dataset with schema= naming this column too (files that lack it read as "
+        "nulls), or pass columns=[...] of its schema"
+    )
     raise SchemaError(
         f"column {name!r} is missing in {ref_path} (the first file with rows) and present in "
-        f"{holder}: every file must have the columns read; pass columns=[...] that every "
-        "file has, or rewrite the files to one schema",
+        f"{holder}: every file must have the columns read; {fix}",
         path=ref_path,
         column=name,
     ) from exc
@@ -320,12 +354,19 @@ _UNREACHED = (
     "Connection reset",
     "timed out",
 )
+# The store's own failure or its throttling (S3 answers 503 SlowDown, 500 InternalError).
+_REFUSED = (
+    *["SLOW_DOWN", "SlowDown", "SERVICE_UNAVAILABLE", "ServiceUnavailable", "INTERNAL_FAILURE"],
+    *["InternalError", "THROTTLING", "Throttling", "RequestLimitExceeded", "TooManyRequests"],
+    *("HTTP response code: 500", "HTTP response code: 503"),
+)
 
 
 def read_failure(exc: BaseException) -> str:
     """What a row group that cannot be read says, by pyarrow's error: refused credentials
-    (an expired session token), a file deleted since the stream was made and storage that
-    stopped answering are told apart from a corrupt file, each with what to check."""
+    (an expired session token), a file deleted since the stream was made, storage that
+    stopped answering and storage that failed or throttled the request (S3's 503 SlowDown,
+    500 InternalError) are told apart from a corrupt file, each with what to check."""
     text = str(exc)
     if isinstance(exc, PermissionError) or any(mark in text for mark in _DENIED):
         return (
@@ -342,5 +383,11 @@ def read_failure(exc: BaseException) -> str:
         return (
             f"cannot read row group: the storage could not be reached ({exc}); check the "
             "network and the endpoint (a checkpoint's state_dict resumes where it stopped)"
+        )
+    if any(mark in text for mark in _REFUSED):
+        return (
+            f"cannot read row group: the storage failed or throttled the request ({exc}); "
+            "retry later, or read with fewer concurrent readers (fewer workers or streams); "
+            "the file itself is not known to be bad"
         )
     return f"cannot read row group ({exc}); the file may be corrupt or truncated"

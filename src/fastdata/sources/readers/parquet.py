@@ -87,7 +87,7 @@ class ParquetRowGroups:
             )
         if fill_null is not None and not isinstance(fill_null, Mapping):
             raise TypeError(f"fill_null={fill_null!r}: expected a dict {{column: value}} or None")
-        attached, target = given.dataset_parts(source)  # a dataset's filter holds with filter=
+        attached, target, parted = given.dataset_parts(source)  # its filter holds with filter=
         self.fs, self.files, self.sizes = resolve_files(
             source, filesystem=filesystem, suffixes=SUFFIXES, warn_others=True
         )
@@ -102,7 +102,7 @@ class ParquetRowGroups:
         self._scans: dict[int, pa.Schema] = {}  # files scanned with the other files' types
         try:
             self.schema, self._groups, self._content = self._survey(
-                check_names("columns", columns), target
+                check_names("columns", columns), target, parted
             )
         except SchemaError as exc:  # a hive partition column: say so
             given.refuse_partition_column(exc, source, self.files, attached)
@@ -129,20 +129,21 @@ class ParquetRowGroups:
         return read_footer(self.fs, path)
 
     def _survey(
-        self, columns: list[str] | None, target: pa.Schema | None
+        self, columns: list[str] | None, target: pa.Schema | None, parted: frozenset[str]
     ) -> tuple[pa.Schema, list[tuple[int, int, int]], str]:
         """The schema read, ``(file, row group, rows)`` of every row group, and the content
         digest, from the footers, read ``_FOOTER_BATCH`` at a time: a footer holds every
         column's metadata (megabytes for wide files), so holding all at once would make
         construction memory grow with files x all columns."""
         ref_path, ref = self._reference()  # its footer read once (a wide one takes a while)
+        target = self._target = given.stored(target, parted, ref.schema)  # less unstored ones
         names = (ref.schema if target is None else target).names if columns is None else columns
         try:
             agreement = given.Agreement(
-                ref_path, ref.schema, names, every=columns is None, target=target
+                ref_path, ref.schema, names, every=columns is None, target=target, parted=parted
             )
         except SchemaError as exc:  # a column only later files have: name one
-            given.refuse_later_column(exc, ref_path, self.files, lambda p: self._footer(p).schema)
+            given.refuse_later_column(exc, ref_path, self.files, self._footer, target)
             raise
         content = ContentDigest()
         groups: list[tuple[int, int, int]] = []
@@ -262,11 +263,7 @@ class ParquetRowGroups:
         except (pa.ArrowException, OSError) as exc:
             if again and refetched(self.fs, self.files[f]):  # a damaged cached copy, deleted
                 return self._guarded(read, f, rg, again=False)
-            raise SourceError(
-                given.read_failure(exc),
-                path=self.files[f],
-                row_group=rg,
-            ) from exc
+            raise SourceError(given.read_failure(exc), path=self.files[f], row_group=rg) from exc
 
     def read(self, unit: int, start: int, stop: int) -> pa.Table:
         """Rows ``[start, stop)`` of a row group (of its matching rows, with a filter).
