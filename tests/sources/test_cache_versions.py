@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import uuid
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,9 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 import fastdata as fd
-from fastdata.sources._cache import CachingHandler, cache_stats
+from fastdata.sources._cache import CachingHandler, cache_stats, refetched, start_fetching
 from fastdata.sources._cache_disk import Remote, download, entry_of
-from fastdata.sources._cache_versions import drop_damaged, fsspec_tag
+from fastdata.sources._cache_versions import copy_of, drop_damaged, fsspec_tag
 
 
 @pytest.fixture
@@ -186,11 +188,14 @@ def test_only_a_copy_whose_bytes_differ_from_its_download_is_dropped(tmp_path: P
     entry = entry_of(cache, "s3", str(remote))
     os.makedirs(os.path.dirname(entry.data))
     download(local, entry, str(remote), Remote(10_000, 1))
-    assert drop_damaged(cache, "s3", str(remote)) is None  # intact: the remote is at fault
-    assert drop_damaged(cache, "s3", str(tmp_path / "never-cached")) is None
+    read = frozenset({copy_of(entry.data)})
+    assert drop_damaged(entry, str(remote), read) == (False, False)  # intact: the remote's fault
+    assert drop_damaged(entry, str(remote), frozenset()) == (False, False)  # the remote was read
+    stat = os.stat(entry.data)
     with open(entry.data, "r+b") as f:
         f.write(b"\x00" * 16)
-    assert drop_damaged(cache, "s3", str(remote)) == (entry.data, "its checksum does not match")
+    os.utime(entry.data, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the copy that was read
+    assert drop_damaged(entry, str(remote), read) == (True, True)
     assert not os.path.exists(entry.data) and not os.path.exists(entry.meta)
     assert fsspec_tag(local, str(remote)) is None  # pyarrow's own filesystems give mtimes
 
@@ -241,3 +246,84 @@ def test_a_cached_copy_whose_footer_is_damaged_is_fetched_again_while_planning(
     got, counts = read()
     assert got == list(range(1_000))
     assert counts["invalid"] == 1
+
+
+def damage(copy: Path) -> None:
+    """Overwrite the pages of a cached copy with its size, inode and mtime kept."""
+    stat = copy.stat()
+    with open(copy, "r+b") as f:
+        for offset in range(8, stat.st_size - 2_000, 5_000):
+            f.seek(offset)
+            f.write(b"\xff" * 64)
+    os.utime(copy, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.mark.parametrize("order", ["gone", "replaced", "replaced by another process"])
+def test_reads_that_failed_on_a_copy_another_read_dropped_or_replaced_are_read_again(
+    memory: Any, tmp_path: Path, order: str
+) -> None:
+    """Two reads open one damaged copy and both fail; the first to check drops it. The
+    second, checking with the copy gone or fetched again intact, must read again too (the
+    two in one process share its cache's handler; a process worker has its own)."""
+    fs, root = memory
+    path = f"{root}/a.bin"
+    fs.pipe(path, os.urandom(50_000))
+    remote = pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+
+    def cached() -> pafs.FileSystem:
+        handler = CachingHandler(remote, str(tmp_path / "cache"), None)
+        handler.fetch = True  # planned: opens fetch whole files
+        return pafs.PyFileSystem(handler)
+
+    cached().open_input_file(path).close()
+    (copy,) = (tmp_path / "cache").rglob("*.data")
+    damage(copy)
+    racing = cached()
+    first = racing if order != "replaced by another process" else cached()
+    first.open_input_file(path).close()  # read A opens the damaged copy,
+    racing.open_input_file(path).close()  # and so does read B
+    assert refetched(first, path)  # A's read failed: damaged, dropped
+    if order != "gone":
+        first.open_input_file(path).close()  # A reads again: fetched again, intact
+    assert refetched(racing, path)  # B's read failed on the copy A dropped: read it again
+    assert first.handler.counts.totals()["invalid"] == 1
+    assert racing.handler.counts.totals()["invalid"] == (first is racing)
+    racing.open_input_file(path).close()
+    fresh = cached()  # a read that fails on the one intact copy it opened: the remote's fault
+    fresh.open_input_file(path).close()
+    assert not refetched(fresh, path)
+    assert not refetched(cached(), path)  # this one read no copy: the remote's fault too
+
+
+def test_row_groups_read_at_once_from_a_damaged_copy_are_all_read_again(
+    memory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs, root = memory
+    values = np.arange(40_000, dtype=np.int64)
+    put(fs, f"{root}/d/a.parquet", pa.table({"v": values}), row_group_size=10_000)
+    cache = tmp_path / "cache"
+
+    def stream() -> fd.ParquetStream:
+        return fd.ParquetStream(f"{root}/d", filesystem=fs, batch_size=10_000, cache_dir=cache)
+
+    assert rows(stream(), "v") == values.tolist()
+    (copy,) = cache.rglob("*.data")
+    damage(copy)  # every row group's pages, not the footer: a restore that kept the times
+    s = stream()
+    start_fetching(s)  # as iterating does, once planned
+    both = threading.Barrier(2, timeout=60)
+    checked = CachingHandler.drop_damaged
+
+    def after_both_failed(self: CachingHandler, path: str) -> bool:
+        both.wait()  # both reads failed on the damaged copy before either checks it
+        return checked(self, path)
+
+    monkeypatch.setattr(CachingHandler, "drop_damaged", after_both_failed)
+    with ThreadPoolExecutor(2) as pool:  # two read-ahead threads
+        tables = list(pool.map(lambda unit: s.reader.read(unit, 0, 10_000), [0, 1]))
+    assert [t["v"].to_pylist() for t in tables] == [
+        values[:10_000].tolist(),
+        values[10_000:20_000].tolist(),
+    ]
+    counts = cache_stats(s)["cache"]
+    assert (counts["invalid"], counts["misses"]) == (1, 1)

@@ -22,11 +22,10 @@ The contract, for every process sharing one ``cache_dir`` (ranks and workers of 
 - **Bounded.** With ``cache_limit``, after a download takes the cache over the limit, the
   least recently opened entries are deleted until it is under 90% of the limit; never a
   file this process has open (on Linux, where ``/proc/self/fd`` lists them), nor one
-  another process is downloading. Another process may
-  delete a file this one has open: reading it goes on (POSIX keeps a deleted file's data
-  while it is open) and the next open fetches it again. The limit is a target: the files in
-  use at once must fit in it, and downloads in flight in other processes are counted once
-  those processes check.
+  another process is downloading. Another process may delete a file this one has open:
+  reading it goes on (POSIX keeps a deleted file's data while it is open) and the next
+  open fetches it again. The limit is a target: the files in use at once must fit in it,
+  and downloads in flight in other processes are counted once those processes check.
 - **Counted.** :data:`fastdata._stats.CACHE_COUNTS` per process, in
   ``fastdata.DataLoader(stats=True).stats()["cache"]``.
 - **Its own errors.** An OS error of the cache's disk (creating, locking, writing, renaming,
@@ -65,7 +64,7 @@ from fastdata.sources._cache_disk import (
     open_here,
     scan,
 )
-from fastdata.sources._cache_versions import drop_damaged, unversioned, versioned
+from fastdata.sources._cache_versions import Opened, copy_of, drop_damaged, unversioned, versioned
 from fastdata.sources.base import FileBacked, declares
 from fastdata.sources.filesystem import as_filesystem, unlink
 
@@ -96,9 +95,10 @@ class CachingHandler(pafs.FileSystemHandler):
         self._mutex = threading.Lock()
         self._checked: dict[str, tuple[int, int, int]] = {}  # key -> (inode, mtime, size)
         self._estimate: int | None = None  # bytes in the cache, as this process last saw
+        self._opened = Opened()  # the copies this process read: which failed reads to redo
 
     def __getstate__(self) -> dict[str, Any]:
-        local = ("_mutex", "_checked", "_estimate")
+        local = ("_mutex", "_checked", "_estimate", "_opened")
         return {k: v for k, v in self.__dict__.items() if k not in local}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -201,6 +201,7 @@ class CachingHandler(pafs.FileSystemHandler):
         try:
             size = download(self.remote, entry, path, remote)
             with on_disk(self.cache_dir, path, entry.data):
+                self._opened.add(entry.key, copy_of(entry.data))  # under its lock: this copy
                 return _LOCAL.open_input_file(entry.data), size
         except BaseException:
             discard(entry)
@@ -231,6 +232,7 @@ class CachingHandler(pafs.FileSystemHandler):
             if not intact:
                 return None, damage
             self._checked[entry.key] = seen
+        self._opened.add(entry.key, seen)
         try:
             opened = _LOCAL.open_input_file(entry.data)
         except FileNotFoundError:
@@ -240,13 +242,12 @@ class CachingHandler(pafs.FileSystemHandler):
         return opened, None
 
     def drop_damaged(self, path: str) -> bool:
-        """After a read of ``path`` failed: whether its cached copy was damaged (deleted)."""
-        dropped = drop_damaged(self.cache_dir, self.remote.type_name, path)
-        if dropped is not None:
-            log.warning("fastdata: reading the cache entry %s of %s failed and it is corrupt "
-                        "(%s): fetching it again", dropped[0], path, dropped[1])  # fmt: skip
+        """After a read of ``path`` failed: whether to read it again (:func:`drop_damaged`)."""
+        entry = entry_of(self.cache_dir, self.remote.type_name, path)
+        again, damaged = drop_damaged(entry, path, self._opened.of(entry.key))
+        if damaged:
             self.counts.add("invalid")
-        return dropped is not None
+        return again
 
     # ----------------------------------------------------------------- eviction
     def _account(self, size: int) -> None:
@@ -362,7 +363,7 @@ def _is_local(fs: pafs.FileSystem) -> bool:
 
 def refetched(fs: pafs.FileSystem, path: str) -> bool:
     """After a read of ``path`` through ``fs`` failed: whether ``fs`` is a cache whose copy
-    of it was damaged, now deleted: read it again, once, not blaming the remote file."""
+    of it was damaged (deleted now) or replaced since: read it again, once, not blaming it."""
     handler = fs.handler if isinstance(fs, pafs.PyFileSystem) else None
     return isinstance(handler, CachingHandler) and handler.drop_damaged(path)
 

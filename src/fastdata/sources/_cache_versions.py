@@ -7,19 +7,30 @@ A cached copy's bytes are checked whole only when its inode or mtime changed sin
 download, or when a read of it failed: reading a whole file for a CRC-32 at every open
 (2.1 GB/s) cost 0.17x to 0.52x of a stream's epoch over that file (85 MB, all columns to
 three numeric ones), so bytes changed with the file's metadata kept, where the read still
-succeeds, are not found."""
+succeeds, are not found. Several reads of one damaged copy fail at once (a stream's
+read-ahead threads, its workers): the first to check it deletes it, and the others, whose
+copy is gone or replaced by then, read again too (:class:`Opened` knows what they read)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 from typing import Any
 
 import pyarrow.fs as pafs
 
-from fastdata.sources._cache_disk import Entry, Lock, crc32_file, discard, entry_of, on_disk
+from fastdata.sources._cache_disk import Entry, Lock, crc32_file, discard, on_disk
 
-__all__ = ["damaged", "drop_damaged", "fsspec_tag", "unversioned", "versioned"]
+__all__ = [
+    "Copy", "Opened", "copy_of", "damaged", "drop_damaged", "fsspec_tag", "unversioned",
+    "versioned",
+]  # fmt: skip
+
+log = logging.getLogger("fastdata")
+
+Copy = tuple[int, int, int]  # a cached copy as os.stat sees it: inode, mtime (ns), size
 
 # What an fsspec filesystem's info may say of a file's version, where pyarrow's FSSpecHandler
 # finds no 'mtime' (s3fs: ETag, LastModified; gcsfs: generation, updated; adlfs:
@@ -105,16 +116,58 @@ def damaged(entry: Entry) -> str | None:
     return "its checksum does not match" if crc != meta.get("crc32") else None
 
 
-def drop_damaged(cache_dir: str, remote_type: str, path: str) -> tuple[str, str] | None:
-    """After a read of ``path`` failed: ``(its cache entry's data file, what is wrong)``
-    if the cache holds a copy of it whose bytes are not its download's (bit rot, a restore
-    that kept the file's times), deleted now under its lock; None if it holds none, or an
-    intact one (the remote file itself is then at fault)."""
-    entry = entry_of(cache_dir, remote_type, path)
-    if not os.path.exists(entry.data):
+def copy_of(data: str) -> Copy | None:
+    """The copy at ``data`` (an entry's data file) now; None if there is none."""
+    try:
+        stat = os.stat(data)
+    except FileNotFoundError:
         return None
-    with on_disk(cache_dir, path, entry.data), Lock(entry.lock):
-        damage = damaged(entry)
-        if damage is not None:
-            discard(entry)  # by the lock's holder (see discard)
-    return None if damage is None else (entry.data, damage)
+    return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+
+class Opened:
+    """The copies of each cache entry that a process has opened (:func:`drop_damaged`);
+    thread-safe. A handful an entry: a copy is replaced only when damaged or evicted."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._copies: dict[str, set[Copy]] = {}
+
+    def add(self, key: str, copy: Copy | None) -> None:
+        if copy is not None:
+            with self._lock:
+                self._copies.setdefault(key, set()).add(copy)
+
+    def of(self, key: str) -> frozenset[Copy]:
+        with self._lock:
+            return frozenset(self._copies.get(key, ()))
+
+
+def drop_damaged(entry: Entry, path: str, opened: frozenset[Copy]) -> tuple[bool, bool]:
+    """After a read of ``path`` failed, having opened the copies ``opened`` of its cache
+    entry (none: it read the remote): ``(whether to read it again, whether the copy was
+    damaged)``. A copy whose bytes are not its download's (bit rot, a restore that kept the
+    file's times) is deleted now under its lock, and logged. The read is also done again
+    when a copy it may have read is gone or replaced since (another reader found it damaged
+    first, or it was evicted): the copy there now may be intact. Only a failure on the copy
+    there now, intact and the only one opened, is the remote file's: that read raises."""
+    if not opened:
+        return False, False
+    damage = None
+    with on_disk(entry.cache_dir, path, entry.data):
+        if copy_of(entry.data) in opened:  # perhaps the copy read: check it, under its lock
+            with Lock(entry.lock):
+                damage = damaged(entry) if copy_of(entry.data) in opened else None
+                if damage is not None:
+                    discard(entry)  # by the lock's holder (see discard)
+        now = copy_of(entry.data)
+    if damage is not None:
+        log.warning(
+            "fastdata: reading the cache entry %s of %s failed and it is corrupt (%s): "
+            "fetching it again",
+            entry.data,
+            path,
+            damage,
+        )
+        return True, True
+    return bool(opened - {now}), False
