@@ -114,8 +114,8 @@ PUBLIC_NAMES = {
     "fastdata": (
         "CacheError ContractError DataLoader DecodeError DeviceNormalize DevicePrefetcher "
         "FastDataError IMAGENET ImageStream ImageTransform LoaderConfig MeanStd MixedStream "
-        "PackedStream Padded PaddingStats ParquetStream PlannedStream Ragged ReplayWarning "
-        "ResumeError "
+        "PackedStream Padded PaddingStats ParquetStream PlannedStream Ragged RepeatedItemsWarning "
+        "ReplayWarning ResumeError "
         "SchemaError SourceError TuneResult __version__ augment bucket_by_length check_reader "
         "decode decode_image decode_many flatten_stats gather_state install_dataloader "
         "limit_opencv_threads load_config log_stats mix nested_collate pack pad_collate "
@@ -136,8 +136,8 @@ PUBLIC_NAMES = {
     ),
     "fastdata.device": ("DeviceNormalize DevicePrefetcher IMAGENET MeanStd to_device"),
     "fastdata.errors": (
-        "CacheError ContractError DecodeError FastDataError ReplayWarning ResumeError "
-        "SchemaError SourceError"
+        "CacheError ContractError DecodeError FastDataError RepeatedItemsWarning ReplayWarning "
+        "ResumeError SchemaError SourceError"
     ),
     "fastdata.loader": ("DataLoader Installed gather_state install_dataloader worker_generator"),
     "fastdata.ragged": ("Ragged RaggedKind"),

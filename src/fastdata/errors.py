@@ -17,6 +17,7 @@ __all__ = [
     "ContractError",
     "DecodeError",
     "FastDataError",
+    "RepeatedItemsWarning",
     "ReplayWarning",
     "ResumeError",
     "SchemaError",
@@ -159,6 +160,13 @@ class ReplayWarning(UserWarning):
     workers, runs its iterator again from the epoch's start), and that replay depends on
     something a state cannot hold (the process's global random generators, shared by thread
     workers). Turn it into an error with ``warnings.simplefilter("error", ReplayWarning)``."""
+
+
+class RepeatedItemsWarning(UserWarning):
+    """A loader measured by :func:`fastdata.tune` or bench's ``compare()`` repeats its items
+    once per worker: its ``IterableDataset`` does not split them with ``get_worker_info()``,
+    so its batches per second count every repeat (the command line says it in its report
+    instead). Filter it with ``warnings.simplefilter("ignore", RepeatedItemsWarning)``."""
 
 
 class ContractError(AssertionError):

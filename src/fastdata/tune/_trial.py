@@ -85,9 +85,12 @@ class Trial:
         return (self.throughput / (1 + self.rel_ci), high)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able data (``rel_ci`` of ``inf`` becomes None)."""
+        """Plain JSON-able data (``rel_ci`` of ``inf`` becomes None; ``repeats`` is left out
+        when False, and :meth:`from_dict` reads its absence as False)."""
         data = asdict(self)
         data["rel_ci"] = None if math.isinf(self.rel_ci) else self.rel_ci
+        if not self.repeats:  # written only when set: readers before it read every other file
+            del data["repeats"]
         return data
 
     @classmethod

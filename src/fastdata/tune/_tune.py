@@ -23,7 +23,14 @@ from fastdata.tune._consumer import Transfer, consumer_step, cuda_sync, describe
 from fastdata.tune._factory import as_factory, checked, describe_data, worker_methods
 from fastdata.tune._memory import MemoryGuard
 from fastdata.tune._nvml import nvml_for_device
-from fastdata.tune._replicas import REPEATS, TUNE_RATES, RepeatedItemsWarning, repeats_advice
+from fastdata.tune._replicas import (
+    NONE_LEFT,
+    REPEATS,
+    TUNE_RATES,
+    RepeatedItemsWarning,
+    repeats_advice,
+)
+from fastdata.tune._run import TuneError
 from fastdata.tune._trial import Trial
 from fastdata.tune.measure import measure
 from fastdata.tune.report import TuneResult
@@ -106,7 +113,10 @@ def tune(
         RuntimeError: ``device`` names an accelerator this machine does not have.
         TuneError: the loader failed on the first configuration measured, no setting
             fits in the memory ceiling, or the factory returned something other than a
-            torch DataLoader, or one without the settings it was passed.
+            torch DataLoader, or one without the settings it was passed, or every setting
+            searched has 2 or more workers and its dataset repeats its items once per worker
+            (the message says so and what to do; :class:`~fastdata.RepeatedItemsWarning` is
+            also raised).
     """
     import torch
 
@@ -147,8 +157,12 @@ def tune(
             stop_on_repeats=True,
         )
         # its batches repeat per worker: a rate of repeated batches is no evidence for workers
-        return replace(trial, error=REPEATS) if trial.repeats and trial.ok else trial
+        if trial.repeats and trial.ok:
+            repeated.append(trial)
+            return replace(trial, error=REPEATS)
+        return trial
 
+    repeated: list[Trial] = []
     start = time.monotonic()
     try:
         outcome = search(
@@ -161,6 +175,14 @@ def tune(
             cores=cores,
             on_trial=on_trial,
         )
+    except TuneError as exc:
+        if not repeated:
+            raise
+        # every setting left had 2+ workers: the error's "see the failed trials" is no help
+        advice = repeats_advice(NONE_LEFT)
+        warnings.warn(advice, RepeatedItemsWarning, stacklevel=2)
+        generic = str(exc).startswith("no setting completed")  # "(see the failed trials)"
+        raise TuneError(f"{'no setting completed' if generic else exc}: {advice}") from exc
     finally:
         if gpu is not None:
             gpu.close()

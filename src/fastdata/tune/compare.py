@@ -98,16 +98,17 @@ class Comparison:
         if self.config.num_workers and self.config.worker_method == "thread":
             lines.append(thread_caveat(self.worker_init_fn))
         if self.repeats:
-            advice = repeats_advice(self._repeated_rates())
+            advice = repeats_advice(self._repeated_rates(" above"))
             lines.append("\n".join(textwrap.wrap(f"warning: {advice}", 96)))
         return "\n".join(lines)
 
-    def _repeated_rates(self) -> str:
-        """What the repeats did to the numbers above, for :func:`repeats_advice`."""
+    def _repeated_rates(self, where: str = "") -> str:
+        """What the repeats did to the rates (of the rounds ``where``: " above" in the
+        report), for :func:`repeats_advice`."""
         which = " and ".join(f"{side}'s" for side in self.repeats)
         return (
-            f"the rates of {which} rounds above count every repeated batch (and so does the "
-            "ratio): they overstate the data it delivers"
+            f"the rates of {which} rounds{where} count every repeated batch (and so does the "
+            "ratio): they overstate the data delivered"
         )
 
 
@@ -180,7 +181,7 @@ def compare(
     a new file, a collection, is sampled), or to the end of the loader's pass if that comes
     first. A round whose loader repeats its items once per worker (an IterableDataset that
     does not split them between workers) is kept, and the report and a
-    :class:`~fastdata.tune._replicas.RepeatedItemsWarning` say its rate counts the repeats.
+    :class:`~fastdata.RepeatedItemsWarning` say its rate counts the repeats.
     Ctrl-C ends it (a ``KeyboardInterrupt``) at the latest when the round under way ends,
     even where its ``KeyboardInterrupt`` was swallowed (:mod:`fastdata.tune._interrupt`).
 
