@@ -5,6 +5,8 @@ pad_collate's own behaviour (fields, keys, structures) is tested in tests/collat
 
 from __future__ import annotations
 
+import decimal
+import fractions
 from typing import Any
 from unittest import mock
 
@@ -159,6 +161,16 @@ def test_the_pad_value_must_fit_the_dtype(
             f"pad_value={value!r} cannot be stored in batch[*]['x'], whose dtype is {dtype}; "
             f"pass a pad_value that {dtype} holds, e.g. 0"
         )
+
+
+@pytest.mark.parametrize("value", [fractions.Fraction(1, 2), decimal.Decimal("0.5")])
+def test_a_number_torch_cannot_fill_with_is_refused_at_the_call(value: Any) -> None:
+    """A Fraction or Decimal is a numbers.Number, so it passed the call and failed inside
+    torch.full ("argument 'fill_value' must be Number, not Fraction"), naming no pad_value."""
+    with pytest.raises(TypeError, match=r"pad_value=.*got (Fraction|Decimal); pass e\.g\. float"):
+        pad_collate([{"x": torch.ones(2)}, {"x": torch.ones(1)}], pad_value=value)
+    for fine in (np.float32(0.5), np.int16(3), np.bool_(True), 2, 0.5, True, 1 + 0j):
+        pad_collate([{"x": torch.ones(2)}, {"x": torch.ones(1)}], pad_value=fine)
 
 
 def test_a_pad_value_that_is_no_number_is_refused_at_the_call() -> None:

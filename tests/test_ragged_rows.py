@@ -12,6 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fastdata._ragged_rows as ragged_rows
 from fastdata import Ragged
@@ -117,3 +118,49 @@ def test_rows_already_of_the_dtype_are_not_read() -> None:
         ]
         with pytest.raises(AssertionError):
             Ragged.from_rows(rows, dtype=torch.int32)
+
+
+class _Sizes(TorchDispatchMode):
+    """The most elements each aten op (but views) computes on: its tensor inputs and its
+    output (cat: its inputs only, the rows; empty only allocates)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = str(func.overloadpacket)
+        if not func.is_view:
+            given = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)]
+            if isinstance(out, torch.Tensor) and name not in ("aten.cat", "aten.empty"):
+                given.append(out)
+            sizes = [t.numel() for t in given]
+            self.largest[name] = max([self.largest.get(name, 0), *sizes])
+        return out
+
+
+@pytest.mark.parametrize("form", ["numpy", "tensor"])
+@pytest.mark.parametrize("dtype", [torch.int16, torch.float32])
+def test_a_cast_runs_on_the_calling_thread(form: str, dtype: torch.dtype) -> None:
+    """Every op of the check and the cast is below torch's grain size (32,768 elements), so
+    torch runs it on the calling thread: whole-batch ops went to the intra-op threads, 6-12x
+    slower in a main process whose cores are busy. The values and the row named hold."""
+    rows = [np.arange(i, i + 300, dtype=np.int64) % 30000 for i in range(400)]  # 120k values
+    given_rows = rows if form == "numpy" else [torch.from_numpy(r) for r in rows]
+    with _Sizes() as sizes:
+        out = Ragged.from_rows(given_rows, dtype=dtype)
+    assert max(sizes.largest.values()) < 2**15, str(sizes.largest)
+    assert out.values.dtype == dtype
+    assert torch.equal(out.values, torch.from_numpy(np.concatenate(rows)).to(dtype))
+    rows[377] = rows[377].copy()
+    rows[377][5] = 40000  # past the first slices
+    with pytest.raises(ValueError, match=r"row 377 holds 40000"):
+        Ragged.from_rows(rows, dtype=torch.int16)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint64, torch.int64, None])
+def test_an_integer_beyond_64_bits_in_a_list_names_the_row(dtype: torch.dtype | None) -> None:
+    """It raised torch's OverflowError / ValueError naming no row."""
+    with pytest.raises(ValueError, match=r"row 1 holds an integer"):
+        Ragged.from_rows([[1], [2, 2**64]], dtype=dtype)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from fastdata._validate import constructor_keywords_checked, is_int
@@ -210,10 +211,13 @@ def pad_spec(
     """The :class:`PadSpec` of :func:`fastdata.pad_collate`'s arguments, checked."""
     if isinstance(pad_value, torch.Tensor) and pad_value.ndim == 0:
         pad_value = pad_value.item()
-    if not isinstance(pad_value, numbers.Number):
+    if not isinstance(pad_value, int | float | complex | np.number | np.bool_):
+        # torch.full takes these; a Fraction or Decimal (a numbers.Number) it refuses
+        convert = "; pass e.g. float(pad_value)" if isinstance(pad_value, numbers.Number) else ""
         raise TypeError(
             f"pad_value={pad_value!r}: expected a number (written into the padding, in each "
-            f"padded field's dtype), got {type(pad_value).__name__}"
+            "padded field's dtype): an int, float, bool or complex, Python's or numpy's; got "
+            f"{type(pad_value).__name__}{convert}"
         )
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side={padding_side!r}: expected 'right' or 'left'")

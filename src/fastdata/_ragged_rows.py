@@ -6,8 +6,11 @@ what a float type cannot hold into inf, without a word; ``pa.array`` refuses suc
 token id corrupted that way trains a model on the wrong token, so from_rows refuses them,
 naming the row, whether the rows are tensors, arrays or Python lists (torch converts lists
 on its own terms: it refuses an int16 overflow but truncates 1.7; pyarrow too). Rows already
-of ``dtype`` are not read: the check runs where a cast happens, vectorised, once over all the
-rows of one source dtype.
+of ``dtype`` are not read: the check runs where a cast happens, vectorised over all the rows
+of one source dtype, in slices below torch's grain size, so that torch runs it (and the cast)
+on the calling thread: over a whole batch its intra-op threads would wait for busy cores at
+every operation's barrier, 6-12x slower in a main process beside busy DataLoader workers (as
+:mod:`fastdata.device._normalize_cpu` avoids).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ import torch
 
 __all__ = ["numeric_values"]
 
+# torch runs an operation on fewer elements than its grain size (32,768) on the calling thread.
+_SERIAL_ELEMENTS = 2**15 - 1
+
 
 def numeric_values(
     rows: Sequence[Any], dtype: torch.dtype | None
@@ -27,7 +33,7 @@ def numeric_values(
     """The present (not None) ``rows`` back to back as one tensor, of ``dtype`` or of the
     rows' promoted dtype (an empty list having none), and each present row's length."""
     numbers = [i for i, row in enumerate(rows) if row is not None]
-    parts = [_as_tensor(rows[i], dtype) for i in numbers]
+    parts = [_row_tensor(rows[i], i, dtype) for i in numbers]
     typed: list[int] = []  # all but empty lists (a tensor or array has a dtype)
     cast = False
     for k, part in enumerate(parts):
@@ -49,8 +55,37 @@ def numeric_values(
         if source != dtype:
             _refuse_misfits(values, dtype, [lengths[k] for k in group], [numbers[k] for k in group])
         if len(by_source) == 1:
-            return values.to(dtype), lengths
-    return torch.cat([parts[k].to(dtype) for k in typed]), lengths
+            return _cast(values, dtype), lengths
+    return torch.cat([_cast(parts[k], dtype) for k in typed]), lengths
+
+
+def _cast(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``values.to(dtype)``, on the calling thread (slices below torch's grain size)."""
+    if values.numel() <= _SERIAL_ELEMENTS:
+        return values.to(dtype)
+    out = torch.empty(values.shape, dtype=dtype)
+    source, target = values.reshape(-1), out.view(-1)
+    for start in range(0, len(source), _SERIAL_ELEMENTS):
+        target[start : start + _SERIAL_ELEMENTS].copy_(source[start : start + _SERIAL_ELEMENTS])
+    return out
+
+
+def _row_tensor(row: Any, number: int, dtype: torch.dtype | None) -> torch.Tensor:
+    """:func:`_as_tensor`, naming the row where torch's conversion of an integer fails."""
+    try:
+        return _as_tensor(row, dtype)
+    except (OverflowError, RuntimeError, ValueError) as error:
+        # a Python int beyond 64 bits: numpy gives an object array, torch then "int too big
+        # to convert" (OverflowError) or "Overflow when unpacking long long" (ValueError)
+        if not isinstance(error, OverflowError) and "overflow" not in str(error).lower():
+            raise
+        where, what = f"Ragged.from_rows(dtype={dtype})", f"{dtype} cannot hold"
+        if dtype is None:
+            where, what = "Ragged.from_rows", "no dtype of torch holds"
+        raise ValueError(
+            f"{where}: row {number} holds an integer {what} ({error}); from_rows refuses it "
+            "rather than wrap it"
+        ) from error
 
 
 def _as_tensor(row: Any, dtype: torch.dtype | None) -> torch.Tensor:
@@ -73,12 +108,19 @@ def _refuse_misfits(
 ) -> None:
     """Raise ValueError naming the first row (``numbers``, each of ``lengths`` values) of
     ``values`` that holds a value ``dtype`` cannot."""
-    bad = _misfits(values, dtype)
-    if bad is None or not bool(bad.any()):
+    flat = values.reshape(-1)
+    per = max(1, values[0].numel()) if len(values) else 1  # elements per first-dim entry
+    for start in range(0, len(flat), _SERIAL_ELEMENTS):  # on the calling thread, see above
+        piece = flat[start : start + _SERIAL_ELEMENTS]
+        bad = _misfits(piece, dtype)
+        if bad is None:
+            return
+        if bool(bad.any()):
+            at = int(bad.nonzero()[0])
+            value, first = piece[at].item(), (start + at) // per
+            break
+    else:
         return
-    flat = bad.reshape(len(values), -1)
-    first = int(flat.any(1).nonzero()[0])
-    value = values.reshape(len(values), -1)[first][flat[first]][0].item()
     row = numbers[int(np.searchsorted(np.cumsum(lengths), first, side="right"))]
     raise ValueError(
         f"Ragged.from_rows(dtype={dtype}): row {row} holds {value!r} ({values.dtype}), which "

@@ -150,7 +150,7 @@ class Ragged:
 
         Raises:
             ValueError: naming the row, for a value ``dtype`` cannot hold (40000 as int16, 1.7
-                as int64: :mod:`fastdata._ragged_rows`), where ``.to()`` would wrap it.
+                as int64, 2**64 in a list: :mod:`fastdata._ragged_rows`).
         """
         present = [row for row in rows if row is not None]
         first = present[0] if present else None

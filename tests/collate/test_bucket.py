@@ -145,8 +145,8 @@ def test_the_seed_is_checked_at_the_call_in_both_modes(seed: Any, exc: type, mod
 
 
 def test_seed_none_draws_a_fresh_order_in_both_modes() -> None:
-    """As numpy and torch take None: a new order every run (it was one fixed order in samples
-    mode, and a TypeError at the first batch in rows mode)."""
+    """A new order on every call (it was one fixed order in samples mode, and a TypeError at
+    the first batch in rows mode): each call draws from torch's global generator."""
     from fastdata import Ragged
 
     lengths = [i % 7 for i in range(400)]
@@ -157,6 +157,29 @@ def test_seed_none_draws_a_fresh_order_in_both_modes() -> None:
     out = [list(bucket_by_length(rows, key="t", batch_size=4, seed=None)) for _ in "ab"]
     assert [b["i"] for b in out[0]] != [b["i"] for b in out[1]]
     assert sorted(i for b in out[0] for i in b["i"]) == list(range(400))
+
+
+def test_seed_none_is_drawn_from_torch_so_ranks_seeded_alike_agree() -> None:
+    """As RandomSampler(generator=None): the seed comes from torch's global generator, so DDP
+    ranks that call torch.manual_seed alike get one batch list to split by rank (it was drawn
+    from random.SystemRandom, so ranks overlapped: samples seen twice, others never)."""
+    from fastdata import Ragged
+
+    lengths = [(i * 37) % 50 for i in range(400)]
+    runs = []
+    for _ in "ab":  # two "ranks": the same global seed
+        torch.manual_seed(0)
+        runs.append(list(bucket_by_length(lengths, length_fn=int, batch_size=4, seed=None)))
+    assert runs[0] == runs[1]
+    rows = [{"t": Ragged.from_rows([[0] * n for n in lengths]), "i": list(range(400))}]
+    out = []
+    for _ in "ab":
+        torch.manual_seed(0)
+        out.append([b["i"] for b in bucket_by_length(rows, key="t", batch_size=4, seed=None)])
+    assert out[0] == out[1]
+    torch.manual_seed(1)  # another global seed, another order
+    other = [b["i"] for b in bucket_by_length(rows, key="t", batch_size=4, seed=None)]
+    assert other != out[0]
 
 
 @pytest.mark.parametrize(("length", "exc"), [("3", TypeError), (-1, ValueError), (True, TypeError)])

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -21,6 +22,8 @@ from fastdata.collate._mismatch import null_hint, raise_unlike
 def test_the_hint_names_the_column_and_an_empty_value_of_its_kind() -> None:
     assert "fill_null={'tokens': []}" in null_hint(("tokens",), torch.ones(1))
     assert "filter=pc.field('tokens').is_valid()" in null_hint(("tokens",), None)
+    assert "fill_null={'tokens': value}) with a value of" in null_hint(("tokens",), None)
+    assert "fill_null={'n': 0}" in null_hint(("n",), 3)
     assert "fill_null={'text': ''}" in null_hint(("meta", "text"), "a")
     assert "fill_null={'blob': b''}" in null_hint(("blob",), b"a")
     assert "fill_null={column: []}" in null_hint((0,), torch.ones(1))  # a tuple position
@@ -31,7 +34,9 @@ def test_the_hint_names_the_column_and_an_empty_value_of_its_kind() -> None:
     [
         ([{"tokens": torch.ones(2)}, {"tokens": None}], "fill_null={'tokens': []}"),
         ([{"tokens": None}, {"tokens": torch.ones(2)}], "fill_null={'tokens': []}"),
-        ([{"tokens": None}, {"tokens": None}], "fill_null={'tokens': []}"),
+        ([{"n": 1}, {"n": None}], "fill_null={'n': 0}"),
+        ([{"n": None}, {"n": np.float32(2)}], "fill_null={'n': 0}"),
+        ([{"n": True}, {"n": None}], "fill_null={'n': False}"),
     ],
 )
 def test_a_none_beside_values_names_the_fixes(batch: list[Any], fix: str) -> None:
@@ -40,6 +45,29 @@ def test_a_none_beside_values_names_the_fixes(batch: list[Any], fix: str) -> Non
     message = str(info.value)
     assert "NoneType None" in message and "a null in the data" in message
     assert fix in message and ".is_valid()" in message
+
+
+def test_a_field_none_in_every_sample_asks_for_a_value_of_the_columns_type(
+    tmp_path: Path,
+) -> None:
+    """An optional text field none of a batch's samples holds: its type cannot be told, so
+    the batch is refused (not guessed); the hint said fill_null={'speaker': []}, which
+    ParquetStream refuses on a string column. It names a value of the column's type, and
+    the one for strings works."""
+    with pytest.raises(TypeError) as info:
+        fd.pad_collate([{"speaker": None, "n": 1}, {"speaker": None, "n": 2}])
+    message = str(info.value)
+    assert "batch[*]['speaker'] is None in every sample of this batch" in message
+    assert "fill_null={'speaker': []}" not in message
+    assert "fill_null={'speaker': value}) with a value of the column's type ('' for a string" in (
+        message
+    )
+    pq.write_table(pa.table({"speaker": [None, None, "alice"]}), tmp_path / "a.parquet")
+    with pytest.raises(fd.errors.SchemaError):
+        fd.ParquetStream(tmp_path, fill_null={"speaker": []})
+    stream = fd.ParquetStream(tmp_path, fill_null={"speaker": ""})
+    loader = fd.DataLoader(stream, batch_size=2, collate_fn=fd.pad_collate)
+    assert [b["speaker"] for b in loader] == [["", ""], ["alice"]]
 
 
 @pytest.mark.parametrize("collate", [fd.pad_collate, fd.nested_collate])
@@ -54,7 +82,7 @@ def test_a_none_among_strings_stays_in_the_list_as_default_collate_keeps_it(coll
     assert collate(batch)["speaker"] == ["alice", None]
     assert collate(batch[::-1])["speaker"] == [None, "alice"]
     assert collate([{"b": None}, {"b": b"x"}, {"b": None}])["b"] == [None, b"x", None]
-    with pytest.raises(TypeError, match=r"batch\[0\]\['s'\] is a NoneType None"):
+    with pytest.raises(TypeError, match=r"batch\[\*\]\['s'\] is None in every sample"):
         collate([{"s": None}, {"s": None}])  # no string to say the field is text
 
 

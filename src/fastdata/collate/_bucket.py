@@ -60,8 +60,8 @@ def bucket_by_length(
     Every sample (row) is yielded exactly once, in exactly one batch; every batch has
     ``batch_size`` of them except at most one, the last, which ``drop_last=True`` drops. At
     most ``buffer_size`` samples are held at once (rows: ``buffer_size`` plus one incoming
-    batch). The order depends only on the stream and ``seed``, never on the global random
-    state.
+    batch). The order depends only on the stream and ``seed`` (``seed=None``: on torch's
+    global generator, which draws the seed).
 
     Three ways to group, chosen by ``boundaries``:
 
@@ -102,9 +102,16 @@ def bucket_by_length(
             ``32 * batch_size``. With a list of boundaries the buckets hold at most
             ``len(boundaries) + 1`` partial batches, which ``buffer_size`` must allow.
         seed: an int >= 0 that seeds the ordering; pass e.g. ``seed + epoch`` for a new
-            order every epoch. ``None`` draws a fresh seed at the call (a new order every
-            run, as numpy and torch take None); ``state_dict()`` saves it, so a resume (with
-            ``seed=None`` again) continues that order.
+            order every epoch. Pools: it orders the batches of each pool and samples of
+            equal length. Buckets (a list or ``"auto"``): batches come in the stream's order,
+            and it orders only the batches cut from the leftovers merged at the end, so two
+            seeds give mostly the same batches (shuffle the stream for a new order).
+            ``None`` draws the seed at the call from torch's global generator, as
+            ``RandomSampler(generator=None)`` does: after ``torch.manual_seed(s)`` it is the
+            same in every process and run. Processes that split the batches (DDP ranks
+            keeping ``batches[rank::world]``) must agree on the seed: pass the same int, or
+            seed torch alike on every rank. ``state_dict()`` saves the seed, so a resume
+            (with ``seed=None`` again) continues that order.
         drop_last: drop the last batch when it is short.
 
     Returns:
@@ -160,7 +167,9 @@ def bucket_by_length(
         "batch_size": batch_size,
         "buffer_size": buffer_size,
         "boundaries": boundaries if boundaries is None or isinstance(boundaries, str) else fixed,
-        "seed": check_int("seed", seed, minimum=0, none="None for a fresh seed drawn now"),
+        "seed": check_int(
+            "seed", seed, minimum=0, none="None for one drawn from torch's global generator"
+        ),
         "drop_last": drop_last,
     }
     pooled = boundaries is None

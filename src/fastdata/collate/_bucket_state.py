@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import random
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
@@ -192,6 +191,15 @@ class Track:
         }
 
 
+def torch_drawn_seed() -> int:
+    """A seed drawn from torch's global generator, as ``RandomSampler(generator=None)`` draws
+    its own: after ``torch.manual_seed(s)`` it is the same in every process (so DDP ranks
+    seeded alike agree on the batches they split) and in every run (so a run is reproduced)."""
+    import torch  # here: bucketing samples with an int seed stays torch-free
+
+    return int(torch.empty((), dtype=torch.int64).random_().item())
+
+
 class Bucketing(Generic[T]):
     """The iterator :func:`~fastdata.bucket_by_length` returns: its batches, one epoch of
     ``stream``; ``state_dict()`` / ``load_state_dict()`` resume it exactly (see the module
@@ -215,7 +223,7 @@ class Bucketing(Generic[T]):
         self._settings = settings  # seed: the user's (None: drawn here, saved in the state)
         self._seed = settings["seed"]
         if self._seed is None:
-            self._seed = random.SystemRandom().getrandbits(63)
+            self._seed = torch_drawn_seed()
         self._rng = rng  # (seed, pool) -> the pool's generator
         self._build = build
         self._loader = hold(stream, self)  # a fastdata DataLoader (or its iterator), or None

@@ -58,8 +58,9 @@ def pad_collate(
 
     Args:
         batch: a list of samples, or one already batched item.
-        pad_value: the number written into the padding; it must fit each padded field's
-            dtype (an integer dtype's range, a float dtype's largest finite value).
+        pad_value: the number written into the padding (an int, float, bool or complex,
+            Python's or numpy's); it must fit each padded field's dtype (an integer dtype's
+            range, a float dtype's largest finite value).
         pad_to_multiple_of: round each padded dim up to a multiple of this (8 suits tensor
             cores); a sequence gives one multiple per dim of the items, None leaving that dim
             alone, e.g. ``(None, 32, 32)`` for ``C x H x W`` images.

@@ -6,8 +6,10 @@ The walk that finds them is :mod:`fastdata.collate._walk`.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -20,14 +22,31 @@ def null_hint(path: tuple[Any, ...], other: Any) -> str:
     a null as an empty row. So the hint names the stream's two fixes, then the dataset's own.
     """
     column = repr(path[-1]) if path and isinstance(path[-1], str) else "column"
-    empty = "''" if isinstance(other, str) else "b''" if isinstance(other, bytes) else "[]"
+    fill = f"ParquetStream(..., fill_null={{{column}: {_filler(other)}}})"
+    if other is None:  # the column's type cannot be told from this batch
+        fill = (
+            f"ParquetStream(..., fill_null={{{column}: value}}) with a value of the column's "
+            "type ('' for a string, 0 for a number, [] for a list)"
+        )
     return (
         "A None is usually a null in the data: a ParquetStream without batch_size yields a "
-        "null list as None (with batch_size=N its Ragged batches pad a null as an empty row). "
-        f"Fill nulls with ParquetStream(..., fill_null={{{column}: {empty}}}), skip those rows "
-        f"with filter=pc.field({column}).is_valid(), or replace or drop the None in the "
-        "dataset (or its transform)"
+        "null as None (with batch_size=N its Ragged batches pad a null as an empty row). "
+        f"Fill nulls with {fill}, skip those rows with filter=pc.field({column}).is_valid(), "
+        "or replace or drop the None in the dataset (or its transform)"
     )
+
+
+def _filler(other: Any) -> str:
+    """A ``fill_null`` value of ``other``'s type (``ParquetStream`` refuses one of another)."""
+    if isinstance(other, str):
+        return "''"
+    if isinstance(other, bytes):
+        return "b''"
+    if isinstance(other, bool | np.bool_):
+        return "False"
+    if isinstance(other, numbers.Number) or getattr(other, "ndim", None) == 0:
+        return "0"
+    return "[]"
 
 
 def raise_unlike(tensors: list[torch.Tensor], where: str) -> None:

@@ -243,10 +243,15 @@ def _collate(items: Sequence[Any], path: KeyPath, where: str, walk: Walk) -> Any
             f"batch[0]{where} is a Ragged, a column of a whole batch; pass that batch itself "
             f"({walk.name}(batch)), not a list of batches"
         )
+    if elem is None:  # in every sample: of which type, this batch cannot tell
+        raise TypeError(
+            f"batch[*]{where} is None in every sample of this batch (an optional field none "
+            "of them holds): collate cannot tell its type from this batch, so it refuses it "
+            f"rather than guess a list, a tensor or a number. {null_hint(path, None)}"
+        )
     raise TypeError(
         f"batch[0]{where} is {_describe(elem)}; collate handles tensors, numeric numpy "
         "arrays, numbers, strings, dicts, tuples and lists, so convert it in the dataset"
-        + (f". {null_hint(path, None)}" if elem is None else "")
     )
 
 
